@@ -1,0 +1,382 @@
+//! `runner.toml`: the host's configuration, parsed from a string and validated.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytesize::ByteSize;
+use serde::Deserialize;
+
+use crate::task_type::TaskType;
+
+/// The whole `runner.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where Redis is and how keys are named.
+    #[serde(default)]
+    pub redis: RedisConfig,
+    /// How the runner claims and runs tasks.
+    #[serde(default)]
+    pub runner: RunnerConfig,
+    /// Policy and limits that every task type gets unless it overrides them.
+    #[serde(default)]
+    pub defaults: TypePolicy,
+    /// Per task type: which plugin handles it, and overrides of `defaults`.
+    #[serde(default)]
+    pub types: BTreeMap<TaskType, TypeConfig>,
+}
+
+/// The `[redis]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Redis URL (`redis://host:port/db`, `redis+unix:///path.sock`); `--redis` and `HOURGLASS_REDIS_URL` win over it.
+    pub url: String,
+    /// Prefix of every key Hourglass reads or writes (`<prefix>:{<type>}:due`).
+    pub prefix: KeyPrefix,
+    /// Start a private `redis-server` when nothing answers at `url` (quick start).
+    pub managed: bool,
+    /// Data folder of the managed `redis-server` (append-only file), relative to the config file.
+    pub data_dir: PathBuf,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: KeyPrefix("hourglass".into()),
+            managed: false,
+            data_dir: PathBuf::from(".hourglass/redis"),
+        }
+    }
+}
+
+/// A key prefix: non-empty, no whitespace, no braces (they would break the hash tag).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct KeyPrefix(String);
+
+impl KeyPrefix {
+    /// The prefix as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for KeyPrefix {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if s.is_empty() || s.len() > 64 {
+            return Err(format!("invalid key prefix {s:?}: it must be 1 to 64 characters"));
+        }
+        if s.chars().any(|c| c.is_whitespace() || c == '{' || c == '}') {
+            return Err(format!("invalid key prefix {s:?}: no whitespace or braces allowed"));
+        }
+        Ok(KeyPrefix(s))
+    }
+}
+
+impl std::str::FromStr for KeyPrefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KeyPrefix::try_from(s.to_owned())
+    }
+}
+
+/// How the runner wakes up for due tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WakeupMode {
+    /// Keyspace notifications when the server has them or lets us turn them on, else polling.
+    Auto,
+    /// Keyspace notifications only; fail at start if they cannot be enabled.
+    Notify,
+    /// Poll every `poll_interval`.
+    Poll,
+}
+
+/// The `[runner]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerConfig {
+    /// Folder with the `*.wasm` handlers, relative to the config file; `--plugins` wins over it.
+    pub plugins_dir: PathBuf,
+    /// Folder for compiled plugins, so restarts do not recompile; relative to the config file.
+    pub cache_dir: PathBuf,
+    /// Most handlers running at once, over all types.
+    pub concurrency: usize,
+    /// Most tasks one claim takes from Redis.
+    pub batch_size: usize,
+    /// How long a claimed task is leased before another host may take it (extended while it runs).
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// On SIGTERM: how long running tasks may take to finish before their leases are handed back.
+    #[serde(with = "humantime_serde")]
+    pub grace_period: Duration,
+    /// `auto`, `notify` or `poll`: how the runner learns that a task was scheduled sooner.
+    pub wakeup: WakeupMode,
+    /// Poll interval when keyspace notifications are not in use.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            plugins_dir: PathBuf::from("plugins"),
+            cache_dir: PathBuf::from(".hourglass/cache"),
+            concurrency: 64,
+            batch_size: 256,
+            lease: Duration::from_secs(30),
+            grace_period: Duration::from_secs(10),
+            wakeup: WakeupMode::Auto,
+            poll_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Retry policy and sandbox limits of a task type. In `[defaults]` every
+/// field has a value; in `[types.<name>]` every field is optional and falls
+/// back to `[defaults]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TypePolicy {
+    /// Most handlers of this type running at once.
+    pub concurrency: usize,
+    /// Attempts before a failing task is dead-lettered (1 = never retry).
+    pub max_attempts: u32,
+    /// First retry delay; it doubles with every attempt (with jitter).
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    #[serde(with = "humantime_serde")]
+    pub backoff_cap: Duration,
+    /// Execution deadline of one handler run.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Linear memory cap of one handler instance.
+    pub memory_limit: ByteSize,
+    /// Larger payloads are dead-lettered without running.
+    pub max_payload: ByteSize,
+}
+
+impl Default for TypePolicy {
+    fn default() -> Self {
+        TypePolicy {
+            concurrency: 16,
+            max_attempts: 5,
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(300),
+            timeout: Duration::from_secs(10),
+            memory_limit: ByteSize::mib(64),
+            max_payload: ByteSize::mib(1),
+        }
+    }
+}
+
+/// Overrides of [`TypePolicy`] for one type: `None` falls back to `[defaults]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeConfig {
+    /// Plugin file in the plugins folder (default: `<type>.wasm`).
+    pub plugin: Option<PathBuf>,
+    /// See [`TypePolicy::concurrency`].
+    pub concurrency: Option<usize>,
+    /// See [`TypePolicy::max_attempts`].
+    pub max_attempts: Option<u32>,
+    /// See [`TypePolicy::backoff_base`].
+    #[serde(default, with = "humantime_serde::option")]
+    pub backoff_base: Option<Duration>,
+    /// See [`TypePolicy::backoff_cap`].
+    #[serde(default, with = "humantime_serde::option")]
+    pub backoff_cap: Option<Duration>,
+    /// See [`TypePolicy::timeout`].
+    #[serde(default, with = "humantime_serde::option")]
+    pub timeout: Option<Duration>,
+    /// See [`TypePolicy::memory_limit`].
+    pub memory_limit: Option<ByteSize>,
+    /// See [`TypePolicy::max_payload`].
+    pub max_payload: Option<ByteSize>,
+    /// String values the plugin reads through its `config` import.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// The most a config may ask for, so a typo cannot make the host unusable.
+const MAX_CONCURRENCY: usize = 100_000;
+const MAX_BATCH: usize = 10_000;
+
+impl Config {
+    /// Parses and validates a `runner.toml` text; `origin` names it in errors.
+    ///
+    /// Errors are one line: `runner.toml:12: unknown field `concurency` ...`.
+    pub fn parse(text: &str, origin: &str) -> Result<Config> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let message = e.message().trim().replace('\n', " ");
+            match line {
+                Some(line) => anyhow::anyhow!("{origin}:{line}: {message}"),
+                None => anyhow::anyhow!("{origin}: {message}"),
+            }
+        })?;
+        config.validate().with_context(|| format!("{origin}: invalid configuration"))?;
+        Ok(config)
+    }
+
+    /// Reads and parses a config file; relative folders in it are resolved against the file's folder.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let mut config = Config::parse(&text, &path.display().to_string())?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.resolve_paths(base);
+        Ok(config)
+    }
+
+    /// Makes relative folders relative to `base` (the config file's folder).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for dir in [
+            &mut self.redis.data_dir,
+            &mut self.runner.plugins_dir,
+            &mut self.runner.cache_dir,
+        ] {
+            if dir.is_relative() {
+                *dir = base.join(&*dir);
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let r = &self.runner;
+        if r.concurrency == 0 || r.concurrency > MAX_CONCURRENCY {
+            bail!("runner.concurrency must be between 1 and {MAX_CONCURRENCY}");
+        }
+        if r.batch_size == 0 || r.batch_size > MAX_BATCH {
+            bail!("runner.batch_size must be between 1 and {MAX_BATCH}");
+        }
+        if r.lease < Duration::from_secs(1) {
+            bail!("runner.lease must be at least 1s");
+        }
+        if r.poll_interval.is_zero() {
+            bail!("runner.poll_interval must be more than 0");
+        }
+        self.defaults.validate("defaults")?;
+        for name in self.types.keys() {
+            self.policy(name).validate(&format!("types.\"{name}\""))?;
+        }
+        Ok(())
+    }
+
+    /// The effective policy of a type: its overrides on top of `[defaults]`.
+    pub fn policy(&self, task_type: &TaskType) -> TypePolicy {
+        let d = &self.defaults;
+        let Some(t) = self.types.get(task_type) else {
+            return d.clone();
+        };
+        TypePolicy {
+            concurrency: t.concurrency.unwrap_or(d.concurrency),
+            max_attempts: t.max_attempts.unwrap_or(d.max_attempts),
+            backoff_base: t.backoff_base.unwrap_or(d.backoff_base),
+            backoff_cap: t.backoff_cap.unwrap_or(d.backoff_cap),
+            timeout: t.timeout.unwrap_or(d.timeout),
+            memory_limit: t.memory_limit.unwrap_or(d.memory_limit),
+            max_payload: t.max_payload.unwrap_or(d.max_payload),
+        }
+    }
+}
+
+impl TypePolicy {
+    fn validate(&self, table: &str) -> Result<()> {
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            bail!("{table}.concurrency must be between 1 and {MAX_CONCURRENCY}");
+        }
+        if self.max_attempts == 0 {
+            bail!("{table}.max_attempts must be at least 1");
+        }
+        if self.backoff_cap < self.backoff_base {
+            bail!("{table}.backoff_cap must not be less than backoff_base");
+        }
+        if self.timeout.is_zero() {
+            bail!("{table}.timeout must be more than 0");
+        }
+        if self.memory_limit < ByteSize::mib(1) || self.memory_limit > ByteSize::gib(4) {
+            bail!("{table}.memory_limit must be between 1 MiB and 4 GiB");
+        }
+        if self.max_payload.as_u64() == 0 || self.max_payload > ByteSize::mib(512) {
+            bail!("{table}.max_payload must be between 1 byte and 512 MiB");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_has_defaults() {
+        let c = Config::parse("", "runner.toml").unwrap();
+        assert_eq!(c.redis.prefix.as_str(), "hourglass");
+        assert_eq!(c.runner.lease, Duration::from_secs(30));
+        assert_eq!(c.defaults.max_attempts, 5);
+    }
+
+    #[test]
+    fn type_overrides_fall_back_to_defaults() {
+        let c = Config::parse(
+            r#"
+            [defaults]
+            max_attempts = 3
+            timeout = "2s"
+            [types."order.timeout"]
+            max_attempts = 7
+            memory_limit = "32MiB"
+            config = { url = "http://x" }
+            "#,
+            "runner.toml",
+        )
+        .unwrap();
+        let t: TaskType = "order.timeout".parse().unwrap();
+        let p = c.policy(&t);
+        assert_eq!(p.max_attempts, 7);
+        assert_eq!(p.timeout, Duration::from_secs(2));
+        assert_eq!(p.memory_limit, ByteSize::mib(32));
+        assert_eq!(c.types[&t].config["url"], "http://x");
+        assert_eq!(c.policy(&"other".parse().unwrap()).max_attempts, 3);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = Config::parse("[runner]\n\nconcurency = 4\n", "runner.toml").unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.starts_with("runner.toml:3:"), "{msg}");
+        assert!(msg.contains("concurency"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn bad_type_name_is_refused() {
+        let err = Config::parse("[types.\"Bad Name\"]\n", "runner.toml").unwrap_err();
+        assert!(format!("{err:#}").contains("invalid task type"), "{err:#}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for (text, needle) in [
+            ("[runner]\nconcurrency = 0", "runner.concurrency"),
+            ("[runner]\nlease = \"10ms\"", "runner.lease"),
+            ("[runner]\nlease = \"soon\"", "runner.toml:2"),
+            ("[defaults]\nmax_attempts = 0", "defaults.max_attempts"),
+            ("[types.a]\nbackoff_base = \"1h\"\nbackoff_cap = \"1s\"", "types.\"a\".backoff_cap"),
+            ("[redis]\nprefix = \"a{b\"", "invalid key prefix"),
+            ("[runner]\nwakeup = \"sometimes\"", "runner.toml:2"),
+        ] {
+            let err = format!("{:#}", Config::parse(text, "runner.toml").unwrap_err());
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Hourglass: run delayed tasks from Redis in sandboxed WebAssembly handlers.
+//!
+//! # Layout
+//!
+//! A task flows one way through these modules:
+//! due set → wake-up → claim → registry (task type → plugin) → runtime
+//! (fresh `Store`) → outcome → settle.
+//!
+//! - [`task_type`]: the validated task type name.
+//! - [`config`]: `runner.toml`, parsed from a string and validated.
+//! - [`task`]: a claimed task and a follow-up, as they travel between modules.
+//! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic.
+//! - [`backoff`]: retry delays (capped exponential with jitter).
+//! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance.
+//! - [`cli`]: the `hourglass` command line.
+
+pub mod backoff;
+pub mod cli;
+pub mod config;
+pub mod runtime;
+pub mod store;
+pub mod task;
+pub mod task_type;
