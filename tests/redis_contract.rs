@@ -1,1 +1,578 @@
-//! (in progress)
+//! The Redis contract: tasks written with raw commands, claimed and settled by `Store`, against a real Redis.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hourglass::config::KeyPrefix;
+use hourglass::store::{ClaimLimits, Outcome, SettleResult, Settlement, Store, encode_followup};
+use hourglass::task::{ClaimedTask, FollowUp};
+use hourglass::task_type::TaskType;
+use redis::Commands;
+use support::{RedisServer, wait_for};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn ty(name: &str) -> TaskType {
+    name.parse().unwrap()
+}
+
+fn key(t: &str, suffix: &str) -> String {
+    format!("hourglass:{{{t}}}:{suffix}")
+}
+
+async fn store(server: &RedisServer) -> Store {
+    let prefix: KeyPrefix = "hourglass".parse().unwrap();
+    Store::connect(&server.url(), &prefix).await.unwrap()
+}
+
+fn limits(max_tasks: usize, lease: Duration) -> ClaimLimits {
+    ClaimLimits { max_tasks, lease, ..ClaimLimits::default() }
+}
+
+/// Redis `TIME` in ms: the clock every script uses.
+fn redis_now(conn: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// Blocks until Redis time has passed `ms`.
+fn wait_past(conn: &mut redis::Connection, ms: i64) {
+    wait_for("redis time to pass the lease expiry", WAIT, || (redis_now(conn) > ms).then_some(()));
+}
+
+fn ids(tasks: &[ClaimedTask]) -> Vec<Vec<u8>> {
+    tasks.iter().map(|t| t.id.clone()).collect()
+}
+
+fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
+    Settlement { id: task.id.clone(), token: task.token, outcome: Outcome::Ack { followups } }
+}
+
+fn zscore(conn: &mut redis::Connection, key: &str, id: &[u8]) -> Option<i64> {
+    let s: Option<f64> = conn.zscore(key, id).unwrap();
+    s.map(|s| s as i64)
+}
+
+fn hget(conn: &mut redis::Connection, key: &str, field: &[u8]) -> Option<Vec<u8>> {
+    conn.hget(key, field).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_due_tasks_oldest_first_and_skips_future_ones() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("email");
+    let now = redis_now(&mut c);
+    let due = key("email", "due");
+    let _: () = c.zadd(&due, "b", now - 1000).unwrap();
+    let _: () = c.zadd(&due, "a", now - 3000).unwrap();
+    let _: () = c.zadd(&due, "c", now - 2000).unwrap();
+    let _: () = c.zadd(&due, "later", now + 600_000).unwrap();
+    let _: () = c.hset(key("email", "payload"), "a", "hello").unwrap();
+
+    let first = s.claim(&t, &limits(2, Duration::from_secs(30))).await.unwrap();
+    assert_eq!(ids(&first.tasks), vec![b"a".to_vec(), b"c".to_vec()]);
+    let a = &first.tasks[0];
+    assert_eq!(a.payload, b"hello");
+    assert_eq!(a.attempt, 1);
+    assert_eq!(a.due_ms, now - 3000);
+    assert_eq!(a.task_type, t);
+    assert_eq!(first.tasks[1].payload, b"", "a missing payload is empty");
+    assert_ne!(a.token, first.tasks[1].token);
+    assert_eq!(first.next_due_ms, Some(now - 1000), "b is still due");
+    assert_eq!(first.next_lease_expiry_ms, Some(first.lease_expiry_ms));
+    assert!(first.lease_expiry_ms >= first.now_ms + 30_000);
+
+    let second = s.claim(&t, &limits(10, Duration::from_secs(30))).await.unwrap();
+    assert_eq!(ids(&second.tasks), vec![b"b".to_vec()]);
+    assert_eq!(second.next_due_ms, Some(now + 600_000));
+
+    let third = s.claim(&t, &limits(10, Duration::from_secs(30))).await.unwrap();
+    assert!(third.tasks.is_empty(), "the future task is not claimed");
+    let later: Option<i64> = zscore(&mut c, &due, b"later");
+    assert_eq!(later, Some(now + 600_000));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postpone_and_cancel_with_raw_commands_and_the_api() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("reminder");
+    let due = key("reminder", "due");
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(&due, "postponed", now - 1000).unwrap();
+    let _: () = c.zadd(&due, "postponed", now + 600_000).unwrap();
+    let _: () = c.zadd(&due, "cancelled", now - 1000).unwrap();
+    let _: () = c.zrem(&due, "cancelled").unwrap();
+    assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
+
+    s.schedule(&t, b"api", now - 5, Some(b"p")).await.unwrap();
+    assert_eq!(hget(&mut c, &key("reminder", "payload"), b"api"), Some(b"p".to_vec()));
+    assert!(s.cancel(&t, b"api").await.unwrap());
+    assert!(!s.cancel(&t, b"api").await.unwrap());
+    assert_eq!(hget(&mut c, &key("reminder", "payload"), b"api"), None);
+    assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
+
+    s.schedule(&t, b"api2", now - 5, None).await.unwrap();
+    let claim = s.claim(&t, &ClaimLimits::default()).await.unwrap();
+    assert_eq!(ids(&claim.tasks), vec![b"api2".to_vec()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sixteen_concurrent_claimers_take_each_task_exactly_once() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let t = ty("bulk");
+    let now = redis_now(&mut c);
+    let total = 10_000;
+    let mut pipe = redis::pipe();
+    for i in 0..total {
+        pipe.zadd(key("bulk", "due"), format!("task-{i}"), now - 20_000 + i as i64).ignore();
+    }
+    let () = pipe.query(&mut c).unwrap();
+
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let s = store(&server).await;
+        let t = t.clone();
+        workers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let claim = s.claim(&t, &limits(50, Duration::from_secs(60))).await.unwrap();
+                if claim.tasks.is_empty() {
+                    return got;
+                }
+                got.extend(claim.tasks.into_iter().map(|t| t.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await.unwrap());
+    }
+    assert_eq!(all.len(), total, "every task claimed once");
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(unique.len(), total, "no task claimed twice");
+    let leased: usize = c.zcard(key("bulk", "leases")).unwrap();
+    assert_eq!(leased, total);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("flaky");
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("flaky", "due"), "x", now - 1).unwrap();
+    let _: () = c.hset(key("flaky", "payload"), "x", "data").unwrap();
+
+    let first = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
+    assert_eq!(first.tasks.len(), 1);
+    let old = first.tasks[0].clone();
+    wait_past(&mut c, first.lease_expiry_ms);
+
+    let second = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
+    assert_eq!(second.tasks.len(), 1, "the expired lease is re-delivered");
+    let new = second.tasks[0].clone();
+    assert_eq!(new.id, b"x");
+    assert_eq!(new.payload, b"data");
+    assert_eq!(new.attempt, 2, "attempts are kept across lost leases");
+    assert_ne!(new.token, old.token);
+
+    // The old holder finishes late: its ack (with a follow-up) must change nothing.
+    let followup = FollowUp { task_type: ty("next"), id: b"f".to_vec(), payload: b"p".to_vec(), due_ms: now };
+    let r = s.settle(&t, &[ack(&old, vec![followup.clone()])]).await.unwrap();
+    assert_eq!(r, vec![SettleResult::Fenced]);
+    let outbox: usize = c.hlen(key("flaky", "outbox")).unwrap();
+    assert_eq!(outbox, 0, "a fenced ack writes no follow-ups");
+    let next_due: usize = c.zcard(key("next", "due")).unwrap();
+    assert_eq!(next_due, 0);
+    assert!(zscore(&mut c, &key("flaky", "leases"), b"x").is_some(), "the new lease stands");
+    assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), Some(b"data".to_vec()));
+    assert_eq!(s.stats(&t).await.unwrap().succeeded, 0);
+
+    let r = s.settle(&t, &[ack(&new, vec![])]).await.unwrap();
+    assert_eq!(r, vec![SettleResult::Settled]);
+    assert!(zscore(&mut c, &key("flaky", "leases"), b"x").is_none());
+    assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), None);
+    assert_eq!(hget(&mut c, &key("flaky", "attempts"), b"x"), None);
+    assert_eq!(hget(&mut c, &key("flaky", "tokens"), b"x"), None);
+    assert_eq!(s.stats(&t).await.unwrap().succeeded, 1);
+
+    // A second ack with the same token is fenced too (the token is gone).
+    assert_eq!(s.settle(&t, &[ack(&new, vec![])]).await.unwrap(), vec![SettleResult::Fenced]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn extend_keeps_the_lease_past_its_original_expiry() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("slow");
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("slow", "due"), "x", now - 1).unwrap();
+    let claim = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
+    let task = claim.tasks[0].clone();
+
+    let ok = s.extend(&t, &[(task.id.clone(), task.token)], 60_000).await.unwrap();
+    assert_eq!(ok, vec![true]);
+    let stale = s.extend(&t, &[(task.id.clone(), task.token + 1000)], 60_000).await.unwrap();
+    assert_eq!(stale, vec![false], "a wrong token cannot extend");
+    let unknown = s.extend(&t, &[(b"nope".to_vec(), 1)], 60_000).await.unwrap();
+    assert_eq!(unknown, vec![false]);
+
+    wait_past(&mut c, claim.lease_expiry_ms);
+    let again = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
+    assert!(again.tasks.is_empty(), "an extended lease is not reaped");
+    assert_eq!(s.settle(&t, &[ack(&task, vec![])]).await.unwrap(), vec![SettleResult::Settled]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("retry");
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("retry", "due"), "x", now - 1).unwrap();
+    let _: () = c.hset(key("retry", "payload"), "x", "keep").unwrap();
+    let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+
+    let before = redis_now(&mut c);
+    let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
+    let batch = [Settlement { id: task.id.clone(), token: task.token, outcome: retry }];
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
+    let after = redis_now(&mut c);
+    let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
+    assert!(score >= before + 60_000 && score <= after + 60_000, "{score} vs {before}..{after}");
+    assert_eq!(hget(&mut c, &key("retry", "errors"), b"x"), Some(b"boom".to_vec()));
+    assert_eq!(hget(&mut c, &key("retry", "attempts"), b"x"), Some(b"1".to_vec()));
+    assert_eq!(hget(&mut c, &key("retry", "payload"), b"x"), Some(b"keep".to_vec()));
+    assert!(zscore(&mut c, &key("retry", "leases"), b"x").is_none());
+    let stats = s.stats(&t).await.unwrap();
+    assert_eq!((stats.failed, stats.retried, stats.succeeded), (1, 1, 0));
+    assert_eq!((stats.scheduled_later, stats.in_flight), (1, 0));
+
+    // Retry right away: the next claim is attempt 2 with the same payload.
+    let _: () = c.zadd(key("retry", "due"), "x", now - 1).unwrap();
+    let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+    assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
+    let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
+    let batch = [Settlement { id: again.id.clone(), token: again.token, outcome: zero }];
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
+    let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+    assert_eq!(third.attempt, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letter_list_requeue_and_purge() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("doomed");
+    let now = redis_now(&mut c);
+    for (i, id) in ["a", "b", "c"].iter().enumerate() {
+        let _: () = c.zadd(key("doomed", "due"), *id, now - 10 + i as i64).unwrap();
+        let _: () = c.hset(key("doomed", "payload"), *id, "12345").unwrap();
+    }
+    let tasks = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks;
+    let batch: Vec<Settlement> = tasks
+        .iter()
+        .map(|task| Settlement {
+            id: task.id.clone(),
+            token: task.token,
+            outcome: Outcome::Dead { error: format!("bad {}", String::from_utf8_lossy(&task.id)) },
+        })
+        .collect();
+    let r = s.settle(&t, &batch).await.unwrap();
+    assert_eq!(r, vec![SettleResult::Settled; 3]);
+
+    let stats = s.stats(&t).await.unwrap();
+    assert_eq!((stats.dead, stats.dead_total, stats.failed, stats.in_flight), (3, 3, 3, 0));
+    let dead = s.dead_list(&t, 10).await.unwrap();
+    assert_eq!(dead.len(), 3);
+    assert_eq!(dead[0].id, b"a");
+    assert_eq!(dead[0].error, "bad a");
+    assert_eq!(dead[0].attempts, 1);
+    assert_eq!(dead[0].payload_len, 5);
+    assert!(dead[0].died_ms >= now);
+    assert_eq!(s.dead_list(&t, 1).await.unwrap().len(), 1);
+    assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
+
+    // Requeue one: due now, attempts reset, payload kept.
+    assert_eq!(s.dead_requeue(&t, Some(&[b"a".to_vec(), b"nope".to_vec()])).await.unwrap(), 1);
+    let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks;
+    assert_eq!(ids(&again), vec![b"a".to_vec()]);
+    assert_eq!((again[0].attempt, again[0].payload.as_slice()), (1, b"12345".as_slice()));
+    assert_eq!(hget(&mut c, &key("doomed", "errors"), b"a"), None);
+
+    // Purge one by id, then the rest.
+    assert_eq!(s.dead_purge(&t, Some(&[b"b".to_vec()])).await.unwrap(), 1);
+    assert_eq!(hget(&mut c, &key("doomed", "payload"), b"b"), None);
+    assert_eq!(hget(&mut c, &key("doomed", "errors"), b"b"), None);
+    assert_eq!(s.dead_purge(&t, None).await.unwrap(), 1);
+    assert!(s.dead_list(&t, 10).await.unwrap().is_empty());
+    assert_eq!(hget(&mut c, &key("doomed", "payload"), b"c"), None);
+    assert_eq!(s.dead_purge(&t, None).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requeue_all_moves_more_than_one_batch() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("many");
+    let mut pipe = redis::pipe();
+    for i in 0..2500 {
+        pipe.zadd(key("many", "dead"), format!("d{i}"), i).ignore();
+        pipe.hset(key("many", "attempts"), format!("d{i}"), 5).ignore();
+    }
+    let () = pipe.query(&mut c).unwrap();
+    assert_eq!(s.dead_requeue(&t, None).await.unwrap(), 2500);
+    let due: usize = c.zcard(key("many", "due")).unwrap();
+    let attempts: usize = c.hlen(key("many", "attempts")).unwrap();
+    assert_eq!((due, attempts), (2500, 0));
+    assert_eq!(s.stats(&t).await.unwrap().dead, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_reschedule_during_a_run_wins() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("race");
+    let (due, payload) = (key("race", "due"), key("race", "payload"));
+    let now = redis_now(&mut c);
+    for id in ["acked", "retried", "dead"] {
+        let _: () = c.zadd(&due, id, now - 1).unwrap();
+        let _: () = c.hset(&payload, id, "old").unwrap();
+    }
+    let tasks = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks;
+    assert_eq!(tasks.len(), 3);
+    let later = now + 600_000;
+    for id in ["acked", "retried", "dead"] {
+        let _: () = c.zadd(&due, id, later).unwrap();
+        let _: () = c.hset(&payload, id, "new").unwrap();
+    }
+    let by_id = |id: &[u8]| tasks.iter().find(|t| t.id == id).unwrap().clone();
+    let (a, r, d) = (by_id(b"acked"), by_id(b"retried"), by_id(b"dead"));
+    let batch = [
+        ack(&a, vec![]),
+        Settlement {
+            id: r.id.clone(),
+            token: r.token,
+            outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into() },
+        },
+        Settlement { id: d.id.clone(), token: d.token, outcome: Outcome::Dead { error: "e".into() } },
+    ];
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 3]);
+    for id in ["acked", "retried", "dead"] {
+        assert_eq!(zscore(&mut c, &due, id.as_bytes()), Some(later), "{id}: the client's schedule stays");
+        assert_eq!(hget(&mut c, &payload, id.as_bytes()), Some(b"new".to_vec()), "{id}: new payload stays");
+    }
+    assert!(zscore(&mut c, &key("race", "dead"), b"dead").is_none(), "not dead-lettered");
+    let stats = s.stats(&t).await.unwrap();
+    assert_eq!((stats.succeeded, stats.failed, stats.retried, stats.dead_total), (1, 2, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_schedule_of_a_dead_id_revives_it_fresh() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("phoenix");
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("phoenix", "dead"), "x", now - 100).unwrap();
+    let _: () = c.hset(key("phoenix", "attempts"), "x", 5).unwrap();
+    let _: () = c.hset(key("phoenix", "errors"), "x", "old failure").unwrap();
+    let _: () = c.zadd(key("phoenix", "due"), "x", now - 1).unwrap();
+    let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+    assert_eq!(task.attempt, 1);
+    assert!(zscore(&mut c, &key("phoenix", "dead"), b"x").is_none());
+    assert_eq!(hget(&mut c, &key("phoenix", "errors"), b"x"), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oversize_payload_and_long_id_are_dead_lettered_at_claim() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("big");
+    let now = redis_now(&mut c);
+    let long_id = vec![b'i'; 1025];
+    let _: () = c.zadd(key("big", "due"), "fat", now - 3).unwrap();
+    let _: () = c.hset(key("big", "payload"), "fat", vec![7u8; 2000]).unwrap();
+    let _: () = c.zadd(key("big", "due"), &long_id, now - 2).unwrap();
+    let _: () = c.zadd(key("big", "due"), "fine", now - 1).unwrap();
+    let _: () = c.hset(key("big", "payload"), "fine", vec![7u8; 1000]).unwrap();
+
+    let claim = s.claim(&t, &ClaimLimits { max_payload_bytes: 1000, ..ClaimLimits::default() }).await.unwrap();
+    assert_eq!(ids(&claim.tasks), vec![b"fine".to_vec()]);
+    assert_eq!(claim.dead_lettered.len(), 2);
+    assert_eq!(claim.dead_lettered[0].0, b"fat");
+    assert_eq!(claim.dead_lettered[0].1, "payload of 2000 bytes is over the 1000-byte limit");
+    assert_eq!(claim.dead_lettered[1].0, long_id);
+    assert_eq!(claim.dead_lettered[1].1, "id of 1025 bytes is over the 1024-byte limit");
+
+    let dead = s.dead_list(&t, 10).await.unwrap();
+    assert_eq!(dead.len(), 2);
+    let fat = dead.iter().find(|d| d.id == b"fat").unwrap();
+    assert!(fat.error.contains("2000 bytes"), "{}", fat.error);
+    assert_eq!(fat.payload_len, 2000);
+    let stats = s.stats(&t).await.unwrap();
+    assert_eq!((stats.dead, stats.dead_total, stats.in_flight, stats.due_now), (2, 2, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn binary_ids_and_payloads_round_trip() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("bin");
+    let id = vec![0u8, 0xff, b'\n', b'{', b'}', 0xc3, 0x28];
+    let payload = vec![0u8, 0x9f, 0x92, 0x96, 0, b'\r'];
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("bin", "due"), &id, now - 1).unwrap();
+    let _: () = c.hset(key("bin", "payload"), &id, &payload).unwrap();
+    let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+    assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
+    let dead = Outcome::Dead { error: "no".into() };
+    let batch = [Settlement { id: id.clone(), token: task.token, outcome: dead }];
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
+    let listed = s.dead_list(&t, 10).await.unwrap();
+    assert_eq!(listed[0].id, id);
+    assert_eq!(listed[0].id_hex, hex::encode(&id));
+    assert_eq!(s.dead_requeue(&t, Some(std::slice::from_ref(&id))).await.unwrap(), 1);
+    let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+    assert_eq!((again.id, again.payload), (id, payload));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn followups_land_in_the_target_type_exactly_once() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let (src, dst) = (ty("order"), ty("invoice"));
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("order", "due"), "o1", now - 1).unwrap();
+    let task = s.claim(&src, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+
+    let with_payload =
+        FollowUp { task_type: dst.clone(), id: vec![1, 0, 2], payload: vec![0, 1, 2, b'\n'], due_ms: now + 5000 };
+    let without = FollowUp { task_type: dst.clone(), id: b"i2".to_vec(), payload: vec![], due_ms: now };
+    let _: () = c.hset(key("invoice", "payload"), "i2", "stale").unwrap();
+    let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])]).await.unwrap();
+    assert_eq!(r, vec![SettleResult::Settled]);
+
+    let dst_due = key("invoice", "due");
+    let dst_payload = key("invoice", "payload");
+    assert_eq!(zscore(&mut c, &dst_due, &with_payload.id), Some(now + 5000));
+    assert_eq!(hget(&mut c, &dst_payload, &with_payload.id), Some(with_payload.payload.clone()));
+    assert_eq!(zscore(&mut c, &dst_due, b"i2"), Some(now));
+    assert_eq!(hget(&mut c, &dst_payload, b"i2"), None, "an empty follow-up payload clears the old one");
+    let outbox: usize = c.hlen(key("order", "outbox")).unwrap();
+    assert_eq!(outbox, 0);
+    assert_eq!(s.flush_outbox(&src).await.unwrap(), 0, "a second flush finds nothing");
+
+    // Crash between deliver and the outbox HDEL: the entry is still there and runs again.
+    let f3 = FollowUp { task_type: dst.clone(), id: b"i3".to_vec(), payload: b"x".to_vec(), due_ms: now };
+    let _: () = c.hset(key("order", "outbox"), "order:999:0", encode_followup(&f3)).unwrap();
+    assert_eq!(s.flush_outbox(&src).await.unwrap(), 1);
+    assert_eq!(zscore(&mut c, &dst_due, b"i3"), Some(now));
+    let _: () = c.zrem(&dst_due, "i3").unwrap(); // it ran and finished meanwhile
+    let _: () = c.hset(key("order", "outbox"), "order:999:0", encode_followup(&f3)).unwrap();
+    assert_eq!(s.flush_outbox(&src).await.unwrap(), 1, "the leftover entry is cleared");
+    assert_eq!(zscore(&mut c, &dst_due, b"i3"), None, "but not delivered twice");
+    let outbox: usize = c.hlen(key("order", "outbox")).unwrap();
+    assert_eq!(outbox, 0);
+    let ttl: i64 = c.pttl("hourglass:{invoice}:delivered:order:999:0").unwrap();
+    assert!(ttl > 0 && ttl <= 86_400_000, "marker expires: {ttl}");
+
+    let claimed = s.claim(&dst, &ClaimLimits::default()).await.unwrap().tasks;
+    assert_eq!(ids(&claimed), vec![b"i2".to_vec()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_hands_tasks_back_at_once() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("shutdown");
+    let now = redis_now(&mut c);
+    let _: () = c.zadd(key("shutdown", "due"), "x", now - 1).unwrap();
+    let _: () = c.zadd(key("shutdown", "due"), "y", now - 1).unwrap();
+    let tasks = s.claim(&t, &limits(10, Duration::from_secs(600))).await.unwrap().tasks;
+    assert_eq!(tasks.len(), 2);
+    let leases: Vec<(Vec<u8>, u64)> = tasks.iter().map(|t| (t.id.clone(), t.token)).collect();
+    let stale = vec![(tasks[0].id.clone(), tasks[0].token + 1000)];
+    assert_eq!(s.release(&t, &stale).await.unwrap(), 0, "a stale token releases nothing");
+    assert_eq!(s.release(&t, &leases).await.unwrap(), 2);
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);
+
+    let again = s.claim(&t, &limits(10, Duration::from_secs(600))).await.unwrap().tasks;
+    assert_eq!(again.len(), 2, "due again at once");
+    assert!(again.iter().all(|t| t.attempt == 1), "the released attempt does not count");
+    let stale_ack = s.settle(&t, &[ack(&tasks[0], vec![])]).await.unwrap();
+    assert_eq!(stale_ack, vec![SettleResult::Fenced]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_count_every_state() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("counted");
+    let now = redis_now(&mut c);
+    let due = key("counted", "due");
+    for i in 0..5 {
+        let _: () = c.zadd(&due, format!("now{i}"), now - 100 + i).unwrap();
+    }
+    for i in 0..3 {
+        let _: () = c.zadd(&due, format!("later{i}"), now + 600_000).unwrap();
+    }
+    assert_eq!(s.stats(&t).await.unwrap().due_now, 5);
+    let tasks = s.claim(&t, &limits(3, Duration::from_secs(60))).await.unwrap().tasks;
+    s.settle(&t, &[ack(&tasks[0], vec![])]).await.unwrap();
+    let st = s.stats(&t).await.unwrap();
+    assert_eq!((st.due_now, st.scheduled_later, st.in_flight, st.dead, st.succeeded, st.failed), (2, 3, 2, 0, 1, 0));
+    let json = serde_json::to_value(&st).unwrap();
+    assert_eq!(json["scheduled_later"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn known_types_lists_valid_type_names_under_the_prefix() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    assert!(s.known_types().await.unwrap().is_empty());
+    let _: () = c.zadd(key("b.type", "due"), "x", 1).unwrap();
+    let _: () = c.zadd(key("a", "dead"), "x", 1).unwrap();
+    let _: () = c.hset(key("a", "stats"), "succeeded", 1).unwrap();
+    let _: () = c.zadd("hourglass:{Bad Name}:due", "x", 1).unwrap();
+    let _: () = c.zadd("other:{c}:due", "x", 1).unwrap();
+    let _: () = c.set("hourglass:{d}", "no suffix").unwrap();
+    assert_eq!(s.known_types().await.unwrap(), vec![ty("a"), ty("b.type")]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_fails_fast_and_hides_credentials() {
+    let prefix: KeyPrefix = "hourglass".parse().unwrap();
+    let err = Store::connect("redis://user:hunter2@127.0.0.1:1/0", &prefix).await.unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.starts_with("cannot connect to Redis at redis://127.0.0.1:1/0"), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redis+unix://{}/none.sock", dir.path().display());
+    let msg = format!("{:#}", Store::connect(&url, &prefix).await.unwrap_err());
+    assert!(msg.contains("cannot connect to Redis at"), "{msg}");
+
+    let server = RedisServer::start();
+    let s = Store::connect(&server.url(), &prefix).await.unwrap();
+    s.ping().await.unwrap();
+}
