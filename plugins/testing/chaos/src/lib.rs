@@ -1,0 +1,130 @@
+//! Test-only handler whose payload text picks a (mis)behaviour, so the host's
+//! sandbox and error handling can be tested against a real component.
+
+use std::hint::black_box;
+
+use hourglass_sdk::{Failure, Level, Task, log, now_ms};
+
+fn handle(task: Task) -> Result<(), Failure> {
+    let command = task.payload_str().into_owned();
+    let (verb, arg) = command.split_once(':').unwrap_or((command.as_str(), ""));
+    match verb {
+        "ok" => Ok(()),
+        "retry-after" => Err(Failure::RetryAfter(
+            arg.parse().map_err(Failure::permanent)?,
+        )),
+        "permanent" => Err(Failure::Permanent(arg.to_owned())),
+        "error" => Err(Failure::Error(arg.to_owned())),
+        "trap" => std::process::abort(),
+        "panic" => panic!("chaos panic: {arg}"),
+        "loop" => {
+            let mut n = 0u64;
+            loop {
+                n = black_box(n.wrapping_add(1));
+            }
+        }
+        "membomb" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                // Touch every page so the memory is really used.
+                hoard.push(black_box(vec![1u8; 1 << 20]));
+            }
+        }
+        "stackoverflow" => {
+            black_box(recurse(black_box(1)));
+            Ok(())
+        }
+        "readfile" => match std::fs::read("/etc/passwd") {
+            Ok(bytes) => Err(Failure::Error(format!(
+                "readfile succeeded: {} bytes",
+                bytes.len()
+            ))),
+            Err(e) => Err(Failure::Error(format!("readfile failed: {e}"))),
+        },
+        "env" => {
+            let count = std::env::vars_os().count();
+            let path = std::env::var_os("PATH").is_some();
+            let args = std::env::args_os().count();
+            Err(Failure::Error(format!(
+                "env: vars={count} path={path} args={args}"
+            )))
+        }
+        "socket" => match std::net::TcpStream::connect("127.0.0.1:6379") {
+            Ok(_) => Err(Failure::Error("socket connected".into())),
+            Err(e) => Err(Failure::Error(format!("socket failed: {e}"))),
+        },
+        "stdout" => {
+            println!("hello from stdout");
+            println!("second line");
+            eprintln!("hello from stderr");
+            Ok(())
+        }
+        "bigstdout" => {
+            // More than the host's capture cap: must be truncated, not fatal.
+            let line = "x".repeat(1023);
+            for _ in 0..1024 {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        "log" => {
+            for (level, name) in [
+                (Level::Trace, "trace"),
+                (Level::Debug, "debug"),
+                (Level::Info, "info"),
+                (Level::Warn, "warn"),
+                (Level::Error, "error"),
+            ] {
+                log(level, &format!("chaos log at {name}"));
+            }
+            Ok(())
+        }
+        "schedule" => {
+            let (task_type, id) = arg.split_once(':').unwrap_or((arg, "follow"));
+            hourglass_sdk::schedule(task_type, id, "from chaos", now_ms())?;
+            Ok(())
+        }
+        "schedule-many" => {
+            // One more than the host allows: the last one must be refused.
+            for i in 0..=1000 {
+                if let Err(e) = hourglass_sdk::schedule("noop", format!("many-{i}"), "", now_ms()) {
+                    return Err(Failure::Error(format!("follow-up {i} refused: {e}")));
+                }
+            }
+            Ok(())
+        }
+        "schedule-invalid" => {
+            let e = hourglass_sdk::schedule("Bad Type", "x", "", 0).unwrap_err();
+            Err(Failure::Error(e.to_string()))
+        }
+        "schedule-then-fail" => {
+            hourglass_sdk::schedule("noop", "doomed", "", now_ms())?;
+            Err(Failure::Error("failed after scheduling".into()))
+        }
+        "config" => Err(Failure::Error(format!(
+            "config {arg}={:?}",
+            hourglass_sdk::config(arg)
+        ))),
+        "task" => Err(Failure::Error(format!(
+            "task type={} id={:?} attempt={} due={}",
+            task.task_type,
+            task.id_str(),
+            task.attempt,
+            task.due_ms
+        ))),
+        other => Err(Failure::Permanent(format!(
+            "unknown chaos command {other:?}"
+        ))),
+    }
+}
+
+#[inline(never)]
+fn recurse(depth: u64) -> u64 {
+    if depth == u64::MAX {
+        return 0;
+    }
+    // Not a tail call and not associative, so it cannot become a loop.
+    recurse(depth + 1).rotate_left(7) ^ depth
+}
+
+hourglass_sdk::export_handler!(handle);
