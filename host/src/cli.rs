@@ -1,1 +1,383 @@
-//! (in progress)
+//! The `hourglass` command line: argument parsing and one function per command.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+use crate::store::{Store, TypeStats};
+use crate::task_type::TaskType;
+
+/// Run delayed tasks from Redis in sandboxed WebAssembly handlers.
+#[derive(Debug, Parser)]
+#[command(name = "hourglass", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Config file [default: runner.toml when it exists, else built-in defaults].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Redis URL; wins over `[redis] url` in the config file.
+    #[arg(long, global = true, value_name = "URL", env = "HOURGLASS_REDIS_URL")]
+    pub redis: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the host: claim due tasks and run their handlers until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// Schedule a task (or re-schedule it: the same id is an upsert).
+    Schedule(ScheduleArgs),
+    /// Cancel a scheduled task.
+    Cancel {
+        /// Task type.
+        task_type: TaskType,
+        /// Task id.
+        id: String,
+    },
+    /// Show per type: due now, scheduled later, in flight, dead, and counters.
+    Stats {
+        /// Only this type [default: every type found in Redis].
+        task_type: Option<TaskType>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List, re-queue or purge dead-lettered tasks.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+    /// Inspect plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// `hourglass run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Plugins folder; wins over `[runner] plugins_dir`.
+    #[arg(long, value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
+}
+
+/// `hourglass schedule`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["at", "in_"])))]
+#[command(group(clap::ArgGroup::new("body").args(["payload", "payload_file"])))]
+pub struct ScheduleArgs {
+    /// Task type.
+    pub task_type: TaskType,
+    /// Task id.
+    pub id: String,
+    /// Due time: RFC 3339 (`2026-11-22T07:00:00+01:00`) or ms since the Unix epoch.
+    #[arg(long, value_parser = parse_at)]
+    pub at: Option<i64>,
+    /// Due in this long from now: `30s`, `5m`, `2h`, `1h 30m`.
+    #[arg(long = "in", id = "in_", value_parser = parse_in)]
+    pub in_: Option<Duration>,
+    /// Payload text.
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// Read the payload from this file (any bytes).
+    #[arg(long, value_name = "PATH")]
+    pub payload_file: Option<PathBuf>,
+}
+
+/// `hourglass dead ...`.
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead tasks with their time of death and last error.
+    List {
+        /// Task type.
+        task_type: TaskType,
+        /// Most tasks to show.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make dead tasks due now again, attempts reset [default: all of the type].
+    Requeue {
+        /// Task type.
+        task_type: TaskType,
+        /// Only these ids.
+        ids: Vec<String>,
+    },
+    /// Delete dead tasks for good [default: all of the type].
+    Purge {
+        /// Task type.
+        task_type: TaskType,
+        /// Only these ids.
+        ids: Vec<String>,
+    },
+}
+
+/// `hourglass plugin ...`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Print the world a `.wasm` implements, its imports, and whether it fits Hourglass.
+    Check {
+        /// The component file.
+        file: PathBuf,
+    },
+}
+
+/// Parses `--at`: RFC 3339 with an offset, or integer ms since the epoch.
+fn parse_at(s: &str) -> Result<i64, String> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return if ms >= 0 { Ok(ms) } else { Err("must not be negative".into()) };
+    }
+    s.parse::<jiff::Timestamp>()
+        .map(|t| t.as_millisecond())
+        .map_err(|e| format!("not an RFC 3339 time (like 2026-11-22T07:00:00Z) or ms: {e}"))
+}
+
+/// Parses `--in`: a human duration like `30s` or `1h 30m`.
+fn parse_in(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("not a duration (like 30s, 5m, 2h): {e}"))
+}
+
+/// Milliseconds since the Unix epoch, by this machine's clock.
+pub fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+impl Cli {
+    /// Parses arguments; a usage error is printed as one line and exits 2.
+    pub fn parse_or_exit() -> Cli {
+        match Cli::try_parse() {
+            Ok(cli) => cli,
+            Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+            Err(e) => {
+                // clap's first paragraph names the culprit; fold it onto one line.
+                let rendered = e.render().to_string();
+                let first: Vec<&str> = rendered.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+                eprintln!("{} (see 'hourglass --help')", first.join(" "));
+                std::process::exit(2);
+            }
+        }
+    }
+
+    /// The config file in use: `--config`, else `./runner.toml` when present.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        match &self.config {
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from("runner.toml")).filter(|p| p.exists()),
+        }
+    }
+
+    /// The config: from [`Cli::config_path`], else built-in defaults.
+    pub fn load_config(&self) -> Result<Config> {
+        match self.config_path() {
+            Some(path) => Config::load(&path),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// The Redis URL: `--redis` / `HOURGLASS_REDIS_URL`, else the config's.
+    pub fn redis_url(&self, config: &Config) -> String {
+        self.redis.clone().unwrap_or_else(|| config.redis.url.clone())
+    }
+}
+
+/// Runs the parsed command; returns the process exit code.
+pub async fn execute(cli: Cli) -> Result<ExitCode> {
+    let config = cli.load_config()?;
+    let url = cli.redis_url(&config);
+    let config_path = cli.config_path();
+    match cli.command {
+        Command::Run(args) => {
+            crate::runner::run_from_cli(config, url, args.plugins, config_path).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
+        Command::Schedule(args) => {
+            let payload = match (&args.payload, &args.payload_file) {
+                (Some(text), _) => Some(text.clone().into_bytes()),
+                (None, Some(path)) => {
+                    Some(std::fs::read(path).with_context(|| format!("cannot read payload file {}", path.display()))?)
+                }
+                (None, None) => None,
+            };
+            let due_ms = match (args.at, args.in_) {
+                (Some(at), _) => at,
+                (None, Some(after)) => now_ms().saturating_add(after.as_millis() as i64),
+                (None, None) => unreachable!("clap requires --at or --in"),
+            };
+            let store = connect(&config, &url).await?;
+            store.schedule(&args.task_type, args.id.as_bytes(), due_ms, payload.as_deref()).await?;
+            println!("scheduled {}/{} at {} ({} ms)", args.task_type, args.id, format_ms(due_ms), due_ms);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cancel { task_type, id } => {
+            let store = connect(&config, &url).await?;
+            if store.cancel(&task_type, id.as_bytes()).await? {
+                println!("cancelled {task_type}/{id}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("error: {task_type}/{id} is not scheduled");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Command::Stats { task_type, json } => {
+            let store = connect(&config, &url).await?;
+            let types = match task_type {
+                Some(t) => vec![t],
+                None => store.known_types().await?,
+            };
+            let mut rows = Vec::with_capacity(types.len());
+            for t in types {
+                let stats = store.stats(&t).await?;
+                rows.push((t, stats));
+            }
+            print_stats(&rows, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dead(cmd) => {
+            let store = connect(&config, &url).await?;
+            dead(&store, cmd).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn connect(config: &Config, url: &str) -> Result<Store> {
+    Store::connect(url, &config.redis.prefix).await
+}
+
+fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
+    let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeOptions {
+        cache_dir: Some(config.runner.cache_dir.clone()),
+        ..Default::default()
+    })?;
+    let report = runtime.check(file)?;
+    print!("{report}");
+    Ok(if report.fits() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn dead(store: &Store, cmd: DeadCommand) -> Result<()> {
+    let bytes = |ids: Vec<String>| -> Option<Vec<Vec<u8>>> {
+        (!ids.is_empty()).then(|| ids.into_iter().map(String::into_bytes).collect())
+    };
+    match cmd {
+        DeadCommand::List { task_type, limit, json } => {
+            let dead = store.dead_list(&task_type, limit).await?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(&mut out, &dead)?;
+                writeln!(out)?;
+            } else if dead.is_empty() {
+                writeln!(out, "no dead tasks of type {task_type}")?;
+            } else {
+                for d in &dead {
+                    writeln!(
+                        out,
+                        "{}  died {}  attempts {}  {}",
+                        String::from_utf8_lossy(&d.id),
+                        format_ms(d.died_ms),
+                        d.attempts,
+                        d.error
+                    )?;
+                }
+            }
+        }
+        DeadCommand::Requeue { task_type, ids } => {
+            let n = store.dead_requeue(&task_type, bytes(ids).as_deref()).await?;
+            println!("re-queued {n} dead task(s) of type {task_type}");
+        }
+        DeadCommand::Purge { task_type, ids } => {
+            let n = store.dead_purge(&task_type, bytes(ids).as_deref()).await?;
+            println!("purged {n} dead task(s) of type {task_type}");
+        }
+    }
+    Ok(())
+}
+
+fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> =
+            rows.iter().map(|(t, s)| Ok((t.to_string(), serde_json::to_value(s)?))).collect::<Result<_>>()?;
+        serde_json::to_writer_pretty(&mut out, &map)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if rows.is_empty() {
+        writeln!(out, "no task types found in Redis")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<24} {:>9} {:>9} {:>9} {:>7} {:>10} {:>8} {:>8} {:>6}",
+        "TYPE", "DUE-NOW", "LATER", "IN-FLIGHT", "DEAD", "SUCCEEDED", "FAILED", "RETRIED", "DIED"
+    )?;
+    for (t, s) in rows {
+        writeln!(
+            out,
+            "{:<24} {:>9} {:>9} {:>9} {:>7} {:>10} {:>8} {:>8} {:>6}",
+            t.as_str(),
+            s.due_now,
+            s.scheduled_later,
+            s.in_flight,
+            s.dead,
+            s.succeeded,
+            s.failed,
+            s.retried,
+            s.dead_total
+        )?;
+    }
+    Ok(())
+}
+
+/// Formats ms since the epoch as RFC 3339 UTC, for humans.
+pub fn format_ms(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_else(|_| format!("{ms} ms"))
+}
+
+/// Sets up logging to stderr; `HOURGLASS_LOG` (or `RUST_LOG`) picks the levels.
+pub fn init_tracing() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        std::env::var("HOURGLASS_LOG").ok().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_accepts_rfc3339_and_ms() {
+        assert_eq!(parse_at("1700000000000").unwrap(), 1_700_000_000_000);
+        assert_eq!(parse_at("2023-11-14T22:13:20Z").unwrap(), 1_700_000_000_000);
+        assert_eq!(parse_at("2023-11-14T23:13:20+01:00").unwrap(), 1_700_000_000_000);
+        assert!(parse_at("tomorrow").unwrap_err().contains("RFC 3339"));
+        assert!(parse_at("-5").is_err());
+    }
+
+    #[test]
+    fn in_accepts_human_durations() {
+        assert_eq!(parse_in("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_in("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert!(parse_in("soon").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn schedule_needs_a_time() {
+        let err = Cli::try_parse_from(["hourglass", "schedule", "a", "1"]).unwrap_err();
+        assert!(err.to_string().contains("--at"), "{err}");
+        let err = Cli::try_parse_from(["hourglass", "schedule", "Bad", "1", "--in", "1s"]);
+        assert!(err.unwrap_err().to_string().contains("invalid task type"));
+    }
+}

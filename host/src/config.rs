@@ -53,7 +53,7 @@ impl Default for RedisConfig {
     }
 }
 
-/// A key prefix: non-empty, no whitespace, no braces (they would break the hash tag).
+/// A key prefix: 1 to 64 characters, no whitespace, braces or glob characters.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub struct KeyPrefix(String);
@@ -72,8 +72,9 @@ impl TryFrom<String> for KeyPrefix {
         if s.is_empty() || s.len() > 64 {
             return Err(format!("invalid key prefix {s:?}: it must be 1 to 64 characters"));
         }
-        if s.chars().any(|c| c.is_whitespace() || c == '{' || c == '}') {
-            return Err(format!("invalid key prefix {s:?}: no whitespace or braces allowed"));
+        // Braces would break the hash tag; glob characters the notification pattern.
+        if s.chars().any(|c| c.is_whitespace() || "{}*?[]\\".contains(c)) {
+            return Err(format!("invalid key prefix {s:?}: no whitespace, braces or * ? [ ] \\ allowed"));
         }
         Ok(KeyPrefix(s))
     }
@@ -216,7 +217,7 @@ impl Config {
     /// Errors are one line: `runner.toml:12: unknown field `concurency` ...`.
     pub fn parse(text: &str, origin: &str) -> Result<Config> {
         let config: Config = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
             let message = e.message().trim().replace('\n', " ");
             match line {
                 Some(line) => anyhow::anyhow!("{origin}:{line}: {message}"),
@@ -316,6 +317,13 @@ impl TypePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shipped_runner_toml_parses() {
+        let c = Config::parse(include_str!("../../runner.toml"), "runner.toml").unwrap();
+        assert!(c.redis.managed);
+        assert!(c.types.contains_key(&"order.timeout".parse().unwrap()));
+    }
 
     #[test]
     fn empty_config_has_defaults() {
