@@ -1,1 +1,306 @@
-//! (in progress)
+//! End to end: a real `hourglass run` process, a real redis-server and real
+//! compiled plugins; tasks are written with raw Redis commands as any client would.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use redis::Commands;
+use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn zadd(conn: &mut redis::Connection, task_type: &str, id: &str, due_ms: i64) {
+    let _: () = conn.zadd(format!("hourglass:{{{task_type}}}:due"), id, due_ms).unwrap();
+}
+
+fn payload(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
+    let _: () = conn.hset(format!("hourglass:{{{task_type}}}:payload",), id, body).unwrap();
+}
+
+fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
+    conn.zcard(key).unwrap()
+}
+
+#[test]
+fn tasks_run_at_their_due_time_and_not_before() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("noop", plugin("noop"))], "");
+    let mut conn = redis.client();
+    let due = now_ms() + 1500;
+    zadd(&mut conn, "noop", "later", due);
+    // Watch it closely: the moment it is done must not come before its due time.
+    let done_at = wait_for("task to run", LONG, || (stat(&mut conn, "noop", "succeeded") == 1).then(now_ms));
+    assert!(done_at >= due, "ran {} ms early", due - done_at);
+    assert_eq!(host.runs_of(&host.log(), "noop", "later"), 1);
+}
+
+#[test]
+fn raw_zadd_postpones_and_zrem_cancels() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("noop", plugin("noop"))], "");
+    let mut conn = redis.client();
+    let soon = now_ms() + 1000;
+    zadd(&mut conn, "noop", "postponed", soon);
+    zadd(&mut conn, "noop", "cancelled", soon);
+    let later = now_ms() + 2500;
+    zadd(&mut conn, "noop", "postponed", later);
+    let _: () = conn.zrem("hourglass:{noop}:due", "cancelled").unwrap();
+    let done_at = wait_for("postponed task", LONG, || (stat(&mut conn, "noop", "succeeded") >= 1).then(now_ms));
+    assert!(done_at >= later, "the postponed task ran at its old time");
+    // Give a wrongly kept "cancelled" every chance to show up.
+    zadd(&mut conn, "noop", "marker", now_ms());
+    wait_for("marker", LONG, || (stat(&mut conn, "noop", "succeeded") == 2).then_some(()));
+    let log = host.log();
+    assert_eq!(host.runs_of(&log, "noop", "postponed"), 1);
+    assert_eq!(host.runs_of(&log, "noop", "cancelled"), 0);
+}
+
+#[test]
+fn retries_then_succeeds_and_dead_letters_after_max_attempts() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("flaky", plugin("flaky")), ("chaos", test_plugin("chaos"))],
+        "[defaults]\nbackoff_base = \"20ms\"\nbackoff_cap = \"100ms\"\n[types.chaos]\nmax_attempts = 3\n",
+    );
+    let mut conn = redis.client();
+    payload(&mut conn, "flaky", "f1", r#"{"fail_times": 2}"#);
+    zadd(&mut conn, "flaky", "f1", now_ms());
+    payload(&mut conn, "chaos", "c1", "error:always broken");
+    zadd(&mut conn, "chaos", "c1", now_ms());
+    wait_for("flaky to succeed", LONG, || (stat(&mut conn, "flaky", "succeeded") == 1).then_some(()));
+    assert_eq!(stat(&mut conn, "flaky", "retried"), 2);
+    assert_eq!(stat(&mut conn, "flaky", "failed"), 2);
+    wait_for("chaos to die", LONG, || (zcard(&mut conn, "hourglass:{chaos}:dead") == 1).then_some(()));
+    assert_eq!(stat(&mut conn, "chaos", "failed"), 3);
+    let error: String = conn.hget("hourglass:{chaos}:errors", "c1").unwrap();
+    assert!(error.contains("always broken"), "{error}");
+    assert!(host.log().contains("dead-lettered after 3 attempts"));
+}
+
+#[test]
+fn per_type_concurrency_is_respected_and_a_flood_does_not_starve_others() {
+    let redis = RedisServer::start();
+    let _host = Host::start(
+        &redis,
+        &[("slow", test_plugin("chaos")), ("quick", plugin("noop"))],
+        "[types.slow]\nconcurrency = 3\n",
+    );
+    let mut conn = redis.client();
+    let now = now_ms();
+    for i in 0..40 {
+        payload(&mut conn, "slow", &format!("s{i}"), "sleep:100");
+        zadd(&mut conn, "slow", &format!("s{i}"), now);
+    }
+    zadd(&mut conn, "quick", "q", now + 300);
+    let mut most = 0;
+    let mut quick_done_while_flooded = false;
+    wait_for("the flood to drain", LONG, || {
+        most = most.max(zcard(&mut conn, "hourglass:{slow}:leases"));
+        if stat(&mut conn, "quick", "succeeded") == 1 && stat(&mut conn, "slow", "succeeded") < 35 {
+            quick_done_while_flooded = true;
+        }
+        (stat(&mut conn, "slow", "succeeded") == 40).then_some(())
+    });
+    assert!(most <= 3, "{most} slow tasks were leased at once, limit is 3");
+    assert!(most >= 2, "slow tasks never ran in parallel");
+    assert!(quick_done_while_flooded, "the quick type waited for the flood");
+}
+
+#[test]
+fn hot_reload_while_10000_tasks_flow_runs_each_exactly_once() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("bulk", plugin("noop"))], "");
+    let mut conn = redis.client();
+    let now = now_ms();
+    let mut pipe = redis::pipe();
+    for i in 0..10_000 {
+        // Spread over ~2s so the swap lands mid-stream.
+        pipe.zadd("hourglass:{bulk}:due", format!("t{i}"), now + i64::from(i) / 5).ignore();
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    wait_for("some tasks done", LONG, || (stat(&mut conn, "bulk", "succeeded") > 500).then_some(()));
+    // Replace the plugin the way deploy tools do: write elsewhere, rename into place.
+    let staged = host.dir.path().join("bulk.wasm.new");
+    std::fs::copy(test_plugin("chaos"), &staged).unwrap();
+    std::fs::rename(&staged, host.plugins().join("bulk.wasm")).unwrap();
+    wait_for("all done", LONG, || (stat(&mut conn, "bulk", "succeeded") == 10_000).then_some(()));
+    let log = host.log();
+    assert!(log.contains("plugin replaced"), "no reload in the log");
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    for line in log.lines().filter(|l| l.contains("succeeded") && l.contains("task_type=bulk ")) {
+        let id = line.split("task_id=").nth(1).unwrap().split(' ').next().unwrap();
+        *runs.entry(id.to_owned()).or_default() += 1;
+    }
+    assert_eq!(runs.len(), 10_000);
+    assert!(runs.values().all(|&n| n == 1), "some task ran twice");
+    assert_eq!(stat(&mut conn, "bulk", "failed"), 0);
+}
+
+#[test]
+fn kill_9_mid_run_then_restart_completes_everything() {
+    let redis = RedisServer::start();
+    let mut host = Host::start(
+        &redis,
+        &[("work", test_plugin("chaos"))],
+        "[runner]\nlease = \"1s\"\n[types.work]\nconcurrency = 8\n",
+    );
+    let mut conn = redis.client();
+    let now = now_ms();
+    for i in 0..200 {
+        payload(&mut conn, "work", &format!("w{i}"), "sleep:20");
+        zadd(&mut conn, "work", &format!("w{i}"), now);
+    }
+    wait_for("some done", LONG, || (stat(&mut conn, "work", "succeeded") >= 40).then_some(()));
+    host.signal("KILL");
+    host.wait_exit(LONG);
+    let in_flight: HashSet<String> = conn.zrange("hourglass:{work}:leases", 0, -1).unwrap();
+    host.spawn();
+    wait_for("all done after restart", LONG, || {
+        let left = zcard(&mut conn, "hourglass:{work}:due") + zcard(&mut conn, "hourglass:{work}:leases");
+        (left == 0).then_some(())
+    });
+    let log = host.log();
+    for i in 0..200 {
+        let id = format!("w{i}");
+        let runs = host.runs_of(&log, "work", &id);
+        assert!(runs >= 1, "{id} never ran");
+        assert!(runs == 1 || in_flight.contains(&id), "{id} ran {runs} times but was not in flight at the kill");
+    }
+}
+
+#[test]
+fn sigterm_drains_running_tasks_and_hands_back_the_rest() {
+    let redis = RedisServer::start();
+    let mut host = Host::start(
+        &redis,
+        &[("quick", test_plugin("chaos")), ("stuck", test_plugin("chaos"))],
+        "[runner]\ngrace_period = \"1500ms\"\n[types.stuck]\ntimeout = \"60s\"\n",
+    );
+    let mut conn = redis.client();
+    payload(&mut conn, "quick", "q", "sleep:300");
+    zadd(&mut conn, "quick", "q", now_ms());
+    payload(&mut conn, "stuck", "s", "sleep:20000");
+    zadd(&mut conn, "stuck", "s", now_ms());
+    wait_for("both running", LONG, || {
+        (zcard(&mut conn, "hourglass:{quick}:leases") + zcard(&mut conn, "hourglass:{stuck}:leases") == 2).then_some(())
+    });
+    host.signal("TERM");
+    assert_eq!(host.wait_exit(LONG), Some(0));
+    assert_eq!(stat(&mut conn, "quick", "succeeded"), 1, "the quick task was not allowed to finish");
+    assert_eq!(zcard(&mut conn, "hourglass:{stuck}:leases"), 0, "lease not handed back");
+    let score: Option<i64> = conn.zscore("hourglass:{stuck}:due", "s").unwrap();
+    assert!(score.is_some_and(|s| s <= now_ms()), "the unfinished task is not due again");
+    assert!(host.log().contains("handed back"));
+}
+
+#[test]
+fn redis_restart_mid_run_loses_nothing() {
+    let persist = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut redis = RedisServer::start_with(&persist);
+    let host = Host::start(&redis, &[("durable", plugin("noop"))], "[runner]\npoll_interval = \"50ms\"\n");
+    let mut conn = redis.client();
+    let now = now_ms();
+    let mut pipe = redis::pipe();
+    for i in 0..2000 {
+        pipe.zadd("hourglass:{durable}:due", format!("d{i}"), now + i64::from(i) * 2).ignore();
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    wait_for("some done", LONG, || (stat(&mut conn, "durable", "succeeded") > 100).then_some(()));
+    redis.restart(&persist);
+    let mut conn = redis.client();
+    wait_for("all done after the restart", LONG, || {
+        let left = zcard(&mut conn, "hourglass:{durable}:due") + zcard(&mut conn, "hourglass:{durable}:leases");
+        (left == 0).then_some(())
+    });
+    let log = host.log();
+    for i in 0..2000 {
+        assert!(host.runs_of(&log, "durable", &format!("d{i}")) >= 1, "d{i} never ran");
+    }
+    assert_eq!(log.matches("Redis is unreachable").count(), 1, "the outage was not logged exactly once");
+}
+
+#[test]
+fn garbage_in_plugins_folder_leaves_the_host_serving() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("keep", plugin("noop"))], "");
+    std::fs::write(host.plugins().join("junk.wasm"), b"this is not wasm").unwrap();
+    host.wait_log("junk.wasm", LONG);
+    // A broken replacement of a working plugin must not replace it.
+    let staged = host.dir.path().join("keep.wasm.new");
+    std::fs::write(&staged, b"\0asm broken").unwrap();
+    std::fs::rename(&staged, host.plugins().join("keep.wasm")).unwrap();
+    host.wait_log("previous version keeps serving", LONG);
+    let mut conn = redis.client();
+    zadd(&mut conn, "keep", "k", now_ms());
+    wait_for("task served by the old version", LONG, || (stat(&mut conn, "keep", "succeeded") == 1).then_some(()));
+}
+
+#[test]
+fn removed_plugin_stops_claims_and_tasks_wait() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("gone", plugin("noop"))], "");
+    std::fs::remove_file(host.plugins().join("gone.wasm")).unwrap();
+    host.wait_log("claims stopped", LONG);
+    let mut conn = redis.client();
+    zadd(&mut conn, "gone", "g", now_ms());
+    // A plugin dropped in later picks the waiting task up.
+    std::fs::copy(plugin("noop"), host.dir.path().join("gone.tmp")).unwrap();
+    assert_eq!(zcard(&mut conn, "hourglass:{gone}:due"), 1, "the task must wait in Redis");
+    std::fs::rename(host.dir.path().join("gone.tmp"), host.plugins().join("gone.wasm")).unwrap();
+    wait_for("served again", LONG, || (stat(&mut conn, "gone", "succeeded") == 1).then_some(()));
+}
+
+#[test]
+fn handler_schedules_a_follow_up_into_another_type() {
+    let redis = RedisServer::start();
+    let _host = Host::start(
+        &redis,
+        &[("device.offline", plugin("device.offline")), ("device.alert", plugin("device.alert"))],
+        "",
+    );
+    let mut conn = redis.client();
+    // Heartbeats postpone the offline check; the last one is allowed to lapse.
+    for _ in 0..3 {
+        zadd(&mut conn, "device.offline", "sensor-7", now_ms() + 60_000);
+    }
+    zadd(&mut conn, "device.offline", "sensor-7", now_ms());
+    wait_for("the alert", LONG, || (stat(&mut conn, "device.alert", "succeeded") == 1).then_some(()));
+    assert_eq!(stat(&mut conn, "device.offline", "succeeded"), 1);
+}
+
+#[test]
+fn managed_redis_starts_when_nothing_answers_and_stops_on_exit() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    std::fs::copy(plugin("noop"), dir.path().join("plugins/noop.wasm")).unwrap();
+    std::fs::write(
+        dir.path().join("runner.toml"),
+        format!("[redis]\nurl = \"redis://127.0.0.1:{port}\"\nmanaged = true\n"),
+    )
+    .unwrap();
+    let log = dir.path().join("host.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        .arg("--config")
+        .arg(dir.path().join("runner.toml"))
+        .arg("run")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    wait_for("the managed redis", LONG, || {
+        let mut conn = redis::Client::open(url.as_str()).ok()?.get_connection().ok()?;
+        redis::cmd("PING").query::<String>(&mut conn).ok()
+    });
+    let mut conn = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    zadd(&mut conn, "noop", "m", now_ms());
+    wait_for("task run", LONG, || (stat(&mut conn, "noop", "succeeded") == 1).then_some(()));
+    assert!(dir.path().join(".hourglass/redis/appendonlydir").exists(), "no append-only data");
+    std::process::Command::new("kill").arg(child.id().to_string()).status().unwrap();
+    let status = wait_for("exit", LONG, || child.try_wait().unwrap());
+    assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap());
+    assert!(redis::Client::open(url.as_str()).unwrap().get_connection().is_err(), "managed redis still running");
+}

@@ -10,14 +10,22 @@
 //! - [`config`]: `runner.toml`, parsed from a string and validated.
 //! - [`task`]: a claimed task and a follow-up, as they travel between modules.
 //! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic.
-//! - [`backoff`]: retry delays (capped exponential with jitter).
+//! - [`wakeup`]: keyspace notifications (or polling) that wake a type's worker early.
+//! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
 //! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance.
+//! - [`backoff`]: retry delays (capped exponential with jitter).
+//! - [`runner`]: claim → dispatch → settle loops, lease heartbeats, graceful shutdown.
+//! - [`managed`]: a private `redis-server` for the quick start.
 //! - [`cli`]: the `hourglass` command line.
 
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod managed;
+pub mod registry;
+pub mod runner;
 pub mod runtime;
 pub mod store;
 pub mod task;
 pub mod task_type;
+pub mod wakeup;

@@ -50,12 +50,7 @@ impl RedisServer {
 
     /// Runs `redis-cli` against this server and returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .arg("-s")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("redis-cli");
+        let out = Command::new("redis-cli").arg("-s").arg(&self.socket).args(args).output().expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -122,10 +117,8 @@ pub fn plugins_dir() -> PathBuf {
     BUILT
         .get_or_init(|| {
             let root = workspace_root();
-            let status = Command::new("bash")
-                .arg(root.join("plugins/build.sh"))
-                .status()
-                .expect("run plugins/build.sh");
+            let status =
+                Command::new("bash").arg(root.join("plugins/build.sh")).status().expect("run plugins/build.sh");
             assert!(status.success(), "plugins/build.sh failed");
             root.join("plugins")
         })
@@ -154,4 +147,135 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Opt
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A running `hourglass run` child process with its own config, plugins
+/// folder and log file; killed on drop.
+pub struct Host {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+}
+
+impl Host {
+    /// Writes `runner.toml` (with `config` appended to a `[redis]` table
+    /// pointing at `redis`) and a plugins folder holding `plugins`
+    /// (`(task type, compiled .wasm)` pairs), then starts the host.
+    pub fn start(redis: &RedisServer, plugins: &[(&str, PathBuf)], config: &str) -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("plugins")).unwrap();
+        for (task_type, wasm) in plugins {
+            std::fs::copy(wasm, dir.path().join("plugins").join(format!("{task_type}.wasm"))).unwrap();
+        }
+        let cache = workspace_root().join("target/test-plugin-cache");
+        // Share one compile cache across tests; merge it into the caller's [runner] table.
+        let cache_line = format!("cache_dir = \"{}\"\n", cache.display());
+        let config = if config.contains("[runner]\n") {
+            config.replacen("[runner]\n", &format!("[runner]\n{cache_line}"), 1)
+        } else {
+            format!("[runner]\n{cache_line}{config}")
+        };
+        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{}\"\n{config}\n", redis.url()))
+            .unwrap();
+        let mut host = Host { child: None, log: dir.path().join("host.log"), dir };
+        host.spawn();
+        host
+    }
+
+    /// Starts the process (again) on the same folder; the log is appended to.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
+            .arg("--config")
+            .arg(self.dir.path().join("runner.toml"))
+            .arg("run")
+            .env("HOURGLASS_LOG", "info,hourglass=debug")
+            .env("NO_COLOR", "1")
+            .env_remove("HOURGLASS_REDIS_URL")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start hourglass");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.log().contains("hourglass is running") {
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            assert!(exited.is_none(), "host exited at start ({exited:?}); log:\n{}", self.log());
+            assert!(Instant::now() < deadline, "host did not start; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The plugins folder the host watches.
+    pub fn plugins(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+
+    /// Everything the host logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle` (panics with the log otherwise).
+    pub fn wait_log(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.log().contains(needle) {
+            assert!(Instant::now() < deadline, "host never logged {needle:?}; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends a signal (`"TERM"`, `"KILL"`, `"INT"`) to the host.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the host to exit and returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("host did not exit in time; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many times the host logged that task `id` of `task_type` succeeded.
+    pub fn runs_of(&self, log: &str, task_type: &str, id: &str) -> usize {
+        let needle_id = format!("task_id={id} ");
+        let needle_type = format!("task_type={task_type} ");
+        log.lines().filter(|l| l.contains("succeeded") && l.contains(&needle_type) && l.contains(&needle_id)).count()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `HGET <prefix>:{type}:stats <field>` as a number (0 when absent).
+pub fn stat(conn: &mut redis::Connection, task_type: &str, field: &str) -> i64 {
+    redis::cmd("HGET")
+        .arg(format!("hourglass:{{{task_type}}}:stats"))
+        .arg(field)
+        .query::<Option<i64>>(conn)
+        .unwrap()
+        .unwrap_or(0)
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }

@@ -9,7 +9,13 @@ fn handle(task: Task) -> Result<(), Failure> {
     let command = task.payload_str().into_owned();
     let (verb, arg) = command.split_once(':').unwrap_or((command.as_str(), ""));
     match verb {
-        "ok" => Ok(()),
+        // An empty payload succeeds, so chaos can stand in for noop (hot-reload tests).
+        "ok" | "" => Ok(()),
+        "sleep" => {
+            let ms: u64 = arg.parse().map_err(Failure::permanent)?;
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Ok(())
+        }
         "retry-after" => Err(Failure::RetryAfter(
             arg.parse().map_err(Failure::permanent)?,
         )),

@@ -1,0 +1,328 @@
+//! Which plugin handles which task type, kept current as `.wasm` files and `runner.toml` change.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use arc_swap::ArcSwap;
+use notify::{RecursiveMode, Watcher};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, TypePolicy};
+use crate::runtime::{Component, Handler, Runtime};
+use crate::task_type::TaskType;
+
+/// What serves one task type right now.
+#[derive(Clone)]
+pub struct Entry {
+    /// The sandboxed handler (component + limits + config values).
+    pub handler: Arc<Handler>,
+    /// Retry policy and limits of the type.
+    pub policy: TypePolicy,
+    /// The plugin file it came from.
+    pub file: PathBuf,
+    /// Short content hash of that file (the plugin's version).
+    pub hash: String,
+}
+
+/// Task type → handler, swapped atomically on reload; readers never block.
+#[derive(Clone)]
+pub struct Registry {
+    runtime: Runtime,
+    plugins_dir: PathBuf,
+    entries: Arc<ArcSwap<HashMap<TaskType, Entry>>>,
+    config: Arc<ArcSwap<Config>>,
+    /// Bumped after every swap, so the runner can start workers for new types.
+    version: watch::Sender<u64>,
+    /// Components by file, so an unchanged file is not compiled again.
+    loaded: Arc<std::sync::Mutex<HashMap<PathBuf, Component>>>,
+}
+
+impl Registry {
+    /// Loads every plugin in `config.runner.plugins_dir`. Broken files are logged and skipped.
+    pub fn load(runtime: Runtime, config: Config) -> Result<Registry> {
+        let plugins_dir = config.runner.plugins_dir.clone();
+        if !plugins_dir.is_dir() {
+            bail!("plugins folder {} does not exist", plugins_dir.display());
+        }
+        let registry = Registry {
+            runtime,
+            plugins_dir,
+            entries: Arc::new(ArcSwap::from_pointee(HashMap::new())),
+            config: Arc::new(ArcSwap::from_pointee(config)),
+            version: watch::Sender::new(0),
+            loaded: Arc::default(),
+        };
+        registry.reload();
+        Ok(registry)
+    }
+
+    /// The entry serving `task_type`, if a plugin is loaded for it.
+    pub fn get(&self, task_type: &TaskType) -> Option<Entry> {
+        self.entries.load().get(task_type).cloned()
+    }
+
+    /// Every type that has a plugin now.
+    pub fn types(&self) -> Vec<TaskType> {
+        let mut types: Vec<_> = self.entries.load().keys().cloned().collect();
+        types.sort();
+        types
+    }
+
+    /// The config in force (it changes when `runner.toml` is edited).
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// A receiver that changes whenever the set of handlers was swapped.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// Rescans the plugins folder and swaps in the new mapping.
+    ///
+    /// A file that fails to load never replaces a working version of itself.
+    pub fn reload(&self) {
+        let config = self.config.load_full();
+        let wanted = match wanted_files(&self.plugins_dir, &config) {
+            Ok(w) => w,
+            Err(e) => {
+                error!("cannot scan plugins folder: {e:#}");
+                return;
+            }
+        };
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = HashMap::new();
+        let mut kept: HashMap<PathBuf, Component> = HashMap::new();
+        for (file, types) in &wanted {
+            let Some(component) = self.component_for(file, &mut loaded) else {
+                continue;
+            };
+            for task_type in types {
+                let policy = config.policy(task_type);
+                let values = config.types.get(task_type).map(|t| t.config.clone()).unwrap_or_default();
+                let plugin_name = file_stem(file);
+                let handler = Handler::new(component.clone(), plugin_name, &policy, Arc::new(values));
+                next.insert(
+                    task_type.clone(),
+                    Entry { handler: Arc::new(handler), policy, file: file.clone(), hash: component.hash().to_owned() },
+                );
+            }
+            kept.insert(file.clone(), component);
+        }
+        let before = self.entries.load();
+        for (t, e) in &next {
+            match before.get(t) {
+                Some(old) if old.hash == e.hash => {}
+                Some(old) => {
+                    info!(task_type = %t, file = %e.file.display(), from = %old.hash, to = %e.hash, "plugin replaced")
+                }
+                None => {
+                    info!(task_type = %t, file = %e.file.display(), hash = %e.hash, "plugin loaded")
+                }
+            }
+        }
+        for t in before.keys().filter(|t| !next.contains_key(*t)) {
+            warn!(task_type = %t, "plugin removed: its tasks wait in Redis until a plugin serves the type again");
+        }
+        *loaded = kept;
+        drop(loaded);
+        self.entries.store(Arc::new(next));
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// The component of `file`: the loaded one when the bytes are unchanged,
+    /// a fresh compile otherwise, or the last good one when the new file is broken.
+    fn component_for(&self, file: &Path, loaded: &mut HashMap<PathBuf, Component>) -> Option<Component> {
+        let previous = loaded.get(file).cloned();
+        let bytes = match std::fs::read(file) {
+            Ok(b) => b,
+            Err(e) => {
+                error!(file = %file.display(), "cannot read plugin: {e}");
+                return previous;
+            }
+        };
+        let hash = short_hash(&bytes);
+        if let Some(prev) = &previous
+            && prev.hash() == hash
+        {
+            return previous;
+        }
+        match self.runtime.load_bytes(file, &bytes) {
+            Ok(component) => Some(component),
+            Err(e) => {
+                match &previous {
+                    Some(p) => {
+                        error!(file = %file.display(), serving = %p.hash(), "plugin rejected, the previous version keeps serving: {e:#}")
+                    }
+                    None => error!(file = %file.display(), "plugin rejected: {e:#}"),
+                }
+                previous
+            }
+        }
+    }
+
+    /// Applies an edited `runner.toml`: policies, limits and type mappings
+    /// take effect now; settings that shape the running host need a restart.
+    pub fn apply_config(&self, new: Config) {
+        let old = self.config.load_full();
+        for (what, changed) in [
+            ("[redis]", format!("{:?}", old.redis) != format!("{:?}", new.redis)),
+            ("runner.plugins_dir", old.runner.plugins_dir != new.runner.plugins_dir),
+            ("runner.concurrency", old.runner.concurrency != new.runner.concurrency),
+            ("runner.wakeup", old.runner.wakeup != new.runner.wakeup),
+            ("a type's concurrency", concurrencies(&old) != concurrencies(&new)),
+        ] {
+            if changed {
+                warn!("runner.toml: the change to {what} takes effect after a restart");
+            }
+        }
+        self.config.store(Arc::new(new));
+        info!("runner.toml reloaded");
+        self.reload();
+    }
+
+    /// Watches the plugins folder (and `config_file`, if any) and reloads on
+    /// change until `shutdown`. Bursts of events are coalesced.
+    pub fn watch(
+        &self,
+        config_file: Option<PathBuf>,
+        shutdown: CancellationToken,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<bool>();
+        let plugins_dir = self.plugins_dir.clone();
+        let config_file_abs = config_file.as_ref().map(|p| std::path::absolute(p).unwrap_or(p.clone()));
+        let watched_config = config_file_abs.clone();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            if matches!(event.kind, notify::EventKind::Access(_)) {
+                return;
+            }
+            let config_changed = watched_config
+                .as_ref()
+                .is_some_and(|c| event.paths.iter().any(|p| std::path::absolute(p).is_ok_and(|p| &p == c)));
+            let plugin_changed = event.paths.iter().any(|p| p.extension().is_some_and(|e| e == "wasm"));
+            if config_changed || plugin_changed {
+                let _ = tx.send(config_changed);
+            }
+        })
+        .context("cannot start the file watcher")?;
+        watcher
+            .watch(&plugins_dir, RecursiveMode::NonRecursive)
+            .with_context(|| format!("cannot watch plugins folder {}", plugins_dir.display()))?;
+        if let Some(dir) = config_file_abs.as_ref().and_then(|c| c.parent())
+            && dir != std::path::absolute(&plugins_dir).unwrap_or_default()
+        {
+            watcher
+                .watch(dir, RecursiveMode::NonRecursive)
+                .with_context(|| format!("cannot watch config folder {}", dir.display()))?;
+        }
+        let registry = self.clone();
+        Ok(tokio::spawn(async move {
+            let _watcher = watcher; // dropping it stops the events
+            loop {
+                let mut config_changed = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    ev = rx.recv() => match ev { Some(c) => c, None => return },
+                };
+                // Editors and copies fire several events per change; take them together.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                while let Ok(c) = rx.try_recv() {
+                    config_changed |= c;
+                }
+                let registry = registry.clone();
+                let config_file = config_file_abs.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    if config_changed && let Some(path) = config_file {
+                        match Config::load(&path) {
+                            Ok(new) => return registry.apply_config(new),
+                            Err(e) => {
+                                error!("runner.toml not reloaded, the running config stays: {e:#}")
+                            }
+                        }
+                    }
+                    registry.reload();
+                })
+                .await;
+            }
+        }))
+    }
+}
+
+fn concurrencies(c: &Config) -> BTreeMap<TaskType, Option<usize>> {
+    c.types.iter().map(|(t, tc)| (t.clone(), tc.concurrency)).collect()
+}
+
+/// The plugin files to load and the types each serves: `<type>.wasm` serves
+/// its stem, and `[types.X] plugin = "file.wasm"` maps a file to more types.
+fn wanted_files(dir: &Path, config: &Config) -> Result<BTreeMap<PathBuf, BTreeSet<TaskType>>> {
+    let mut wanted: BTreeMap<PathBuf, BTreeSet<TaskType>> = BTreeMap::new();
+    // A type mapped to a file explicitly is served by that file only.
+    let explicit: BTreeSet<&TaskType> =
+        config.types.iter().filter(|(_, t)| t.plugin.is_some()).map(|(name, _)| name).collect();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "wasm") || !path.is_file() {
+            continue;
+        }
+        let stem = file_stem(&path);
+        match stem.parse::<TaskType>() {
+            Ok(t) if !explicit.contains(&t) => {
+                wanted.entry(path).or_default().insert(t);
+            }
+            Ok(_) => {}
+            Err(e) if stem.starts_with('.') => drop(e), // hidden temp files of copy tools
+            Err(e) => {
+                warn!(file = %path.display(), "ignored: the file name is not a task type: {e}")
+            }
+        }
+    }
+    for (task_type, tc) in &config.types {
+        if let Some(plugin) = &tc.plugin {
+            let path = dir.join(plugin);
+            if path.is_file() {
+                wanted.entry(path).or_default().insert(task_type.clone());
+            } else {
+                warn!(task_type = %task_type, file = %path.display(), "plugin file named in runner.toml does not exist");
+            }
+        }
+    }
+    Ok(wanted)
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The short content hash that names a plugin version (first 12 hex digits of SHA-256).
+pub fn short_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))[..12].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_map_to_types_by_stem_and_config() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["order.timeout.wasm", "noop.wasm", "Bad Name.wasm", "notes.txt", ".tmp.wasm"] {
+            std::fs::write(dir.path().join(f), b"x").unwrap();
+        }
+        let config = Config::parse(
+            "[types.\"bench\"]\nplugin = \"noop.wasm\"\n[types.\"noop\"]\nplugin = \"order.timeout.wasm\"\n",
+            "runner.toml",
+        )
+        .unwrap();
+        let wanted = wanted_files(dir.path(), &config).unwrap();
+        let names = |f: &str| -> Vec<String> { wanted[&dir.path().join(f)].iter().map(|t| t.to_string()).collect() };
+        assert_eq!(names("noop.wasm"), ["bench"]);
+        assert_eq!(names("order.timeout.wasm"), ["noop", "order.timeout"]);
+        assert_eq!(wanted.len(), 2);
+    }
+}

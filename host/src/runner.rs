@@ -1,0 +1,507 @@
+//! The runner: for every type with a plugin, claim due tasks, run them in the sandbox, and settle the outcomes.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::backoff;
+use crate::config::Config;
+use crate::registry::{Entry, Registry};
+use crate::runtime::{Failure, Runtime, RuntimeOptions};
+use crate::store::{ClaimLimits, Outcome, SettleResult, Settlement, Store};
+use crate::task::ClaimedTask;
+use crate::task_type::TaskType;
+use crate::wakeup::{self, Wakeups};
+
+/// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
+const SECONDS_NOT_MS: i64 = 100_000_000_000;
+/// Longest idle sleep when keyspace notifications are live: a safety net, not the wake-up path.
+const IDLE_WITH_NOTIFICATIONS: Duration = Duration::from_secs(2);
+/// Ids longer than this are dead-lettered at claim time.
+const MAX_ID_BYTES: usize = 1024;
+
+/// Runs the host until `shutdown` is cancelled, then drains gracefully:
+/// stop claiming, let running tasks finish within the grace period, hand the
+/// leases of unfinished ones back to `due`.
+///
+/// `config_file`, when given, is watched and re-applied on change.
+pub async fn run(
+    config: Config,
+    config_file: Option<PathBuf>,
+    store: Store,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let largest_memory = std::iter::once(config.defaults.memory_limit)
+        .chain(config.types.keys().map(|t| config.policy(t).memory_limit))
+        .max()
+        .unwrap_or_default();
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(config.runner.cache_dir.clone()),
+        max_instances: u32::try_from(config.runner.concurrency).unwrap_or(u32::MAX),
+        max_memory: largest_memory.as_u64(),
+    })
+    .context("cannot start the Wasm runtime")?;
+
+    let registry = {
+        let runtime = runtime.clone();
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Registry::load(runtime, config)).await??
+    };
+    let watcher = registry.watch(config_file, shutdown.clone())?;
+    let wakeups =
+        wakeup::start(store.client().clone(), &config.redis.prefix, config.runner.wakeup, shutdown.clone()).await?;
+    info!(
+        plugins = %config.runner.plugins_dir.display(),
+        types = ?registry.types().iter().map(TaskType::as_str).collect::<Vec<_>>(),
+        "hourglass is running"
+    );
+
+    let runner = Runner {
+        store,
+        registry: registry.clone(),
+        wakeups,
+        global: Arc::new(Semaphore::new(config.runner.concurrency)),
+        stop_claiming: shutdown.clone(),
+        tasks: TaskTracker::new(),
+        redis_down: Arc::new(AtomicBool::new(false)),
+        poll_interval: config.runner.poll_interval,
+        batch_size: config.runner.batch_size,
+        lease: config.runner.lease,
+    };
+    let workers = TaskTracker::new();
+    let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();
+    let mut versions = registry.subscribe();
+    loop {
+        // Start a worker for every type that gained a plugin.
+        for task_type in registry.types() {
+            if states.get(&task_type).is_some_and(|s| !s.stopped.load(Ordering::Relaxed)) {
+                continue;
+            }
+            let state = Arc::new(TypeState::new(&runner, &task_type, &config));
+            states.insert(task_type.clone(), state.clone());
+            let r = runner.clone();
+            workers.spawn(async move { r.type_worker(task_type, state).await });
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = versions.changed() => if changed.is_err() { break },
+        }
+    }
+
+    info!(grace = ?config.runner.grace_period, "shutting down: no new claims; waiting for running tasks");
+    runner.tasks.close();
+    let drained = tokio::time::timeout(config.runner.grace_period, runner.tasks.wait()).await.is_ok();
+    for state in states.values() {
+        state.close_settler().await;
+    }
+    if !drained {
+        for (task_type, state) in &states {
+            let leases = state.in_flight_leases();
+            if leases.is_empty() {
+                continue;
+            }
+            match runner.store.release(task_type, &leases).await {
+                Ok(n) => {
+                    warn!(task_type = %task_type, handed_back = n, "grace period over: leases of unfinished tasks handed back")
+                }
+                Err(e) => {
+                    error!(task_type = %task_type, "cannot hand leases back, they will expire: {e:#}")
+                }
+            }
+        }
+    }
+    workers.close();
+    workers.wait().await;
+    watcher.abort();
+    info!("stopped");
+    Ok(())
+}
+
+/// Shared handles of the running host.
+#[derive(Clone)]
+struct Runner {
+    store: Store,
+    registry: Registry,
+    wakeups: Wakeups,
+    global: Arc<Semaphore>,
+    stop_claiming: CancellationToken,
+    /// Every running handler, so shutdown can wait for them.
+    tasks: TaskTracker,
+    /// Set while Redis is unreachable, so an outage is logged once, not per attempt.
+    redis_down: Arc<AtomicBool>,
+    poll_interval: Duration,
+    batch_size: usize,
+    lease: Duration,
+}
+
+/// Running tasks of one type by (id, lease token), with when their lease was last renewed.
+type InFlight = Arc<Mutex<HashMap<(Vec<u8>, u64), Instant>>>;
+
+/// Per task type: its concurrency limit, running tasks and settle queue.
+struct TypeState {
+    semaphore: Arc<Semaphore>,
+    in_flight: InFlight,
+    settle_tx: Mutex<Option<mpsc::UnboundedSender<(Settlement, Permits)>>>,
+    settler: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The worker ended because the type lost its plugin.
+    stopped: AtomicBool,
+}
+
+/// The global and per-type concurrency slots one task holds until it is settled.
+type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+impl TypeState {
+    fn new(runner: &Runner, task_type: &TaskType, config: &Config) -> TypeState {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let in_flight = InFlight::default();
+        let state = TypeState {
+            semaphore: Arc::new(Semaphore::new(config.policy(task_type).concurrency)),
+            in_flight: in_flight.clone(),
+            settle_tx: Mutex::new(Some(tx)),
+            settler: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+        };
+        let settler = tokio::spawn(runner.clone().settler(task_type.clone(), in_flight, rx));
+        *state.settler.lock().unwrap_or_else(|p| p.into_inner()) = Some(settler);
+        state
+    }
+
+    fn in_flight_leases(&self) -> Vec<(Vec<u8>, u64)> {
+        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        map.keys().cloned().collect()
+    }
+
+    /// Closes the settle queue and waits until everything in it is written.
+    async fn close_settler(&self) {
+        self.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let handle = self.settler.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+    }
+}
+
+impl Runner {
+    /// Claims and dispatches the tasks of one type until shutdown or until the type loses its plugin.
+    async fn type_worker(self, task_type: TaskType, state: Arc<TypeState>) {
+        let wakeup = self.wakeups.of(&task_type);
+        let heartbeat = tokio::spawn(self.clone().heartbeat(task_type.clone(), state.clone()));
+        let mut outage_backoff = Duration::from_millis(50);
+        'claiming: loop {
+            if self.stop_claiming.is_cancelled() {
+                break;
+            }
+            let Some(entry) = self.registry.get(&task_type) else {
+                info!(task_type = %task_type, "no plugin serves this type any more: claims stopped");
+                break;
+            };
+            // Wait for one slot, then take as many more as are free, up to a batch.
+            let Some(mut permits) = self.acquire(&state, 1).await else {
+                break;
+            };
+            permits.extend(self.try_acquire(&state, self.batch_size - 1));
+
+            // Registered before the claim, so a notification during it is not lost.
+            let notified = wakeup.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let limits = ClaimLimits {
+                max_tasks: permits.len(),
+                lease: self.lease,
+                max_payload_bytes: entry.policy.max_payload.as_u64(),
+                max_id_bytes: MAX_ID_BYTES,
+            };
+            let claim = match self.store.claim(&task_type, &limits).await {
+                Ok(c) => {
+                    self.redis_is_up();
+                    outage_backoff = Duration::from_millis(50);
+                    c
+                }
+                Err(e) => {
+                    drop(permits);
+                    self.redis_is_down(&e);
+                    tokio::select! {
+                        _ = self.stop_claiming.cancelled() => break 'claiming,
+                        _ = tokio::time::sleep(outage_backoff) => {}
+                    }
+                    outage_backoff = (outage_backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            };
+            for (id, reason) in &claim.dead_lettered {
+                error!(task_type = %task_type, task_id = %String::from_utf8_lossy(id), "dead-lettered without running: {reason}");
+            }
+            let claimed_all = claim.tasks.len() == limits.max_tasks;
+            for task in claim.tasks {
+                let Some(task_permits) = permits.pop() else {
+                    break;
+                };
+                self.dispatch(&state, &entry, task, task_permits);
+            }
+            drop(permits);
+            if claimed_all {
+                continue; // more may be due right now
+            }
+            // Sleep until the next due task or lease expiry, or until woken.
+            let next = [claim.next_due_ms, claim.next_lease_expiry_ms].into_iter().flatten().min();
+            let idle = if self.wakeups.live() { IDLE_WITH_NOTIFICATIONS } else { self.poll_interval };
+            let sleep = next
+                .map(|at| Duration::from_millis(u64::try_from(at - claim.now_ms).unwrap_or(0)))
+                .map_or(idle, |until| until.min(idle));
+            if sleep.is_zero() {
+                continue;
+            }
+            tokio::select! {
+                _ = self.stop_claiming.cancelled() => break,
+                _ = notified => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+        heartbeat.abort();
+        if !self.stop_claiming.is_cancelled() {
+            state.stopped.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits for `n` slots of both the global and the type's limit.
+    async fn acquire(&self, state: &TypeState, n: usize) -> Option<Vec<Permits>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let permits = tokio::select! {
+                _ = self.stop_claiming.cancelled() => return None,
+                p = async {
+                    let typed = state.semaphore.clone().acquire_owned().await.ok()?;
+                    let global = self.global.clone().acquire_owned().await.ok()?;
+                    Some((global, typed))
+                } => p?,
+            };
+            out.push(permits);
+        }
+        Some(out)
+    }
+
+    /// Takes up to `n` slots that are free right now.
+    fn try_acquire(&self, state: &TypeState, n: usize) -> Vec<Permits> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let Ok(typed) = state.semaphore.clone().try_acquire_owned() else {
+                break;
+            };
+            let Ok(global) = self.global.clone().try_acquire_owned() else {
+                break;
+            };
+            out.push((global, typed));
+        }
+        out
+    }
+
+    /// Runs one task on a blocking thread and queues its outcome for settling.
+    fn dispatch(&self, state: &Arc<TypeState>, entry: &Entry, task: ClaimedTask, permits: Permits) {
+        if task.due_ms < SECONDS_NOT_MS {
+            warn!(
+                task_type = %task.task_type, task_id = %String::from_utf8_lossy(&task.id), score = task.due_ms,
+                "due score looks like seconds, not milliseconds; running it now anyway"
+            );
+        }
+        state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert((task.id.clone(), task.token), Instant::now());
+        let entry = entry.clone();
+        let state = state.clone();
+        self.tasks.spawn(async move {
+            let started_ms = crate::cli::now_ms();
+            let timeout = entry.policy.timeout;
+            let handler = entry.handler.clone();
+            let running = task.clone();
+            let run = tokio::task::spawn_blocking(move || handler.run(&running));
+            // The epoch deadline stops guest code; this bounds time spent in host calls too.
+            let (result, followups) = match tokio::time::timeout(timeout + Duration::from_secs(1), run).await {
+                Ok(Ok(run)) => (run.result, run.followups),
+                Ok(Err(join)) => (Err(Failure::Error(format!("handler thread failed: {join}"))), vec![]),
+                Err(_) => (Err(Failure::Error(format!("deadline of {timeout:?} exceeded"))), vec![]),
+            };
+            let outcome = decide(&entry, &task, result, followups, started_ms);
+            let settlement = Settlement { id: task.id, token: task.token, outcome };
+            let tx = state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(tx) = tx {
+                let _ = tx.send((settlement, permits));
+            }
+        });
+    }
+
+    /// Writes outcomes in batches (one script call per batch), retrying
+    /// through Redis outages so that no outcome is dropped.
+    async fn settler(
+        self,
+        task_type: TaskType,
+        in_flight: InFlight,
+        mut rx: mpsc::UnboundedReceiver<(Settlement, Permits)>,
+    ) {
+        let mut batch = Vec::new();
+        let mut permits = Vec::new();
+        while let Some((s, p)) = rx.recv().await {
+            batch.push(s);
+            permits.push(p);
+            while batch.len() < 512 {
+                match rx.try_recv() {
+                    Ok((s, p)) => {
+                        batch.push(s);
+                        permits.push(p);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let mut backoff = Duration::from_millis(50);
+            let results = loop {
+                match self.store.settle(&task_type, &batch).await {
+                    Ok(r) => {
+                        self.redis_is_up();
+                        break r;
+                    }
+                    Err(e) => {
+                        self.redis_is_down(&e);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+            for (s, r) in batch.iter().zip(&results) {
+                if matches!(r, SettleResult::Fenced) {
+                    warn!(task_type = %task_type, task_id = %String::from_utf8_lossy(&s.id),
+                        "outcome ignored: the lease had expired and the task was claimed again");
+                }
+            }
+            {
+                let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                for s in &batch {
+                    map.remove(&(s.id.clone(), s.token));
+                }
+            }
+            batch.clear();
+            permits.clear(); // frees the concurrency slots only now that the outcome is stored
+        }
+    }
+
+    /// Extends the leases of tasks that run long, so they are not re-delivered.
+    async fn heartbeat(self, task_type: TaskType, state: Arc<TypeState>) {
+        let every = self.lease / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let due: Vec<(Vec<u8>, u64)> = {
+                let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                map.iter().filter(|(_, renewed)| renewed.elapsed() >= every).map(|(k, _)| k.clone()).collect()
+            };
+            if due.is_empty() {
+                continue;
+            }
+            match self.store.extend(&task_type, &due, self.lease.as_millis() as u64).await {
+                Ok(extended) => {
+                    let mut map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                    for (key, ok) in due.iter().zip(extended) {
+                        if ok {
+                            if let Some(renewed) = map.get_mut(key) {
+                                *renewed = Instant::now();
+                            }
+                        } else {
+                            let id = &key.0;
+                            warn!(task_type = %task_type, task_id = %String::from_utf8_lossy(id), "lease lost while running");
+                        }
+                    }
+                }
+                Err(e) => self.redis_is_down(&e),
+            }
+        }
+    }
+
+    fn redis_is_down(&self, e: &anyhow::Error) {
+        if !self.redis_down.swap(true, Ordering::Relaxed) {
+            error!("Redis is unreachable; retrying with backoff until it is back: {e:#}");
+        }
+    }
+
+    fn redis_is_up(&self) {
+        if self.redis_down.swap(false, Ordering::Relaxed) {
+            info!("Redis is reachable again; resuming");
+        }
+    }
+}
+
+/// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
+fn decide(
+    entry: &Entry,
+    task: &ClaimedTask,
+    result: Result<(), Failure>,
+    followups: Vec<crate::task::FollowUp>,
+    started_ms: i64,
+) -> Outcome {
+    let policy = &entry.policy;
+    let id = String::from_utf8_lossy(&task.id);
+    let lateness_ms = started_ms - task.due_ms;
+    match result {
+        Ok(()) => {
+            debug!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, lateness_ms, "succeeded");
+            Outcome::Ack { followups }
+        }
+        Err(Failure::Permanent(reason)) => {
+            error!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, "dead-lettered: permanent failure: {reason}");
+            Outcome::Dead { error: format!("permanent: {reason}") }
+        }
+        Err(failure) if task.attempt >= policy.max_attempts => {
+            error!(task_type = %task.task_type, task_id = %id, attempt = task.attempt,
+                "dead-lettered after {} attempts: {failure}", task.attempt);
+            Outcome::Dead { error: failure.to_string() }
+        }
+        Err(failure) => {
+            let delay = match &failure {
+                Failure::RetryAfter(d) => *d,
+                _ => backoff::retry_delay(policy.backoff_base, policy.backoff_cap, task.attempt),
+            };
+            warn!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, retry_in = ?delay, "failed: {failure}");
+            Outcome::Retry { delay, error: failure.to_string() }
+        }
+    }
+}
+
+/// `hourglass run`: resolve the Redis URL (starting a managed Redis if asked),
+/// install signal handlers, and run until SIGINT/SIGTERM.
+pub async fn run_from_cli(
+    mut config: Config,
+    url: String,
+    plugins: Option<PathBuf>,
+    config_file: Option<PathBuf>,
+) -> Result<()> {
+    if let Some(dir) = plugins {
+        config.runner.plugins_dir = dir;
+    }
+    let managed = crate::managed::ensure(&config.redis, &url).await?;
+    let store = Store::connect(&url, &config.redis.prefix).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let result = run(config, config_file, store, shutdown).await;
+    if let Some(m) = managed {
+        m.stop().await;
+    }
+    result
+}
+
+/// First SIGINT/SIGTERM: graceful shutdown. Second: exit at once.
+async fn watch_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    info!("signal received: shutting down gracefully (signal again to exit at once)");
+    shutdown.cancel();
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    warn!("second signal: exiting now; leases of running tasks will expire and be re-delivered");
+    std::process::exit(130);
+}
