@@ -390,9 +390,16 @@ impl Runner {
     }
 
     /// Extends the leases of tasks that run long, so they are not re-delivered.
+    /// It also moves on follow-ups left in the type's outbox by a host that
+    /// died between its ack and the delivery (at start, then every tick).
     async fn heartbeat(self, task_type: TaskType, state: Arc<TypeState>) {
         let every = self.lease / 3;
         loop {
+            match self.store.flush_outbox(&task_type).await {
+                Ok(0) => {}
+                Ok(n) => info!(task_type = %task_type, delivered = n, "delivered follow-ups left in the outbox"),
+                Err(e) => self.redis_is_down(&e),
+            }
             tokio::time::sleep(every).await;
             let due: Vec<(Vec<u8>, u64)> = {
                 let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
