@@ -9,7 +9,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 target="wasm32-wasip2"
 out="$here/target/$target/release"
 
-cargo build --manifest-path "$here/Cargo.toml" --target "$target" --release
+# An explicit target dir, so a CARGO_TARGET_DIR set for the host does not move the outputs.
+cargo build --manifest-path "$here/Cargo.toml" --target "$target" --release --target-dir "$here/target"
 
 install_wasm() { # <built file> <destination>
     local src="$1" dest="$2"
