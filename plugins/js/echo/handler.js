@@ -1,0 +1,62 @@
+// js.echo: an Hourglass task handler in JavaScript (built with componentize-js).
+//
+// - Echoes every task it acknowledges: schedules a follow-up of type
+//   `<task type>.out` (or the type named by `config = { reply_to = "..." }`)
+//   with the same id and the same payload bytes, due when this task was due.
+//   Binary and non-UTF-8 payloads and ids come through untouched.
+// - A JSON payload `{"fail_times": N}` fails its first N attempts (retried by
+//   the type's backoff policy), like the Rust `flaky` example.
+// - A JSON payload `{"permanent": "reason"}` dead-letters the task at once.
+// - A JSON payload `{"crash": "message"}` throws an Error: the attempt fails
+//   like a trap, with the message in the host's log.
+//
+// Build: `bash plugins/build-polyglot.sh` (installs to plugins/js.echo.wasm).
+//
+// WIT → JS: the world's imports are ES modules named after their interface;
+// list<u8> is a Uint8Array, u64 a BigInt, option<string> a string or
+// undefined. `handle` returns normally for `ok`; throwing a `failure` value
+// ({ tag: "error" | "permanent" | "retry-after", val }) returns it as `err`.
+// Any other exception traps, which the host also counts as a failed attempt.
+
+import { log } from "hourglass:plugin/log@0.1.0";
+import { schedule } from "hourglass:plugin/schedule@0.1.0";
+import { get as config } from "hourglass:plugin/config@0.1.0";
+
+// The payload as a JSON object, or {} when it is anything else (binary, text, ...).
+function controls(payload) {
+  try {
+    const value = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(payload));
+    return value !== null && typeof value === "object" && !Array.isArray(value) ? value : {};
+  } catch {
+    return {};
+  }
+}
+
+export function handle(task) {
+  const c = controls(task.payload);
+
+  if ("crash" in c) {
+    throw new Error(String(c.crash));
+  }
+
+  if ("permanent" in c) {
+    throw { tag: "permanent", val: String(c.permanent) };
+  }
+
+  const failTimes = Number.isInteger(c.fail_times) ? c.fail_times : 0;
+  if (task.attempt <= failTimes) {
+    throw {
+      tag: "error",
+      val: `failing on purpose (attempt ${task.attempt} of ${failTimes} planned failures)`,
+    };
+  }
+
+  const replyTo = config("reply_to") ?? `${task.taskType}.out`;
+  log("info", `echoing ${task.payload.length} bytes to ${replyTo} on attempt ${task.attempt}`);
+  try {
+    schedule(replyTo, task.id, task.payload, task.dueMs);
+  } catch (e) {
+    // The host refused the follow-up (bad type name, too large, ...): never retry.
+    throw { tag: "permanent", val: `cannot schedule the echo: ${e?.payload ?? e}` };
+  }
+}

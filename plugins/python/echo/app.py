@@ -1,0 +1,63 @@
+"""py.echo: an Hourglass task handler in Python (built with componentize-py).
+
+- Echoes every task it acknowledges: schedules a follow-up of type
+  `<task type>.out` (or the type named by `config = { reply_to = "..." }`)
+  with the same id and the same payload bytes, due when this task was due.
+  Binary and non-UTF-8 payloads and ids come through untouched.
+- A JSON payload `{"fail_times": N}` fails its first N attempts (retried by
+  the type's backoff policy), like the Rust `flaky` example.
+- A JSON payload `{"permanent": "reason"}` dead-letters the task at once.
+- A JSON payload `{"crash": "message"}` raises an uncaught exception: the
+  attempt fails like a trap, with the traceback in the host's log.
+
+Build: `bash plugins/build-polyglot.sh` (installs to plugins/py.echo.wasm).
+"""
+
+import hashlib
+import json
+
+import wit_world
+from componentize_py_types import Err
+from wit_world.imports import config, log, schedule
+
+# The world's own `types` interface: componentize-py names the module after the
+# interface, qualified when another imported package (wasi:http) has a `types` too.
+try:
+    from wit_world.imports import hourglass_plugin_types as types
+except ImportError:
+    from wit_world.imports import types
+
+
+def _controls(payload: bytes) -> dict:
+    """The payload as a JSON object, or {} when it is anything else (binary, text, ...)."""
+    try:
+        value = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class WitWorld(wit_world.WitWorld):
+    def handle(self, task: types.Task) -> None:
+        controls = _controls(task.payload)
+
+        if "crash" in controls:
+            raise RuntimeError(str(controls["crash"]))
+
+        if "permanent" in controls:
+            raise Err(types.Failure_Permanent(str(controls["permanent"])))
+
+        fail_times = controls.get("fail_times", 0)
+        if isinstance(fail_times, int) and task.attempt <= fail_times:
+            raise Err(types.Failure_Error(
+                f"failing on purpose (attempt {task.attempt} of {fail_times} planned failures)"))
+
+        digest = hashlib.sha256(task.payload).hexdigest()
+        reply_to = config.get("reply_to") or f"{task.task_type}.out"
+        log.log(log.Level.INFO,
+                f"echoing {len(task.payload)} bytes (sha256 {digest}) to {reply_to} on attempt {task.attempt}")
+        try:
+            schedule.schedule(reply_to, task.id, task.payload, task.due_ms)
+        except Err as e:
+            # The host refused the follow-up (bad type name, too large, ...): never retry.
+            raise Err(types.Failure_Permanent(f"cannot schedule the echo: {e.value}"))
