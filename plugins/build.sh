@@ -23,7 +23,7 @@ install_wasm() { # <built file> <destination>
 
 # <task type> <crate>: cargo turns '-' and '.' into '_' in cdylib file names.
 for pair in noop:noop order.timeout:order_timeout device.offline:device_offline \
-    device.alert:device_alert flaky:flaky; do
+    device.alert:device_alert flaky:flaky webhook:webhook; do
     install_wasm "$out/${pair#*:}.wasm" "$here/${pair%%:*}.wasm"
 done
 

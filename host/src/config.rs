@@ -8,6 +8,8 @@ use anyhow::{Context, Result, bail};
 use bytesize::ByteSize;
 use serde::Deserialize;
 
+use crate::outbound::AllowedHosts;
+use crate::secrets::ConfigValue;
 use crate::task_type::TaskType;
 
 /// The whole `runner.toml`.
@@ -159,6 +161,17 @@ pub struct TypePolicy {
     /// Execution deadline of one handler run.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// `scheme://host[:port]` targets the plugin may call over HTTP (`*` as a
+    /// subdomain or port wildcard; private addresses only when named exactly).
+    /// Empty: no outbound HTTP.
+    pub allowed_outbound_hosts: AllowedHosts,
+    /// Deadline of one outbound HTTP request, connect to last body byte (the run's `timeout` still applies).
+    #[serde(with = "humantime_serde")]
+    pub http_timeout: Duration,
+    /// Largest HTTP response body a plugin may read; a longer one is cut off with an error.
+    pub http_max_response: ByteSize,
+    /// Most outbound HTTP requests of this type in flight at once, over all its running tasks.
+    pub http_concurrency: usize,
     /// Linear memory cap of one handler instance.
     pub memory_limit: ByteSize,
     /// Larger payloads are dead-lettered without running.
@@ -173,6 +186,10 @@ impl Default for TypePolicy {
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
             timeout: Duration::from_secs(10),
+            allowed_outbound_hosts: AllowedHosts::default(),
+            http_timeout: Duration::from_secs(5),
+            http_max_response: ByteSize::mib(1),
+            http_concurrency: 8,
             memory_limit: ByteSize::mib(64),
             max_payload: ByteSize::mib(1),
         }
@@ -198,13 +215,23 @@ pub struct TypeConfig {
     /// See [`TypePolicy::timeout`].
     #[serde(default, with = "humantime_serde::option")]
     pub timeout: Option<Duration>,
+    /// See [`TypePolicy::allowed_outbound_hosts`].
+    pub allowed_outbound_hosts: Option<AllowedHosts>,
+    /// See [`TypePolicy::http_timeout`].
+    #[serde(default, with = "humantime_serde::option")]
+    pub http_timeout: Option<Duration>,
+    /// See [`TypePolicy::http_max_response`].
+    pub http_max_response: Option<ByteSize>,
+    /// See [`TypePolicy::http_concurrency`].
+    pub http_concurrency: Option<usize>,
     /// See [`TypePolicy::memory_limit`].
     pub memory_limit: Option<ByteSize>,
     /// See [`TypePolicy::max_payload`].
     pub max_payload: Option<ByteSize>,
-    /// String values the plugin reads through its `config` import.
+    /// Values the plugin reads through its `config` import: strings, or secrets
+    /// from the host's environment (`{ env = "NAME" }`) or a file (`{ file = "path" }`).
     #[serde(default)]
-    pub config: BTreeMap<String, String>,
+    pub config: BTreeMap<String, ConfigValue>,
 }
 
 /// The most a config may ask for, so a typo cannot make the host unusable.
@@ -249,6 +276,11 @@ impl Config {
                 *dir = base.join(&*dir);
             }
         }
+        for tc in self.types.values_mut() {
+            for value in tc.config.values_mut() {
+                value.resolve_path(base);
+            }
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -284,6 +316,10 @@ impl Config {
             backoff_base: t.backoff_base.unwrap_or(d.backoff_base),
             backoff_cap: t.backoff_cap.unwrap_or(d.backoff_cap),
             timeout: t.timeout.unwrap_or(d.timeout),
+            allowed_outbound_hosts: t.allowed_outbound_hosts.clone().unwrap_or_else(|| d.allowed_outbound_hosts.clone()),
+            http_timeout: t.http_timeout.unwrap_or(d.http_timeout),
+            http_max_response: t.http_max_response.unwrap_or(d.http_max_response),
+            http_concurrency: t.http_concurrency.unwrap_or(d.http_concurrency),
             memory_limit: t.memory_limit.unwrap_or(d.memory_limit),
             max_payload: t.max_payload.unwrap_or(d.max_payload),
         }
@@ -303,6 +339,15 @@ impl TypePolicy {
         }
         if self.timeout.is_zero() {
             bail!("{table}.timeout must be more than 0");
+        }
+        if self.http_timeout.is_zero() {
+            bail!("{table}.http_timeout must be more than 0");
+        }
+        if self.http_max_response.as_u64() == 0 || self.http_max_response > ByteSize::gib(1) {
+            bail!("{table}.http_max_response must be between 1 byte and 1 GiB");
+        }
+        if self.http_concurrency == 0 || self.http_concurrency > MAX_CONCURRENCY {
+            bail!("{table}.http_concurrency must be between 1 and {MAX_CONCURRENCY}");
         }
         if self.memory_limit < ByteSize::mib(1) || self.memory_limit > ByteSize::gib(4) {
             bail!("{table}.memory_limit must be between 1 MiB and 4 GiB");

@@ -13,6 +13,8 @@
 //! - [`wakeup`]: keyspace notifications (or polling) that wake a type's worker early.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
 //! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance.
+//! - [`outbound`]: `allowed_outbound_hosts`, the per-type allow-list of outbound HTTP targets.
+//! - [`secrets`]: plugin config values and secrets (`{ env = "NAME" }`, `{ file = "path" }`).
 //! - [`backoff`]: retry delays (capped exponential with jitter).
 //! - [`runner`]: claim → dispatch → settle loops, lease heartbeats, graceful shutdown.
 //! - [`managed`]: a private `redis-server` for the quick start.
@@ -22,9 +24,11 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod managed;
+pub mod outbound;
 pub mod registry;
 pub mod runner;
 pub mod runtime;
+pub mod secrets;
 pub mod store;
 pub mod task;
 pub mod task_type;

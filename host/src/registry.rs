@@ -50,6 +50,8 @@ impl Registry {
         if !plugins_dir.is_dir() {
             bail!("plugins folder {} does not exist", plugins_dir.display());
         }
+        // Secrets are read now: a missing one stops the start, naming type and key.
+        crate::secrets::resolve_all(&config)?;
         let registry = Registry {
             runtime,
             plugins_dir,
@@ -89,6 +91,13 @@ impl Registry {
     /// A file that fails to load never replaces a working version of itself.
     pub fn reload(&self) {
         let config = self.config.load_full();
+        let values = match crate::secrets::resolve_all(&config) {
+            Ok(v) => v,
+            Err(e) => {
+                error!("plugins not reloaded, the running handlers stay: {e:#}");
+                return;
+            }
+        };
         let wanted = match wanted_files(&self.plugins_dir, &config) {
             Ok(w) => w,
             Err(e) => {
@@ -105,9 +114,9 @@ impl Registry {
             };
             for task_type in types {
                 let policy = config.policy(task_type);
-                let values = config.types.get(task_type).map(|t| t.config.clone()).unwrap_or_default();
+                let values = values.get(task_type).cloned().unwrap_or_default();
                 let plugin_name = file_stem(file);
-                let handler = Handler::new(component.clone(), plugin_name, &policy, Arc::new(values));
+                let handler = Handler::new(component.clone(), plugin_name, &policy, values);
                 next.insert(
                     task_type.clone(),
                     Entry { handler: Arc::new(handler), policy, file: file.clone(), hash: component.hash().to_owned() },
@@ -170,6 +179,10 @@ impl Registry {
     /// Applies an edited `runner.toml`: policies, limits and type mappings
     /// take effect now; settings that shape the running host need a restart.
     pub fn apply_config(&self, new: Config) {
+        if let Err(e) = crate::secrets::resolve_all(&new) {
+            error!("runner.toml not reloaded, the running config stays: {e:#}");
+            return;
+        }
         let old = self.config.load_full();
         for (what, changed) in [
             ("[redis]", format!("{:?}", old.redis) != format!("{:?}", new.redis)),

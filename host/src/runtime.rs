@@ -1,12 +1,14 @@
 //! The wasmtime sandbox: compiles plugins (with an on-disk cache) and runs one task per fresh instance.
 //!
 //! One [`Runtime`] owns the engine (pooling allocator, epoch interruption) and
-//! the linker (deny-all WASI plus the three `hourglass:plugin` imports). A
+//! the linker (deny-all WASI, the three `hourglass:plugin` imports, and
+//! `wasi:http` whose every request passes the type's allow-list in `outgoing`). A
 //! [`Component`] is a compiled plugin checked against the world; a [`Handler`]
 //! binds it to a task type's limits and config, and [`Handler::run`] runs one
 //! task in a new `Store`, so nothing leaks from one task to the next.
 
 mod check;
+mod outgoing;
 mod pipe;
 
 use std::collections::BTreeMap;
@@ -24,6 +26,7 @@ use wasmtime::{
     Trap,
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub use check::CheckReport;
 
@@ -37,13 +40,20 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",
         world: "task-handler",
+        // wasi:http and what it uses come from wasmtime-wasi(-http).
+        require_store_data_send: true,
+        with: {
+            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+        },
     });
 }
 
 use bindings::hourglass::plugin::{
     config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types,
 };
-use bindings::{TaskHandler, TaskHandlerPre};
+use bindings::TaskHandlerPre;
 
 /// The world every plugin must implement.
 pub const WORLD: &str = "hourglass:plugin/task-handler@0.1.0";
@@ -140,9 +150,13 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(wt)
             .context("cannot link WASI")?;
-        TaskHandler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        add_plugin_imports(&mut linker)
             .map_err(wt)
             .context("cannot link the hourglass:plugin imports")?;
+        // Outbound HTTP; every request goes through `outgoing::OutboundHooks`.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
+            .map_err(wt)
+            .context("cannot link wasi:http")?;
 
         let inner = Arc::new(RuntimeInner {
             engine,
@@ -236,6 +250,16 @@ impl Runtime {
             typed,
         )
     }
+}
+
+/// The `hourglass:plugin` interfaces (not the world's wasi:http import,
+/// which wasmtime-wasi-http provides).
+fn add_plugin_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    wit_types::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    wit_log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    wit_schedule::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    wit_config::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    Ok(())
 }
 
 /// Ticks the engine's epoch until the last [`Runtime`] clone is gone.
@@ -335,12 +359,26 @@ pub struct Limits {
 }
 
 /// A component bound to one task type's limits and config values.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Handler {
     component: Component,
     plugin_name: Arc<str>,
     limits: Limits,
     config: Arc<BTreeMap<String, String>>,
+    http: Arc<outgoing::HttpPolicy>,
+}
+
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Config values may be secrets: keys only.
+        f.debug_struct("Handler")
+            .field("component", &self.component)
+            .field("plugin_name", &self.plugin_name)
+            .field("limits", &self.limits)
+            .field("config_keys", &self.config.keys().collect::<Vec<_>>())
+            .field("http", &self.http)
+            .finish()
+    }
 }
 
 /// Why a run did not succeed; what the runner does about it.
@@ -390,6 +428,7 @@ impl Handler {
                 max_payload: policy.max_payload.as_u64(),
             },
             config,
+            http: Arc::new(outgoing::HttpPolicy::new(policy)),
         }
     }
 
@@ -437,6 +476,16 @@ impl Handler {
             meta,
             config: self.config.clone(),
             followups: Vec::new(),
+            http: WasiHttpCtx::new(),
+            http_hooks: outgoing::OutboundHooks::new(
+                self.http.clone(),
+                std::time::Instant::now() + self.limits.timeout,
+                outgoing::Caller {
+                    plugin: self.plugin_name.clone(),
+                    task_type: task.task_type.to_string(),
+                    task_id: String::from_utf8_lossy(&task.id).into_owned(),
+                },
+            ),
         };
         let pre = &self.component.inner.pre;
         let mut store = Store::new(pre.engine(), state);
@@ -614,6 +663,8 @@ struct HostState {
     meta: RunMeta,
     config: Arc<BTreeMap<String, String>>,
     followups: Vec<FollowUp>,
+    http: WasiHttpCtx,
+    http_hooks: outgoing::OutboundHooks,
 }
 
 impl WasiView for HostState {
@@ -621,6 +672,16 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
         }
     }
 }

@@ -35,6 +35,8 @@ pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
         world: "task-handler",
+        // The world's wasi:http import and the wasi:io/clocks types it uses.
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "__export_task_handler",
         default_bindings_module: "::hourglass_sdk::bindings",
@@ -47,6 +49,8 @@ extern crate self as hourglass_sdk;
 
 use bindings::hourglass::plugin::types as wit_types;
 use bindings::hourglass::plugin::{config as wit_config, log as wit_log, schedule as wit_schedule};
+
+pub mod http;
 
 /// One delivery of a due task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +185,9 @@ impl From<ScheduleError> for Failure {
 }
 
 /// A per-type configuration value from `runner.toml` (`[types.<name>] config = { key = "..." }`).
+///
+/// Secrets (`key = { env = "NAME" }` or `{ file = "path" }`) arrive here
+/// already resolved by the host; keep them out of log lines and error texts.
 pub fn config(key: &str) -> Option<String> {
     wit_config::get(key)
 }

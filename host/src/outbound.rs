@@ -1,0 +1,384 @@
+//! `allowed_outbound_hosts`: which HTTP targets a plugin may call.
+//!
+//! An entry is `scheme://host[:port]`, modelled on Spin's allow-list:
+//!
+//! - scheme: `http`, `https` or `*` (either);
+//! - host: a name (`api.example.com`), an IP literal (`10.0.0.7`, `[::1]`),
+//!   `*.example.com` (any subdomain, not `example.com` itself) or `*` (any host);
+//! - port: a number, `*` (any port) or nothing (the scheme's default: 80 or 443).
+//!
+//! Private and loopback targets (`localhost`, 127.0.0.0/8, ::1, 10/8,
+//! 172.16/12, 192.168/16, 100.64/10, link-local, unique-local IPv6) are only
+//! reached through an entry that names the host exactly: a `*` never matches
+//! them, neither as a name nor as the address a name resolves to.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Deserialize;
+
+/// The parsed allow-list of one task type; empty means no outbound HTTP.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Vec<String>")]
+pub struct AllowedHosts(Vec<HostPattern>);
+
+/// One `allowed_outbound_hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    text: String,
+    scheme: SchemePattern,
+    host: HostMatch,
+    port: PortPattern,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SchemePattern {
+    Http,
+    Https,
+    Any,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostMatch {
+    /// A lower-case name or an IP literal (IPv6 without brackets).
+    Exact(String),
+    /// `*.suffix`: stored as `.suffix`.
+    Subdomains(String),
+    /// `*`.
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortPattern {
+    Default,
+    Port(u16),
+    Any,
+}
+
+/// A request target: scheme, host and port, e.g. `https://api.example.com:443`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Lower-case host name or IP literal (IPv6 without brackets).
+    pub host: String,
+    /// The port, the scheme's default filled in.
+    pub port: u16,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "{}://[{}]:{}", self.scheme, self.host, self.port)
+        } else {
+            write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+        }
+    }
+}
+
+impl Target {
+    /// Builds a target from a URI's parts; `None` when the scheme is not http(s).
+    pub fn new(scheme: &str, host: &str, port: Option<u16>) -> Option<Target> {
+        let scheme = scheme.to_ascii_lowercase();
+        let default = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        Some(Target {
+            scheme,
+            host,
+            port: port.unwrap_or(default),
+        })
+    }
+
+    /// Whether the host itself (before DNS) is a private or loopback one.
+    pub fn is_private_name(&self) -> bool {
+        if self.host == "localhost" || self.host.ends_with(".localhost") {
+            return true;
+        }
+        self.host.parse::<IpAddr>().is_ok_and(is_private)
+    }
+}
+
+/// How a target was allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allowed {
+    /// By an entry naming its host exactly: private addresses are fine.
+    Explicitly,
+    /// Only through a `*` host: its addresses must be public.
+    ByWildcard,
+}
+
+impl AllowedHosts {
+    /// No entries: no outbound HTTP.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The entries as written.
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|p| p.text.as_str())
+    }
+
+    /// Whether `target` may be called, and how; `None` when no entry allows it.
+    ///
+    /// A private or loopback host name matches exact entries only.
+    pub fn check(&self, target: &Target) -> Option<Allowed> {
+        let private = target.is_private_name();
+        let mut result = None;
+        for p in &self.0 {
+            if !p.scheme_matches(&target.scheme) || !p.port_matches(target) {
+                continue;
+            }
+            match &p.host {
+                HostMatch::Exact(h) if *h == target.host => return Some(Allowed::Explicitly),
+                HostMatch::Exact(_) => {}
+                HostMatch::Subdomains(suffix) if !private && target.host.ends_with(suffix.as_str()) => {
+                    result = Some(Allowed::ByWildcard)
+                }
+                HostMatch::Subdomains(_) => {}
+                HostMatch::Any if !private => result = Some(Allowed::ByWildcard),
+                HostMatch::Any => {}
+            }
+        }
+        result
+    }
+}
+
+impl HostPattern {
+    fn scheme_matches(&self, scheme: &str) -> bool {
+        match self.scheme {
+            SchemePattern::Http => scheme == "http",
+            SchemePattern::Https => scheme == "https",
+            SchemePattern::Any => true,
+        }
+    }
+
+    fn port_matches(&self, target: &Target) -> bool {
+        match self.port {
+            PortPattern::Any => true,
+            PortPattern::Port(p) => p == target.port,
+            PortPattern::Default => {
+                let default = if target.scheme == "https" { 443 } else { 80 };
+                target.port == default
+            }
+        }
+    }
+}
+
+impl TryFrom<Vec<String>> for AllowedHosts {
+    type Error = String;
+
+    fn try_from(entries: Vec<String>) -> Result<Self, Self::Error> {
+        entries
+            .iter()
+            .map(|e| e.parse())
+            .collect::<Result<Vec<_>, _>>()
+            .map(AllowedHosts)
+    }
+}
+
+impl std::str::FromStr for HostPattern {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| {
+            format!(
+                "invalid allowed_outbound_hosts entry {text:?}: {why} (expected scheme://host[:port], \
+                 e.g. \"https://api.example.com\", \"http://*.internal:8080\", \"https://example.com:*\")"
+            )
+        };
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "http" => SchemePattern::Http,
+            "https" => SchemePattern::Https,
+            "*" => SchemePattern::Any,
+            _ => return Err(bad("the scheme must be http, https or *")),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains(['/', '?', '#', '@']) {
+            return Err(bad("no path, query or user info allowed"));
+        }
+        // Split host and port, minding IPv6 brackets.
+        let (host, port) = if let Some(after) = rest.strip_prefix('[') {
+            let (ip, tail) = after.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+            let port = match tail {
+                "" => None,
+                t => Some(t.strip_prefix(':').ok_or_else(|| bad("junk after ]"))?),
+            };
+            ip.parse::<Ipv6Addr>().map_err(|_| bad("invalid IPv6 address"))?;
+            (ip.to_owned(), port)
+        } else {
+            match rest.rsplit_once(':') {
+                Some((h, p)) => (h.to_owned(), Some(p)),
+                None => (rest.to_owned(), None),
+            }
+        };
+        let port = match port {
+            None => PortPattern::Default,
+            Some("*") => PortPattern::Any,
+            Some(p) => PortPattern::Port(p.parse().map_err(|_| bad("invalid port"))?),
+        };
+        let host = host.to_ascii_lowercase();
+        let host = if host == "*" {
+            HostMatch::Any
+        } else if let Some(suffix) = host.strip_prefix("*.") {
+            check_name(suffix).map_err(|w| bad(&w))?;
+            HostMatch::Subdomains(format!(".{suffix}"))
+        } else {
+            if host.parse::<IpAddr>().is_err() {
+                check_name(&host).map_err(|w| bad(&w))?;
+            }
+            HostMatch::Exact(host)
+        };
+        Ok(HostPattern {
+            text: text.to_owned(),
+            scheme,
+            host,
+            port,
+        })
+    }
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .split('.')
+            .all(|label| !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{name:?} is not a host name (`*` only as a whole label at the start)"))
+    }
+}
+
+/// Loopback, private, link-local, shared (CGNAT), unspecified or unique-local addresses.
+pub fn is_private(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_private_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_private_v4(v4);
+            }
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
+                || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
+        }
+    }
+}
+
+fn is_private_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // shared address space 100.64/10
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(entries: &[&str]) -> AllowedHosts {
+        AllowedHosts::try_from(entries.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    fn target(url: &str) -> Target {
+        let uri: http::Uri = url.parse().unwrap();
+        Target::new(uri.scheme_str().unwrap(), uri.host().unwrap(), uri.port_u16()).unwrap()
+    }
+
+    #[test]
+    fn exact_wildcard_and_ports() {
+        let l = list(&["https://api.example.com", "http://*.internal:8080", "https://example.com:*"]);
+        assert_eq!(l.check(&target("https://api.example.com/x")), Some(Allowed::Explicitly));
+        assert_eq!(l.check(&target("https://API.example.com:443")), Some(Allowed::Explicitly));
+        assert_eq!(l.check(&target("https://api.example.com:8443")), None);
+        assert_eq!(l.check(&target("http://api.example.com")), None);
+        assert_eq!(l.check(&target("http://a.b.internal:8080")), Some(Allowed::ByWildcard));
+        assert_eq!(l.check(&target("http://internal:8080")), None);
+        assert_eq!(l.check(&target("http://a.internal:8081")), None);
+        assert_eq!(l.check(&target("https://example.com:9999")), Some(Allowed::Explicitly));
+        assert_eq!(l.check(&target("https://evil.com")), None);
+        assert_eq!(list(&[]).check(&target("https://api.example.com")), None);
+    }
+
+    #[test]
+    fn private_targets_need_an_exact_entry() {
+        let l = list(&["*://*:*"]);
+        assert_eq!(l.check(&target("https://example.org")), Some(Allowed::ByWildcard));
+        for t in [
+            "http://127.0.0.1:80",
+            "http://localhost:8080",
+            "http://[::1]:80",
+            "http://10.1.2.3",
+            "http://172.20.0.1",
+            "http://192.168.1.1",
+            "http://169.254.169.254",
+            "http://[fd00::1]",
+            "http://[::ffff:127.0.0.1]",
+        ] {
+            assert_eq!(l.check(&target(t)), None, "{t}");
+        }
+        let l = list(&["http://127.0.0.1:*", "http://[::1]:8080", "http://localhost:9000"]);
+        assert_eq!(l.check(&target("http://127.0.0.1:1234")), Some(Allowed::Explicitly));
+        assert_eq!(l.check(&target("http://[::1]:8080")), Some(Allowed::Explicitly));
+        assert_eq!(l.check(&target("http://localhost:9000")), Some(Allowed::Explicitly));
+        assert_eq!(l.check(&target("http://127.0.0.2:1234")), None);
+    }
+
+    #[test]
+    fn bad_entries_are_refused() {
+        for bad in ["api.example.com", "ftp://x.com", "https://x.com/path", "https://x.com:port", "https://a.*.com", "https://"] {
+            let err = bad.parse::<HostPattern>().unwrap_err();
+            assert!(err.contains("invalid allowed_outbound_hosts entry"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn runner_toml_keys() {
+        use crate::config::Config;
+        let c = Config::parse(
+            "[defaults]\nhttp_timeout = \"2s\"\n[types.w]\nallowed_outbound_hosts = [\"https://a.example\"]\nhttp_max_response = \"4KiB\"\nhttp_concurrency = 2\n",
+            "runner.toml",
+        )
+        .unwrap();
+        let p = c.policy(&"w".parse().unwrap());
+        assert_eq!(p.allowed_outbound_hosts.entries().collect::<Vec<_>>(), ["https://a.example"]);
+        assert_eq!(p.http_timeout, std::time::Duration::from_secs(2));
+        assert_eq!(p.http_max_response, bytesize::ByteSize::kib(4));
+        assert_eq!(p.http_concurrency, 2);
+        assert!(c.policy(&"other".parse().unwrap()).allowed_outbound_hosts.is_empty());
+        for (text, needle) in [
+            ("[types.w]\n\nallowed_outbound_hosts = [\"api.example.com\"]", "runner.toml:3"),
+            ("[types.w]\nallowed_outbound_hosts = [\"api.example.com\"]", "invalid allowed_outbound_hosts entry"),
+            ("[defaults]\nhttp_concurrency = 0", "defaults.http_concurrency"),
+            ("[types.w]\nhttp_timeout = \"0s\"", "types.\"w\".http_timeout"),
+        ] {
+            let err = format!("{:#}", Config::parse(text, "runner.toml").unwrap_err());
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn private_addresses() {
+        for ip in ["127.0.0.1", "10.0.0.1", "172.31.255.255", "192.168.0.1", "169.254.1.1", "0.0.0.0", "100.64.0.1", "::1", "fe80::1", "fc00::1"] {
+            assert!(is_private(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "172.32.0.1", "2606:4700::1111", "100.128.0.1"] {
+            assert!(!is_private(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}
