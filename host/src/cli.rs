@@ -61,6 +61,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Plugins folder; wins over `[runner] plugins_dir`.
+    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin (see BENCHMARKS.md).
+    Bench(crate::bench::BenchArgs),
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
 }
@@ -205,6 +207,10 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 }
                 (None, None) => None,
             };
+        Command::Bench(args) => {
+            crate::bench::run(args, url).await?;
+            Ok(ExitCode::SUCCESS)
+        }
             let due_ms = match (args.at, args.in_) {
                 (Some(at), _) => at,
                 (None, Some(after)) => now_ms().saturating_add(after.as_millis() as i64),

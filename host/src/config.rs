@@ -226,6 +226,15 @@ pub struct TypeConfig {
     pub http_concurrency: Option<usize>,
     /// See [`TypePolicy::memory_limit`].
     pub memory_limit: Option<ByteSize>,
+    /// Opt-in instance reuse: one instance serves up to this many consecutive
+    /// tasks (0 or 1: a fresh instance per task, the default). A trap or
+    /// failure discards the instance. Faster, but a task can see what earlier
+    /// tasks left in the instance's memory and globals.
+    pub instance_reuse: u32,
+    /// Append every outcome to the `<prefix>:{<type>}:events` stream.
+    pub events: bool,
+    /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
+    pub events_maxlen: u64,
     /// See [`TypePolicy::max_payload`].
     pub max_payload: Option<ByteSize>,
     /// Values the plugin reads through its `config` import: strings, or secrets
@@ -242,6 +251,9 @@ impl Config {
     /// Parses and validates a `runner.toml` text; `origin` names it in errors.
     ///
     /// Errors are one line: `runner.toml:12: unknown field `concurency` ...`.
+            instance_reuse: 0,
+            events: false,
+            events_maxlen: 10_000,
     pub fn parse(text: &str, origin: &str) -> Result<Config> {
         let config: Config = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
@@ -278,6 +290,12 @@ impl Config {
         }
         for tc in self.types.values_mut() {
             for value in tc.config.values_mut() {
+    /// See [`TypePolicy::instance_reuse`].
+    pub instance_reuse: Option<u32>,
+    /// See [`TypePolicy::events`].
+    pub events: Option<bool>,
+    /// See [`TypePolicy::events_maxlen`].
+    pub events_maxlen: Option<u64>,
                 value.resolve_path(base);
             }
         }
@@ -387,6 +405,9 @@ mod tests {
             timeout = "2s"
             [types."order.timeout"]
             max_attempts = 7
+            instance_reuse: t.instance_reuse.unwrap_or(d.instance_reuse),
+            events: t.events.unwrap_or(d.events),
+            events_maxlen: t.events_maxlen.unwrap_or(d.events_maxlen),
             memory_limit = "32MiB"
             config = { url = "http://x" }
             "#,

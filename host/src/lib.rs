@@ -21,9 +21,12 @@
 //! - [`cli`]: the `hourglass` command line.
 
 pub mod backoff;
+//! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves.
+//! - [`bench`]: `hourglass bench`, the in-process benchmark.
 pub mod cli;
 pub mod config;
 pub mod managed;
+pub mod bench;
 pub mod outbound;
 pub mod registry;
 pub mod runner;

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,37 @@ const IDLE_WITH_NOTIFICATIONS: Duration = Duration::from_secs(2);
 /// Ids longer than this are dead-lettered at claim time.
 const MAX_ID_BYTES: usize = 1024;
 
+/// What the runner tells an [`Observer`]: a task started running, or its outcome was written.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A handler is about to run the task (on the thread that runs it).
+    Started {
+        /// Its type.
+        task_type: &'a TaskType,
+        /// Its id.
+        id: &'a [u8],
+        /// The score it was claimed with (ms since the epoch).
+        due_ms: i64,
+        /// Short hash of the plugin version that runs it.
+        plugin_hash: &'a str,
+    },
+    /// Its outcome is stored in Redis (`fenced`: ignored because the lease was lost).
+    Settled {
+        /// Its type.
+        task_type: &'a TaskType,
+        /// Its id.
+        id: &'a [u8],
+        /// True for a success ack.
+        acked: bool,
+        /// True when the outcome was ignored (stale lease token).
+        fenced: bool,
+    },
+}
+
+/// A callback the runner invokes at task start and settle, e.g. for `hourglass bench`.
+/// It runs on hot paths, so it must be quick; without one the runner pays nothing.
+pub type Observer = Arc<dyn Fn(Event<'_>) + Send + Sync>;
+
 /// Runs the host until `shutdown` is cancelled, then drains gracefully:
 /// stop claiming, let running tasks finish within the grace period, hand the
 /// leases of unfinished ones back to `due`.
@@ -38,6 +69,17 @@ pub async fn run(
     config_file: Option<PathBuf>,
     store: Store,
     shutdown: CancellationToken,
+) -> Result<()> {
+    run_observed(config, config_file, store, shutdown, None).await
+}
+
+/// [`run`], reporting every task's start and settle to `observer`.
+pub async fn run_observed(
+    config: Config,
+    config_file: Option<PathBuf>,
+    store: Store,
+    shutdown: CancellationToken,
+    observer: Option<Observer>,
 ) -> Result<()> {
     let largest_memory = std::iter::once(config.defaults.memory_limit)
         .chain(config.types.keys().map(|t| config.policy(t).memory_limit))
@@ -79,6 +121,7 @@ pub async fn run(
     let workers = TaskTracker::new();
     let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();
     let mut versions = registry.subscribe();
+        observer,
     loop {
         // Start a worker for every type that gained a plugin.
         for task_type in registry.types() {
@@ -146,6 +189,8 @@ struct Runner {
 type InFlight = Arc<Mutex<HashMap<(Vec<u8>, u64), Instant>>>;
 
 /// Per task type: its concurrency limit, running tasks and settle queue.
+    /// Told about every start and settle (benchmarks); `None` in production.
+    observer: Option<Observer>,
 struct TypeState {
     semaphore: Arc<Semaphore>,
     in_flight: InFlight,
@@ -245,9 +290,10 @@ impl Runner {
                 let Some(task_permits) = permits.pop() else {
                     break;
                 };
-                self.dispatch(&state, &entry, task, task_permits);
+                runnable.push((task, task_permits));
             }
             drop(permits);
+            let mut runnable = Vec::with_capacity(claim.tasks.len());
             if claimed_all {
                 continue; // more may be due right now
             }
@@ -255,6 +301,7 @@ impl Runner {
             let next = [claim.next_due_ms, claim.next_lease_expiry_ms].into_iter().flatten().min();
             let idle = if self.wakeups.live() { IDLE_WITH_NOTIFICATIONS } else { self.poll_interval };
             let sleep = next
+            self.dispatch_batch(&state, &entry, runnable);
                 .map(|at| Duration::from_millis(u64::try_from(at - claim.now_ms).unwrap_or(0)))
                 .map_or(idle, |until| until.min(idle));
             if sleep.is_zero() {
@@ -304,17 +351,42 @@ impl Runner {
         out
     }
 
-    /// Runs one task on a blocking thread and queues its outcome for settling.
-    fn dispatch(&self, state: &Arc<TypeState>, entry: &Entry, task: ClaimedTask, permits: Permits) {
-        if task.due_ms < SECONDS_NOT_MS {
+    /// Runs the tasks of one claim on a few blocking workers and queues each
+    /// outcome for settling as soon as it is known.
+    ///
+    /// Starting one thread hop per task costs more than a small handler runs,
+    /// so a claim's tasks share `min(n, cores)` workers that take them in
+    /// turn. When no task finishes for a tick (handlers waiting on I/O or
+    /// sleeping), the batch adds as many workers again, up to one per task, so
+    /// slow tasks still run side by side up to the concurrency limits.
+    fn dispatch_batch(&self, state: &Arc<TypeState>, entry: &Entry, tasks: Vec<(ClaimedTask, Permits)>) {
+        if tasks.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        {
+            let mut in_flight = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            for (task, _) in &tasks {
+                in_flight.insert((task.id.clone(), task.token), now);
+            }
+        }
+        for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
             warn!(
                 task_type = %task.task_type, task_id = %String::from_utf8_lossy(&task.id), score = task.due_ms,
                 "due score looks like seconds, not milliseconds; running it now anyway"
             );
         }
-        state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert((task.id.clone(), task.token), Instant::now());
-        let entry = entry.clone();
-        let state = state.clone();
+        let n = tasks.len();
+        let task_type = tasks[0].0.task_type.clone();
+        let batch = Arc::new(Batch {
+            task_type,
+            queue: Mutex::new(tasks.into()),
+            running: Mutex::new(Vec::new()),
+            finished: AtomicUsize::new(0),
+            entry: entry.clone(),
+            state: state.clone(),
+            observer: self.observer.clone(),
+        });
         self.tasks.spawn(async move {
             let started_ms = crate::cli::now_ms();
             let timeout = entry.policy.timeout;
@@ -327,11 +399,30 @@ impl Runner {
                 Ok(Err(join)) => (Err(Failure::Error(format!("handler thread failed: {join}"))), vec![]),
                 Err(_) => (Err(Failure::Error(format!("deadline of {timeout:?} exceeded"))), vec![]),
             };
-            let outcome = decide(&entry, &task, result, followups, started_ms);
-            let settlement = Settlement { id: task.id, token: task.token, outcome };
-            let tx = state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(tx) = tx {
-                let _ = tx.send((settlement, permits));
+            add_workers(&mut workers, n.min(run_parallelism()));
+            let mut finished_before = 0;
+            let mut tick = tokio::time::interval(FANOUT_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            // Done when every task is settled, even if a worker is still stuck in a host call.
+            while batch.finished.load(Ordering::Acquire) < n {
+                tokio::select! {
+                    Some(_) = workers.join_next() => {}
+                    _ = tick.tick() => {
+                        let finished = batch.finished.load(Ordering::Acquire);
+                        let queued = batch.queue.lock().unwrap_or_else(|p| p.into_inner()).len();
+                        if finished == finished_before && queued > 0 && workers.len() < n {
+                            let more = workers.len().min(queued).max(1);
+                            add_workers(&mut workers, more);
+                        }
+                        finished_before = finished;
+                        // The epoch deadline stops guest code; this bounds time spent in host calls too.
+                        let limit = batch.entry.policy.timeout + Duration::from_secs(1);
+                        if batch.fail_running(|r| r.since.elapsed() > limit) > 0 && queued > 0 {
+                            add_workers(&mut workers, 1);
+                        }
+                    }
+                }
             }
         });
     }
@@ -377,6 +468,12 @@ impl Runner {
                     warn!(task_type = %task_type, task_id = %String::from_utf8_lossy(&s.id),
                         "outcome ignored: the lease had expired and the task was claimed again");
                 }
+            if let Some(observe) = &self.observer {
+                for (s, r) in batch.iter().zip(&results) {
+                    let (acked, fenced) = (matches!(s.outcome, Outcome::Ack { .. }), matches!(r, SettleResult::Fenced));
+                    observe(Event::Settled { task_type: &task_type, id: &s.id, acked, fenced });
+                }
+            }
             }
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -447,6 +544,121 @@ fn decide(
     result: Result<(), Failure>,
     followups: Vec<crate::task::FollowUp>,
     started_ms: i64,
+/// How often a batch checks for stalled workers and overdue tasks.
+const FANOUT_TICK: Duration = Duration::from_millis(2);
+
+/// Blocking workers a batch starts with: the machine's cores.
+fn run_parallelism() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
+/// The tasks of one claim, shared by the workers that run them.
+struct Batch {
+    queue: Mutex<std::collections::VecDeque<(ClaimedTask, Permits)>>,
+    /// Tasks a worker is running now; the supervisor may fail one that overruns.
+    running: Mutex<Vec<Running>>,
+    /// Tasks whose outcome is queued for settling.
+    finished: AtomicUsize,
+    task_type: TaskType,
+    entry: Entry,
+    state: Arc<TypeState>,
+    observer: Option<Observer>,
+}
+
+/// A task on a worker: enough to settle it if its worker never comes back.
+struct Running {
+    token: u64,
+    id: Vec<u8>,
+    attempt: u32,
+    due_ms: i64,
+    started_ms: i64,
+    since: Instant,
+    permits: Permits,
+}
+
+impl Batch {
+    /// A worker: runs queued tasks one after another until none is left.
+    fn work(&self) {
+        let handler = &self.entry.handler;
+        // A live instance kept between tasks when the type opted into reuse.
+        let mut warm = None;
+        loop {
+            let Some((task, permits)) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front() else {
+                break;
+            };
+            if let Some(observe) = &self.observer {
+                observe(Event::Started {
+                    task_type: &task.task_type,
+                    id: &task.id,
+                    due_ms: task.due_ms,
+                    plugin_hash: &self.entry.hash,
+                });
+            }
+            let started_ms = crate::cli::now_ms();
+            self.running.lock().unwrap_or_else(|p| p.into_inner()).push(Running {
+                token: task.token,
+                id: task.id.clone(),
+                attempt: task.attempt,
+                due_ms: task.due_ms,
+                started_ms,
+                since: Instant::now(),
+                permits,
+            });
+            let measured = crate::telemetry::started(&task, started_ms);
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.run_reusing(&mut warm, &task)));
+            drop(measured);
+            let (result, followups) = match run {
+                Ok(run) => (run.result, run.followups),
+                Err(_) => {
+                    warm = None;
+                    (Err(Failure::Error("handler thread failed: panic in the host".into())), Vec::new())
+                }
+            };
+            let finished_ms = crate::cli::now_ms();
+            let running = {
+                let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+                running.iter().position(|r| r.token == task.token).map(|i| running.swap_remove(i))
+            };
+            // `None`: the supervisor already failed it for overrunning its deadline.
+            let Some(running) = running else { continue };
+            let outcome = decide(&self.entry, &task, result, followups, started_ms);
+            let info = RunInfo { attempt: task.attempt, due_ms: task.due_ms, started_ms, finished_ms };
+            self.send(Settlement { id: task.id, token: task.token, outcome, run: info }, running.permits);
+        }
+    }
+
+    /// Queues an outcome for the settler (which frees the permits once it is stored).
+    fn send(&self, settlement: Settlement, permits: Permits) {
+        if let Some(tx) = self.state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = tx.send((settlement, permits));
+        }
+        self.finished.fetch_add(1, Ordering::Release);
+    }
+
+    /// Settles the running tasks that `overdue` picks as failed (deadline
+    /// exceeded); their workers' late results are dropped. Returns how many.
+    fn fail_running(&self, overdue: impl Fn(&Running) -> bool) -> usize {
+        let failed: Vec<Running> = {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            let (out, keep) = std::mem::take(&mut *running).into_iter().partition(|r| overdue(r));
+            *running = keep;
+            out
+        };
+        let n = failed.len();
+        let timeout = self.entry.policy.timeout;
+        for r in failed {
+            let task = ClaimedTask { task_type: self.task_type.clone(), id: r.id, payload: Vec::new(), attempt: r.attempt, due_ms: r.due_ms, token: r.token };
+            let failure = Failure::Error(format!("deadline of {timeout:?} exceeded"));
+            let outcome = decide(&self.entry, &task, Err(failure), Vec::new(), r.started_ms);
+            let info =
+                RunInfo { attempt: r.attempt, due_ms: r.due_ms, started_ms: r.started_ms, finished_ms: crate::cli::now_ms() };
+            self.send(Settlement { id: task.id, token: task.token, outcome, run: info }, r.permits);
+        }
+        n
+    }
+}
+
 ) -> Outcome {
     let policy = &entry.policy;
     let id = String::from_utf8_lossy(&task.id);

@@ -58,6 +58,9 @@ use bindings::TaskHandlerPre;
 /// The world every plugin must implement.
 pub const WORLD: &str = "hourglass:plugin/task-handler@0.1.0";
 
+/// Bytes of a freed instance's linear memory and tables kept resident for the next one.
+const KEEP_RESIDENT_MEMORY: usize = 128 * 1024;
+const KEEP_RESIDENT_TABLE: usize = 16 * 1024;
 /// How often the epoch ticks: the granularity of deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Bytes of stdout and of stderr kept per run; the rest is dropped.
@@ -124,7 +127,13 @@ impl Runtime {
             .max_core_instances_per_component(16)
             .max_memories_per_component(4)
             .max_tables_per_component(16)
-            .max_memory_size(usize::try_from(max_memory).unwrap_or(usize::MAX));
+            .max_memory_size(usize::try_from(max_memory).unwrap_or(usize::MAX))
+            // Reset the first pages of a freed slot with memset instead of
+            // madvise + page faults on the next task: a small handler never
+            // leaves them, so instantiation stays warm (the cost is RSS, at
+            // most this much per slot ever used).
+            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
+            .table_keep_resident(KEEP_RESIDENT_TABLE);
 
         let mut config = Config::new();
         config.epoch_interruption(true);
@@ -366,6 +375,18 @@ pub struct Handler {
     limits: Limits,
     config: Arc<BTreeMap<String, String>>,
     http: Arc<outgoing::HttpPolicy>,
+    /// Most consecutive tasks one instance serves (`instance_reuse`); 0 or 1: a fresh instance each.
+    reuse: u32,
+}
+
+/// A live instance one worker keeps between tasks of a type that opted into reuse.
+pub struct WarmInstance {
+    store: Store<HostState>,
+    instance: bindings::TaskHandler,
+    stdout: CappedPipe,
+    stderr: CappedPipe,
+    served: u32,
+    component: Arc<ComponentInner>,
 }
 
 impl fmt::Debug for Handler {
@@ -429,6 +450,7 @@ impl Handler {
             },
             config,
             http: Arc::new(outgoing::HttpPolicy::new(policy)),
+            reuse: policy.instance_reuse,
         }
     }
 
@@ -444,6 +466,37 @@ impl Handler {
 
     /// Runs one task in a fresh instance; blocks until it returns, traps or hits the deadline.
     pub fn run(&self, task: &ClaimedTask) -> TaskRun {
+        if let Some(refused) = self.refuse_oversize(task) {
+            return refused;
+        }
+        let stdout = CappedPipe::new(OUTPUT_CAP);
+        let stderr = CappedPipe::new(OUTPUT_CAP);
+        let state = self.host_state(task, &stdout, &stderr);
+        let pre = &self.component.inner.pre;
+        let mut store = Store::new(pre.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
+
+        let outcome = pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.call_handle(&mut store, &wit_task(task)));
+        let (out, out_dropped) = stdout.take();
+        let (err, err_dropped) = stderr.take();
+        let state = store.into_data();
+        emit_output(&state.meta, "stdout", &out, out_dropped);
+        emit_output(&state.meta, "stderr", &err, err_dropped);
+
+        let result = self.result_of(outcome, state.limiter.exceeded, &err);
+        let followups = if result.is_ok() {
+            state.followups
+        } else {
+            Vec::new()
+        };
+        TaskRun { result, followups }
+    }
+
+    /// A payload over `max_payload` fails permanently without running.
+    fn refuse_oversize(&self, task: &ClaimedTask) -> Option<TaskRun> {
         if task.payload.len() as u64 > self.limits.max_payload {
             let failure = Failure::Permanent(format!(
                 "payload of {} bytes exceeds max_payload of {}",
@@ -455,16 +508,34 @@ impl Handler {
                 followups: Vec::new(),
             };
         }
-        let stdout = CappedPipe::new(OUTPUT_CAP);
-        let stderr = CappedPipe::new(OUTPUT_CAP);
+        None
+    }
+
+    /// The parts of the state that belong to one task: who logs, and the outbound HTTP deadline.
+    fn task_state(&self, task: &ClaimedTask) -> (RunMeta, outgoing::OutboundHooks) {
         let meta = RunMeta {
             plugin: self.plugin_name.clone(),
             task_type: task.task_type.to_string(),
             task_id: String::from_utf8_lossy(&task.id).into_owned(),
             attempt: task.attempt,
         };
-        let state = HostState {
-            wasi: deny_all_wasi(&stdout, &stderr),
+        let http_hooks = outgoing::OutboundHooks::new(
+            self.http.clone(),
+            std::time::Instant::now() + self.limits.timeout,
+            outgoing::Caller {
+                plugin: self.plugin_name.clone(),
+                task_type: task.task_type.to_string(),
+                task_id: String::from_utf8_lossy(&task.id).into_owned(),
+            },
+        );
+        (meta, http_hooks)
+    }
+
+    /// The per-run state of a fresh `Store` for `task`, its output going to the pipes.
+    fn host_state(&self, task: &ClaimedTask, stdout: &CappedPipe, stderr: &CappedPipe) -> HostState {
+        let (meta, http_hooks) = self.task_state(task);
+        HostState {
+            wasi: deny_all_wasi(stdout, stderr),
             table: ResourceTable::new(),
             limiter: MemoryCap {
                 limit: self
@@ -501,7 +572,81 @@ impl Handler {
         emit_output(&state.meta, "stdout", &out, out_dropped);
         emit_output(&state.meta, "stderr", &err, err_dropped);
 
-        let result = match outcome {
+        }
+    }
+
+    /// Like [`Handler::run`], but when the type opted into `instance_reuse`,
+    /// runs the task on the live instance in `warm` (creating it if needed)
+    /// and keeps it there for the next task, up to the configured count. A
+    /// trap or any failure discards the instance.
+    ///
+    /// What reuse gives up: the instance's linear memory, globals and WASI
+    /// state carry over from one task to the next, so a task can see data an
+    /// earlier task of the same type left behind, and a handler that corrupts
+    /// its own state without failing affects the tasks after it.
+    pub fn run_reusing(&self, warm: &mut Option<WarmInstance>, task: &ClaimedTask) -> TaskRun {
+        if self.reuse <= 1 {
+            return self.run(task);
+        }
+        if let Some(refused) = self.refuse_oversize(task) {
+            return refused;
+        }
+        let mut w = match warm.take() {
+            Some(w) if Arc::ptr_eq(&w.component, &self.component.inner) => w,
+            _ => {
+                let stdout = CappedPipe::new(OUTPUT_CAP);
+                let stderr = CappedPipe::new(OUTPUT_CAP);
+                let state = self.host_state(task, &stdout, &stderr);
+                let pre = &self.component.inner.pre;
+                let mut store = Store::new(pre.engine(), state);
+                store.limiter(|s| &mut s.limiter);
+                store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
+                match pre.instantiate(&mut store) {
+                    Ok(instance) => WarmInstance {
+                        store,
+                        instance,
+                        stdout,
+                        stderr,
+                        served: 0,
+                        component: self.component.inner.clone(),
+                    },
+                    Err(e) => {
+                        let (err, _) = stderr.take();
+                        let exceeded = store.data().limiter.exceeded;
+                        let result = self.result_of(Err(e), exceeded, &err);
+                        return TaskRun { result, followups: Vec::new() };
+                    }
+                }
+            }
+    /// What a call's outcome means for the task.
+        {
+            // Per-task parts of the state; WASI and its resource table carry over.
+            let fresh = self.task_state(task);
+            let state = w.store.data_mut();
+            state.meta = fresh.0;
+            state.http_hooks = fresh.1;
+            state.followups.clear();
+            state.limiter.exceeded = None;
+        }
+        w.store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
+        let outcome = w.instance.call_handle(&mut w.store, &wit_task(task));
+        let (out, out_dropped) = w.stdout.take();
+        let (err, err_dropped) = w.stderr.take();
+        emit_output(&w.store.data().meta, "stdout", &out, out_dropped);
+        emit_output(&w.store.data().meta, "stderr", &err, err_dropped);
+        let exceeded = w.store.data().limiter.exceeded;
+        let result = self.result_of(outcome, exceeded, &err);
+    fn result_of(
+        &self,
+        outcome: wasmtime::Result<Result<(), wit_types::Failure>>,
+        memory_wanted: Option<usize>,
+        err: &str,
+        w.served += 1;
+        if result.is_ok() && w.served < self.reuse {
+            *warm = Some(w);
+        }
+    ) -> Result<(), Failure> {
+        match outcome {
             Ok(Ok(())) => Ok(()),
             Ok(Err(wit_types::Failure::RetryAfter(ms))) => {
                 Err(Failure::RetryAfter(Duration::from_millis(ms)))

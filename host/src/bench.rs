@@ -1,0 +1,854 @@
+//! `hourglass bench`: runs the host in-process on the `noop` plugin against a Redis, writes tasks as a client would, and measures throughput, lateness, footprint and reload time.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, KeyPrefix, TypeConfig};
+use crate::runner::{self, Event, Observer};
+use crate::store::Store;
+use crate::task_type::TaskType;
+
+/// Key prefix of everything the benchmark writes, so it never touches real tasks.
+const PREFIX: &str = "hourglass-bench";
+/// The task type the benchmark runs (served by the `noop` plugin).
+const TYPE: &str = "noop";
+/// Members per ZADD command and commands per pipeline when writing tasks.
+const ZADD_CHUNK: usize = 1000;
+const PIPELINE_COMMANDS: usize = 20;
+/// A run with no progress for this long is over; what did not finish counts as lost.
+const STALL: Duration = Duration::from_secs(30);
+
+/// `hourglass bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    pub scenario: Scenario,
+    /// Start a private redis-server (no persistence, unix socket in a temp dir) and remove it afterwards.
+    #[arg(long)]
+    pub spawn_redis: bool,
+    /// Tasks of a burst [default: 200000].
+    #[arg(long, value_name = "N")]
+    pub tasks: Option<u64>,
+    /// Tasks per second of `steady` and `reload` [default: 1000, and 20000 as a second `steady` run].
+    #[arg(long, value_name = "R")]
+    pub rate: Option<u64>,
+    /// Length of `steady` and `reload`: seconds or `20s` [default: 20 s, `reload` 6 s].
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    pub duration: Option<Duration>,
+    /// Far-future tasks in the due set during `backlog` [default: 10000000].
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<u64>,
+    /// ZADDs of `footprint`'s Redis measurement [default: 1000000].
+    #[arg(long, value_name = "N")]
+    pub footprint_tasks: Option<u64>,
+    /// The `noop` component [default: plugins/noop.wasm near the binary or the current folder].
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<PathBuf>,
+    /// Let one instance serve up to N consecutive tasks (`instance_reuse`) [default: a fresh instance per task].
+    #[arg(long, value_name = "N")]
+    pub reuse: Option<u32>,
+    /// Global and per-type concurrency of the host [default: runner.toml's defaults].
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// Most tasks per claim [default: runner.toml's default].
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<usize>,
+    /// Print one JSON object per scenario run instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The benchmark scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// N tasks due at one instant: drain throughput.
+    Burst,
+    /// R tasks/s over S seconds: lateness percentiles.
+    Steady,
+    /// A burst while millions of far-future tasks sit in the same set, as a ratio to the empty burst.
+    Backlog,
+    /// Redis bytes per task, host RSS idle and at the peak of a burst.
+    Footprint,
+    /// Time from renaming a new plugin into place to the first task it serves, under load.
+    Reload,
+    /// Every scenario in turn.
+    All,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        return if secs > 0.0 { Ok(Duration::from_secs_f64(secs)) } else { Err("must be more than 0".into()) };
+    }
+    humantime::parse_duration(s).map_err(|e| format!("not seconds or a duration (like 20 or 20s): {e}"))
+}
+
+/// Runs `hourglass bench`; `redis_url` is `--redis` or the config's.
+pub async fn run(args: BenchArgs, redis_url: String) -> Result<()> {
+    let plugin = find_plugin(args.plugin.as_deref())?;
+    let spawned = if args.spawn_redis { Some(SpawnedRedis::start().await?) } else { None };
+    let url = spawned.as_ref().map_or(redis_url, SpawnedRedis::url);
+    let bench = Bench::new(args, url, plugin).await?;
+    let result = bench.run_all().await;
+    bench.cleanup().await;
+    drop(spawned);
+    result
+}
+
+/// `plugins/noop.wasm` next to the binary's workspace or the current folder, or `--plugin`.
+fn find_plugin(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = given {
+        if p.is_file() {
+            return Ok(p.to_owned());
+        }
+        bail!("plugin {} does not exist (build it with bash plugins/build.sh)", p.display());
+    }
+    let mut candidates = vec![PathBuf::from("plugins/noop.wasm")];
+    if let Ok(exe) = std::env::current_exe() {
+        // target/{release,debug}/hourglass → the workspace root is three levels up.
+        for dir in exe.ancestors().skip(1).take(4) {
+            candidates.push(dir.join("plugins/noop.wasm"));
+        }
+    }
+    candidates.into_iter().find(|p| p.is_file()).with_context(|| {
+        "plugins/noop.wasm not found near the binary or in the current folder: build it with bash plugins/build.sh, or pass --plugin <path>"
+            .to_owned()
+    })
+}
+
+/// A private `redis-server` on a unix socket in a temp folder; killed and removed on drop.
+struct SpawnedRedis {
+    child: std::process::Child,
+    dir: TempDir,
+}
+
+impl SpawnedRedis {
+    async fn start() -> Result<SpawnedRedis> {
+        let dir = TempDir::new("redis")?;
+        let socket = dir.path.join("redis.sock");
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(&dir.path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    anyhow::anyhow!("--spawn-redis needs redis-server installed (apt-get install redis-server)")
+                }
+                _ => anyhow::Error::new(e).context("cannot start redis-server"),
+            })?;
+        let mut spawned = SpawnedRedis { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(client) = redis::Client::open(spawned.url())
+                && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+                && redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+            {
+                return Ok(spawned);
+            }
+            if let Ok(Some(status)) = spawned.child.try_wait() {
+                bail!("redis-server exited at start ({status})");
+            }
+            if Instant::now() > deadline {
+                bail!("redis-server did not answer within 10s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis+unix://{}", self.dir.path.join("redis.sock").display())
+    }
+}
+
+impl Drop for SpawnedRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A folder under the system temp dir, removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new(what: &str) -> Result<TempDir> {
+        let nonce: u64 = rand::random();
+        let path = std::env::temp_dir().join(format!("hourglass-bench-{what}-{}-{nonce:x}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// What the observer records of one run: per task index, starts, settles and lateness.
+struct Recorder {
+    n: usize,
+    starts: Vec<AtomicU32>,
+    acks: Vec<AtomicU32>,
+    /// Start time minus due time, µs (first start only).
+    lateness_us: Vec<AtomicI64>,
+    acked_total: AtomicU64,
+    /// Starts or settles of ids outside 0..n (far-future backlog, warm-up).
+    strays: AtomicU64,
+    warm_acks: AtomicU64,
+    last_ack_us: AtomicI64,
+    /// For `reload`: the hash to wait for and when a task first ran on it (µs).
+    watch_hash: Mutex<Option<String>>,
+    first_on_watched_us: AtomicI64,
+}
+
+impl Recorder {
+    fn new(n: usize) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            n,
+            starts: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            acks: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            lateness_us: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            acked_total: AtomicU64::new(0),
+            strays: AtomicU64::new(0),
+            warm_acks: AtomicU64::new(0),
+            last_ack_us: AtomicI64::new(0),
+            watch_hash: Mutex::new(None),
+            first_on_watched_us: AtomicI64::new(0),
+        })
+    }
+
+    fn observe(&self, event: Event<'_>) {
+        match event {
+            Event::Started { id, due_ms, plugin_hash, .. } => {
+                let now = now_us();
+                if let Some(watched) = self.watch_hash.lock().unwrap_or_else(|p| p.into_inner()).as_deref()
+                    && watched == plugin_hash
+                {
+                    let _ = self.first_on_watched_us.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+                }
+                match self.index(id) {
+                    Some(i) => {
+                        if self.starts[i].fetch_add(1, Ordering::Relaxed) == 0 {
+                            self.lateness_us[i].store(now - due_ms * 1000, Ordering::Relaxed);
+                        }
+                    }
+                    None if id.starts_with(b"warm") => {}
+                    None => {
+                        self.strays.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Event::Settled { id, acked, fenced, .. } => {
+                if !acked || fenced {
+                    return;
+                }
+                match self.index(id) {
+                    Some(i) => {
+                        self.acks[i].fetch_add(1, Ordering::Relaxed);
+                        self.acked_total.fetch_add(1, Ordering::Relaxed);
+                        self.last_ack_us.fetch_max(now_us(), Ordering::Relaxed);
+                    }
+                    None if id.starts_with(b"warm") => {
+                        self.warm_acks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        self.strays.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The index of a benchmark id (16 hex digits), if it is one of this run's.
+    fn index(&self, id: &[u8]) -> Option<usize> {
+        if id.len() != 16 {
+            return None;
+        }
+        let text = std::str::from_utf8(id).ok()?;
+        let i = usize::try_from(u64::from_str_radix(text, 16).ok()?).ok()?;
+        (i < self.n).then_some(i)
+    }
+
+    /// Tasks never started (lost) and tasks started more than once (doubled).
+    fn lost_doubled(&self) -> (u64, u64) {
+        let mut lost = 0;
+        let mut doubled = 0;
+        for (s, a) in self.starts.iter().zip(&self.acks) {
+            let (s, a) = (s.load(Ordering::Relaxed), a.load(Ordering::Relaxed));
+            if s == 0 || a == 0 {
+                lost += 1;
+            } else if s > 1 || a > 1 {
+                doubled += 1;
+            }
+        }
+        (lost, doubled + self.strays.load(Ordering::Relaxed))
+    }
+
+    fn observer(self: &Arc<Self>) -> Observer {
+        let me = self.clone();
+        Arc::new(move |e| me.observe(e))
+    }
+}
+
+/// The id of task `i`: 16 bytes, as the issue's footprint asks.
+fn task_id(i: u64) -> String {
+    format!("{i:016x}")
+}
+
+fn now_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+fn now_ms() -> i64 {
+    now_us() / 1000
+}
+
+/// `/proc/loadavg`'s 1-minute figure: other work on the machine skews the numbers.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// A field of `/proc/self/status` in KiB (`VmRSS`, `VmHWM`).
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn mib(kib: Option<u64>) -> Value {
+    kib.map_or(Value::Null, |k| json!((k as f64 / 1024.0 * 10.0).round() / 10.0))
+}
+
+/// A running in-process host.
+struct Host {
+    shutdown: CancellationToken,
+    handle: tokio::task::JoinHandle<Result<()>>,
+    plugins: PathBuf,
+}
+
+impl Host {
+    async fn stop(self) -> Result<()> {
+        self.shutdown.cancel();
+        self.handle.await.context("host task panicked")?
+    }
+}
+
+struct Bench {
+    args: BenchArgs,
+    url: String,
+    plugin: PathBuf,
+    store: Store,
+    conn: redis::aio::MultiplexedConnection,
+    task_type: TaskType,
+    work: TempDir,
+    progress: bool,
+}
+
+impl Bench {
+    async fn new(args: BenchArgs, url: String, plugin: PathBuf) -> Result<Bench> {
+        let prefix: KeyPrefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
+        let store = Store::connect(&url, &prefix).await?;
+        let conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        let progress = std::io::stderr().is_terminal();
+        let bench = Bench {
+            args,
+            url,
+            plugin,
+            store,
+            conn,
+            task_type: TYPE.parse()?,
+            work: TempDir::new("host")?,
+            progress,
+        };
+        bench.clear().await?;
+        Ok(bench)
+    }
+
+    async fn run_all(&self) -> Result<()> {
+        let s = self.args.scenario;
+        if matches!(s, Scenario::Burst | Scenario::All) {
+            self.burst().await?;
+        }
+        if matches!(s, Scenario::Steady | Scenario::All) {
+            self.steady().await?;
+        }
+        if matches!(s, Scenario::Backlog | Scenario::All) {
+            self.backlog().await?;
+        }
+        if matches!(s, Scenario::Footprint | Scenario::All) {
+            self.footprint().await?;
+        }
+        if matches!(s, Scenario::Reload | Scenario::All) {
+            self.reload().await?;
+        }
+        Ok(())
+    }
+
+    fn report(&self, title: &str, fields: Value) {
+        let mut out = std::io::stdout().lock();
+        if self.args.json {
+            let _ = writeln!(out, "{fields}");
+        } else {
+            let _ = writeln!(out, "{title}");
+            if let Value::Object(map) = &fields {
+                for (k, v) in map {
+                    let shown = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    let _ = writeln!(out, "  {k:<24} {shown}");
+                }
+            }
+            let _ = writeln!(out);
+        }
+        let _ = out.flush();
+    }
+
+    fn common(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("instance_reuse".into(), json!(self.args.reuse.unwrap_or(0)));
+        m.insert("load_average".into(), json!(load_average()));
+        m
+    }
+
+    /// Deletes every key of the benchmark type.
+    async fn clear(&self) -> Result<()> {
+        let k = self.store.keys(&self.task_type);
+        let mut conn = self.conn.clone();
+        let keys = [k.due, k.payload, k.stats, k.leases, k.tokens, k.attempts, k.errors, k.dead, k.seq, k.outbox];
+        let _: () = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+        let footprint = format!("{PREFIX}:{{footprint}}:due");
+        let _: () = conn.unlink(footprint).await?;
+        Ok(())
+    }
+
+    async fn cleanup(&self) {
+        let _ = self.clear().await;
+    }
+
+    /// Starts the host with `noop` (and `extra` plugin files) in a fresh plugins folder.
+    async fn start_host(&self, recorder: &Arc<Recorder>, extra: &[PathBuf]) -> Result<Host> {
+        let plugins = self.work.path.join(format!("plugins-{:x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&plugins)?;
+        std::fs::copy(&self.plugin, plugins.join(format!("{TYPE}.wasm")))
+            .with_context(|| format!("cannot copy {}", self.plugin.display()))?;
+        for file in extra {
+            if let Some(name) = file.file_name() {
+                std::fs::copy(file, plugins.join(name))?;
+            }
+        }
+        let mut config = Config::default();
+        config.redis.url = self.url.clone();
+        config.redis.prefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
+        config.runner.plugins_dir = plugins.clone();
+        config.runner.cache_dir = std::env::temp_dir().join("hourglass-bench-cache");
+        config.runner.grace_period = Duration::from_secs(5);
+        if let Some(c) = self.args.concurrency {
+            config.runner.concurrency = c;
+        }
+        if let Some(b) = self.args.batch_size {
+            config.runner.batch_size = b;
+        }
+        let type_config = TypeConfig {
+            concurrency: self.args.concurrency,
+            instance_reuse: self.args.reuse,
+            ..TypeConfig::default()
+        };
+        config.types = BTreeMap::from([(self.task_type.clone(), type_config)]);
+        let shutdown = CancellationToken::new();
+        let store = self.store.clone();
+        let observer = recorder.observer();
+        let handle = tokio::spawn(runner::run_observed(config, None, store, shutdown.clone(), Some(observer)));
+        let host = Host { shutdown, handle, plugins };
+        // Ready when warm-up tasks come back: the plugin is loaded and the claim loop runs.
+        let mut conn = self.conn.clone();
+        let due = now_ms();
+        let warm: Vec<(i64, String)> = (0..200).map(|i| (due, format!("warm-{i:011}"))).collect();
+        let _: () = conn.zadd_multiple(self.store.keys(&self.task_type).due, &warm).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while recorder.warm_acks.load(Ordering::Relaxed) < warm.len() as u64 {
+            if host.handle.is_finished() {
+                return Err(host.handle.await?.err().unwrap_or_else(|| anyhow::anyhow!("host stopped at start")));
+            }
+            if Instant::now() > deadline {
+                bail!("the in-process host did not run its warm-up tasks within 120s");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(host)
+    }
+
+    /// Writes tasks `range` due at `due(i)` with pipelined multi-member ZADDs.
+    async fn write_tasks(&self, range: std::ops::Range<u64>, due: impl Fn(u64) -> i64) -> Result<()> {
+        self.write_tasks_to(&self.store.keys(&self.task_type).due, range, due).await
+    }
+
+    async fn write_tasks_to(&self, key: &str, range: std::ops::Range<u64>, due: impl Fn(u64) -> i64) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let mut i = range.start;
+        while i < range.end {
+            let mut pipe = redis::pipe();
+            for _ in 0..PIPELINE_COMMANDS {
+                if i >= range.end {
+                    break;
+                }
+                let end = (i + ZADD_CHUNK as u64).min(range.end);
+                let members: Vec<(i64, String)> = (i..end).map(|j| (due(j), task_id(j))).collect();
+                pipe.zadd_multiple(key, &members).ignore();
+                i = end;
+            }
+            let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `n` tasks are acked (or nothing moves for a while); shows progress on a terminal.
+    async fn wait_acked(&self, recorder: &Recorder, n: u64, label: &str) {
+        let started = Instant::now();
+        let mut last = (0, Instant::now());
+        let mut shown = Instant::now();
+        loop {
+            let done = recorder.acked_total.load(Ordering::Relaxed);
+            if done >= n {
+                break;
+            }
+            if done != last.0 {
+                last = (done, Instant::now());
+            } else if last.1.elapsed() > STALL {
+                break;
+            }
+            if self.progress && started.elapsed() > Duration::from_secs(2) && shown.elapsed() > Duration::from_millis(250)
+            {
+                eprint!("\r{label}: {done}/{n} done   ");
+                shown = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if self.progress && started.elapsed() > Duration::from_secs(2) {
+            eprint!("\r{:60}\r", "");
+        }
+        // Give a duplicate a moment to show itself.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    fn progress_line(&self, text: &str) {
+        if self.progress {
+            eprint!("\r{text:60}");
+        }
+    }
+
+    fn progress_done(&self) {
+        if self.progress {
+            eprint!("\r{:60}\r", "");
+        }
+    }
+
+    /// One burst of `n` tasks due at one instant; returns (tasks/s, seconds, lost, doubled).
+    async fn one_burst(&self, n: u64, recorder: &Arc<Recorder>) -> Result<(f64, f64, u64, u64)> {
+        // Due after the writes are done, so the drain starts at a known instant.
+        let lead_ms = 500 + (n as i64) / 100;
+        let due = now_ms() + lead_ms;
+        self.write_tasks(0..n, |_| due).await?;
+        if now_ms() >= due {
+            eprintln!("warning: writing the burst took longer than its {lead_ms} ms lead; the drain started early");
+        }
+        self.wait_acked(recorder, n, "burst").await;
+        let (lost, doubled) = recorder.lost_doubled();
+        let seconds = (recorder.last_ack_us.load(Ordering::Relaxed) - due * 1000) as f64 / 1e6;
+        let acked = n - lost;
+        let rate = if seconds > 0.0 { acked as f64 / seconds } else { f64::NAN };
+        Ok((rate, seconds, lost, doubled))
+    }
+
+    fn burst_size(&self) -> u64 {
+        self.args.tasks.unwrap_or(200_000)
+    }
+
+    async fn burst(&self) -> Result<()> {
+        let n = self.burst_size();
+        let recorder = Recorder::new(n as usize);
+        let host = self.start_host(&recorder, &[]).await?;
+        let (rate, seconds, lost, doubled) = self.one_burst(n, &recorder).await?;
+        host.stop().await?;
+        self.clear().await?;
+        let mut m = self.common();
+        m.insert("scenario".into(), json!("burst"));
+        m.insert("tasks".into(), json!(n));
+        m.insert("seconds".into(), json!(round3(seconds)));
+        m.insert("tasks_per_s".into(), json!(rate.round()));
+        m.insert("lost".into(), json!(lost));
+        m.insert("doubled".into(), json!(doubled));
+        self.report(&format!("burst: {n} tasks due at one instant"), Value::Object(m));
+        Ok(())
+    }
+
+    async fn steady(&self) -> Result<()> {
+        let rates = match self.args.rate {
+            Some(r) => vec![r],
+            None => vec![1_000, 20_000],
+        };
+        let duration = self.args.duration.unwrap_or(Duration::from_secs(20));
+        for rate in rates {
+            self.one_steady(rate, duration).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes `rate` tasks/s due evenly over `duration`, staying about a second
+    /// ahead of the due times (as an app scheduling near-term work would).
+    /// Returns the due time of task 0 (ms).
+    async fn steady_writer(&self, rate: u64, duration: Duration, label: &str) -> Result<(i64, u64)> {
+        let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
+        let t0_us = (now_ms() + 1000) * 1000;
+        let due = move |i: u64| (t0_us + (i as i128 * 1_000_000 / rate as i128) as i64) / 1000;
+        let mut written = 0;
+        while written < n {
+            let horizon = now_ms() + 1000;
+            let mut end = written;
+            while end < n && due(end) <= horizon {
+                end += 1;
+            }
+            if end > written {
+                self.write_tasks(written..end, due).await?;
+                written = end;
+            }
+            let elapsed = (now_ms() - t0_us / 1000).max(0) as f64 / 1000.0;
+            self.progress_line(&format!("{label}: {elapsed:.0}/{:.0} s", duration.as_secs_f64()));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok((t0_us / 1000, n))
+    }
+
+    async fn one_steady(&self, rate: u64, duration: Duration) -> Result<()> {
+        if rate == 0 {
+            bail!("--rate must be more than 0");
+        }
+        let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
+        let recorder = Recorder::new(n as usize);
+        let host = self.start_host(&recorder, &[]).await?;
+        self.steady_writer(rate, duration, "steady").await?;
+        self.progress_done();
+        self.wait_acked(&recorder, n, "steady").await;
+        host.stop().await?;
+        self.clear().await?;
+        let (lost, doubled) = recorder.lost_doubled();
+        let mut lateness: Vec<i64> = recorder
+            .lateness_us
+            .iter()
+            .zip(&recorder.starts)
+            .filter(|(_, s)| s.load(Ordering::Relaxed) > 0)
+            .map(|(l, _)| l.load(Ordering::Relaxed))
+            .collect();
+        lateness.sort_unstable();
+        let pct = |p: f64| -> Value {
+            if lateness.is_empty() {
+                return Value::Null;
+            }
+            let i = ((p / 100.0) * lateness.len() as f64).ceil() as usize;
+            json!(round3(lateness[i.clamp(1, lateness.len()) - 1] as f64 / 1000.0))
+        };
+        let mut m = self.common();
+        m.insert("scenario".into(), json!("steady"));
+        m.insert("rate".into(), json!(rate));
+        m.insert("duration_s".into(), json!(duration.as_secs_f64()));
+        m.insert("tasks".into(), json!(n));
+        m.insert("lateness_p50_ms".into(), pct(50.0));
+        m.insert("lateness_p99_ms".into(), pct(99.0));
+        m.insert("lateness_p999_ms".into(), pct(99.9));
+        m.insert("lateness_max_ms".into(), pct(100.0));
+        m.insert("lost".into(), json!(lost));
+        m.insert("doubled".into(), json!(doubled));
+        self.report(&format!("steady: {rate} tasks/s for {:.0} s", duration.as_secs_f64()), Value::Object(m));
+        Ok(())
+    }
+
+    async fn backlog(&self) -> Result<()> {
+        let n = self.burst_size();
+        let backlog = self.args.backlog.unwrap_or(10_000_000);
+
+        let recorder = Recorder::new(n as usize);
+        let host = self.start_host(&recorder, &[]).await?;
+        let (empty_rate, _, lost_a, doubled_a) = self.one_burst(n, &recorder).await?;
+        host.stop().await?;
+        self.clear().await?;
+
+        // Far-future tasks: ids after the burst's, due in ten years.
+        self.progress_line(&format!("backlog: writing {backlog} far-future tasks"));
+        let far = now_ms() + 10 * 365 * 24 * 3600 * 1000;
+        self.write_tasks(n..n + backlog, |i| far + i as i64).await?;
+        self.progress_done();
+
+        let recorder = Recorder::new(n as usize);
+        let host = self.start_host(&recorder, &[]).await?;
+        let (full_rate, _, lost_b, doubled_b) = self.one_burst(n, &recorder).await?;
+        host.stop().await?;
+        let mut conn = self.conn.clone();
+        let left: u64 = conn.zcard(self.store.keys(&self.task_type).due).await?;
+        self.clear().await?;
+
+        let mut m = self.common();
+        m.insert("scenario".into(), json!("backlog"));
+        m.insert("tasks".into(), json!(n));
+        m.insert("backlog".into(), json!(backlog));
+        m.insert("backlog_untouched".into(), json!(left == backlog));
+        m.insert("empty_tasks_per_s".into(), json!(empty_rate.round()));
+        m.insert("backlog_tasks_per_s".into(), json!(full_rate.round()));
+        m.insert("ratio".into(), json!(round3(full_rate / empty_rate)));
+        m.insert("lost".into(), json!(lost_a + lost_b));
+        m.insert("doubled".into(), json!(doubled_a + doubled_b));
+        self.report(&format!("backlog: burst of {n} beside {backlog} far-future tasks"), Value::Object(m));
+        Ok(())
+    }
+
+    async fn footprint(&self) -> Result<()> {
+        let n = self.burst_size();
+        let redis_tasks = self.args.footprint_tasks.unwrap_or(1_000_000);
+        // Every example plugin next to noop.wasm, as `make run` would load them.
+        let extra: Vec<PathBuf> = self
+            .plugin
+            .parent()
+            .and_then(|d| std::fs::read_dir(d).ok())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p != &self.plugin)
+            .collect();
+
+        let recorder = Recorder::new(n as usize);
+        let host = self.start_host(&recorder, &extra).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss_idle = proc_status_kib("VmRSS:");
+        // Reset the high-water mark (compiling the plugins at start is not the burst's peak).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let (_, _, lost, doubled) = self.one_burst(n, &recorder).await?;
+        let rss_peak = proc_status_kib("VmHWM:");
+        host.stop().await?;
+        self.clear().await?;
+
+        let used = |info: String| -> Option<i64> {
+            info.lines().find_map(|l| l.strip_prefix("used_memory:")).and_then(|v| v.trim().parse().ok())
+        };
+        let mut conn = self.conn.clone();
+        let before = used(redis::cmd("INFO").arg("memory").query_async(&mut conn).await?);
+        self.progress_line(&format!("footprint: writing {redis_tasks} tasks"));
+        let key = format!("{PREFIX}:{{footprint}}:due");
+        let far = now_ms() + 10 * 365 * 24 * 3600 * 1000;
+        self.write_tasks_to(&key, 0..redis_tasks, |i| far + i as i64).await?;
+        self.progress_done();
+        let after = used(redis::cmd("INFO").arg("memory").query_async(&mut conn).await?);
+        let count: u64 = conn.zcard(&key).await?;
+        let _: () = conn.unlink(&key).await?;
+        let per_task = match (before, after) {
+            (Some(b), Some(a)) if count > 0 => json!(((a - b) as f64 / count as f64).round()),
+            _ => Value::Null,
+        };
+
+        let mut m = self.common();
+        m.insert("scenario".into(), json!("footprint"));
+        m.insert("redis_tasks".into(), json!(count));
+        m.insert("redis_bytes_per_task".into(), per_task);
+        m.insert("plugins_loaded".into(), json!(extra.len() + 1));
+        m.insert("rss_idle_mib".into(), mib(rss_idle));
+        m.insert("burst_tasks".into(), json!(n));
+        m.insert("rss_peak_mib".into(), mib(rss_peak));
+        m.insert("lost".into(), json!(lost));
+        m.insert("doubled".into(), json!(doubled));
+        self.report("footprint: Redis bytes per task, host RSS", Value::Object(m));
+        Ok(())
+    }
+
+    async fn reload(&self) -> Result<()> {
+        let rate = self.args.rate.unwrap_or(1_000);
+        let duration = self.args.duration.unwrap_or(Duration::from_secs(6));
+        let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
+        let recorder = Recorder::new(n as usize);
+        let host = self.start_host(&recorder, &[]).await?;
+
+        // The same plugin with a custom section appended: new bytes, new version.
+        let mut bytes = std::fs::read(&self.plugin)?;
+        append_custom_section(&mut bytes, "hourglass-bench", &rand::random::<u64>().to_le_bytes());
+        let new_hash = crate::registry::short_hash(&bytes);
+        *recorder.watch_hash.lock().unwrap_or_else(|p| p.into_inner()) = Some(new_hash.clone());
+        let staged = host.plugins.join(format!(".{TYPE}.wasm.tmp"));
+        std::fs::write(&staged, &bytes)?;
+
+        let renamed_us = Arc::new(AtomicI64::new(0));
+        let swap = {
+            let (staged, target, renamed_us) = (staged.clone(), host.plugins.join(format!("{TYPE}.wasm")), renamed_us.clone());
+            let wait = duration / 3 + Duration::from_secs(1);
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                renamed_us.store(now_us(), Ordering::Relaxed);
+                std::fs::rename(&staged, &target)
+            })
+        };
+        self.steady_writer(rate, duration, "reload").await?;
+        self.progress_done();
+        swap.await?.context("cannot rename the new plugin into place")?;
+        self.wait_acked(&recorder, n, "reload").await;
+        host.stop().await?;
+        self.clear().await?;
+        let (lost, doubled) = recorder.lost_doubled();
+        let first = recorder.first_on_watched_us.load(Ordering::Relaxed);
+        let reload_ms = (first > 0).then(|| round3((first - renamed_us.load(Ordering::Relaxed)) as f64 / 1000.0));
+
+        let mut m = self.common();
+        m.insert("scenario".into(), json!("reload"));
+        m.insert("rate".into(), json!(rate));
+        m.insert("tasks".into(), json!(n));
+        m.insert("new_version".into(), json!(new_hash));
+        m.insert("reload_ms".into(), json!(reload_ms));
+        m.insert("lost".into(), json!(lost));
+        m.insert("doubled".into(), json!(doubled));
+        self.report(&format!("reload: plugin replaced under {rate} tasks/s"), Value::Object(m));
+        Ok(())
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Appends a custom section (id 0) to a Wasm module or component: same code, different bytes.
+fn append_custom_section(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
+    fn leb(mut v: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(data);
+    bytes.push(0);
+    leb(body.len(), bytes);
+    bytes.extend_from_slice(&body);
+}

@@ -1,0 +1,86 @@
+//! `hourglass bench`: one tiny run of each scenario, checking correctness only
+//! (nothing lost, nothing run twice, the JSON has its fields). Performance is
+//! measured by the benchmark itself (BENCHMARKS.md), never asserted here.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::{RedisServer, plugin};
+
+/// Runs `hourglass bench <args> --json` and returns one JSON object per line of stdout.
+fn bench(redis: Option<&RedisServer>, args: &[&str]) -> Vec<Value> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
+    cmd.arg("bench").args(args).arg("--json").arg("--plugin").arg(plugin("noop"));
+    match redis {
+        Some(r) => cmd.arg("--redis").arg(r.url()),
+        None => cmd.arg("--spawn-redis"),
+    };
+    let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect()
+}
+
+fn assert_clean(run: &Value, fields: &[&str]) {
+    for f in fields {
+        assert!(run.get(*f).is_some_and(|v| !v.is_null()), "{f} missing in {run}");
+    }
+    assert_eq!(run["lost"], 0, "tasks lost: {run}");
+    assert_eq!(run["doubled"], 0, "tasks run twice: {run}");
+}
+
+#[test]
+fn burst_runs_every_task_once() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["burst", "--tasks", "2000"]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["scenario"], "burst");
+    assert_eq!(runs[0]["tasks"], 2000);
+    assert_clean(&runs[0], &["tasks_per_s", "seconds", "load_average"]);
+}
+
+#[test]
+fn burst_with_instance_reuse_on_a_spawned_redis() {
+    let runs = bench(None, &["burst", "--tasks", "2000", "--reuse", "16"]);
+    assert_eq!(runs[0]["instance_reuse"], 16);
+    assert_clean(&runs[0], &["tasks_per_s"]);
+}
+
+#[test]
+fn steady_reports_lateness_percentiles() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["steady", "--rate", "500", "--duration", "2"]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["tasks"], 1000);
+    assert_clean(&runs[0], &["lateness_p50_ms", "lateness_p99_ms", "lateness_p999_ms", "lateness_max_ms"]);
+}
+
+#[test]
+fn backlog_leaves_far_future_tasks_alone() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["backlog", "--tasks", "2000", "--backlog", "20000"]);
+    assert_clean(&runs[0], &["empty_tasks_per_s", "backlog_tasks_per_s", "ratio"]);
+    assert_eq!(runs[0]["backlog_untouched"], true);
+}
+
+#[test]
+fn footprint_measures_redis_and_rss() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["footprint", "--tasks", "2000", "--footprint-tasks", "20000"]);
+    assert_eq!(runs[0]["redis_tasks"], 20000);
+    assert_clean(&runs[0], &["redis_bytes_per_task", "rss_idle_mib", "rss_peak_mib"]);
+}
+
+#[test]
+fn reload_serves_the_new_version_without_losing_tasks() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["reload", "--rate", "500", "--duration", "3"]);
+    assert_clean(&runs[0], &["reload_ms", "new_version"]);
+}
