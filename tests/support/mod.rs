@@ -135,6 +135,19 @@ pub fn test_plugin(name: &str) -> PathBuf {
     plugins_dir().join("testing").join(format!("{name}.wasm"))
 }
 
+/// Path of a compiled Python or JavaScript example plugin, e.g. `polyglot_plugin("py.echo")`.
+/// Builds them (and installs their toolchains when missing) once per test binary
+/// with `plugins/build-polyglot.sh`, which skips plugins that are up to date.
+pub fn polyglot_plugin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let script = workspace_root().join("plugins/build-polyglot.sh");
+        let status = Command::new("bash").arg(script).status().expect("run plugins/build-polyglot.sh");
+        assert!(status.success(), "plugins/build-polyglot.sh failed");
+    });
+    workspace_root().join("plugins").join(format!("{name}.wasm"))
+}
+
 /// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
 ///
 /// Waits are generous on purpose: this is a correctness helper, never a timing assertion.
