@@ -41,13 +41,16 @@ pub enum Command {
         /// Task id.
         id: String,
     },
-    /// Show per type: due now, scheduled later, in flight, dead, and counters.
+    /// Show per type: due now, scheduled later, in flight, dead, and counters; then the hosts.
     Stats {
         /// Only this type [default: every type found in Redis].
         task_type: Option<TaskType>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only the hosts: alive, stopped or gone, and the leases each holds.
+        #[arg(long)]
+        hosts: bool,
     },
     /// List, re-queue or purge dead-lettered tasks.
     #[command(subcommand)]
@@ -192,10 +195,12 @@ impl Cli {
 pub async fn execute(cli: Cli) -> Result<ExitCode> {
     let config = cli.load_config()?;
     let url = cli.redis_url(&config);
+    let redis_override = cli.redis.clone();
     let config_path = cli.config_path();
     match cli.command {
         Command::Run(args) => {
-            crate::runner::run_from_cli(config, url, args.plugins, config_path).await?;
+            let target = crate::target::Target::resolve(&config.redis, redis_override.as_deref())?;
+            crate::runner::run_from_cli(config, target, args.plugins, config_path).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
@@ -216,13 +221,13 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 (None, Some(after)) => now_ms().saturating_add(after.as_millis() as i64),
                 (None, None) => unreachable!("clap requires --at or --in"),
             };
-            let store = connect(&config, &url).await?;
+            let store = connect(&config, redis_override.as_deref()).await?;
             store.schedule(&args.task_type, args.id.as_bytes(), due_ms, payload.as_deref()).await?;
             println!("scheduled {}/{} at {} ({} ms)", args.task_type, args.id, format_ms(due_ms), due_ms);
             Ok(ExitCode::SUCCESS)
         }
         Command::Cancel { task_type, id } => {
-            let store = connect(&config, &url).await?;
+            let store = connect(&config, redis_override.as_deref()).await?;
             if store.cancel(&task_type, id.as_bytes()).await? {
                 println!("cancelled {task_type}/{id}");
                 Ok(ExitCode::SUCCESS)
@@ -231,8 +236,17 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::Stats { task_type, json } => {
-            let store = connect(&config, &url).await?;
+        Command::Stats { task_type, json, hosts: true } => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            let types = match task_type {
+                Some(t) => vec![t],
+                None => store.known_types().await?,
+            };
+            print_hosts(&crate::hosts::list(&store, &types).await?, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { task_type, json, hosts: false } => {
+            let store = connect(&config, redis_override.as_deref()).await?;
             let types = match task_type {
                 Some(t) => vec![t],
                 None => store.known_types().await?,
@@ -243,18 +257,28 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 rows.push((t, stats));
             }
             print_stats(&rows, json)?;
+            if !json && !rows.is_empty() {
+                let types: Vec<TaskType> = rows.into_iter().map(|(t, _)| t).collect();
+                let hosts = crate::hosts::list(&store, &types).await?;
+                if !hosts.is_empty() {
+                    println!();
+                    print_hosts(&hosts, false)?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Dead(cmd) => {
-            let store = connect(&config, &url).await?;
+            let store = connect(&config, redis_override.as_deref()).await?;
             dead(&store, cmd).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-async fn connect(config: &Config, url: &str) -> Result<Store> {
-    Store::connect(url, &config.redis.prefix).await
+/// Connects to `[redis]` (one server or a cluster), `--redis` / `HOURGLASS_REDIS_URL` winning.
+async fn connect(config: &Config, redis_override: Option<&str>) -> Result<Store> {
+    let target = crate::target::Target::resolve(&config.redis, redis_override)?;
+    Store::connect_to(&target, &config.redis.prefix).await
 }
 
 fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
@@ -337,6 +361,28 @@ fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
             s.retried,
             s.dead_total
         )?;
+    }
+    Ok(())
+}
+
+fn print_hosts(hosts: &[crate::hosts::HostInfo], json: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, hosts)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if hosts.is_empty() {
+        writeln!(out, "no hosts registered in Redis")?;
+        return Ok(());
+    }
+    writeln!(out, "{:<32} {:<8} {:>10}  HOLDS", "HOST", "STATE", "LAST-SEEN")?;
+    for h in hosts {
+        let seen = if h.last_seen_ms == 0 { "-".to_owned() } else { format!("{:.1}s ago", h.silent_ms as f64 / 1000.0) };
+        let holds: Vec<String> = h.holds.iter().map(|(t, held)| format!("{t}: {}", held.count)).collect();
+        let holds = if holds.is_empty() { "-".to_owned() } else { holds.join(", ") };
+        let id = if h.id.is_empty() { "(no host id)" } else { h.id.as_str() };
+        writeln!(out, "{id:<32} {:<8} {seen:>10}  {holds}", h.state.to_string())?;
     }
     Ok(())
 }

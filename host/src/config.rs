@@ -42,7 +42,16 @@ pub struct RedisConfig {
     pub managed: bool,
     /// Data folder of the managed `redis-server` (append-only file), relative to the config file.
     pub data_dir: PathBuf,
+    /// Redis Cluster seed nodes (`redis://host:port` or `rediss://`); when set, `url` is not used.
+    pub cluster: Vec<String>,
+    /// ACL user name; `HOURGLASS_REDIS_USERNAME` wins over it.
+    pub username: Option<String>,
+    /// Password (of `username`, or of the `default` user); `HOURGLASS_REDIS_PASSWORD` wins over it. Never logged.
+    pub password: Option<crate::target::Secret>,
+    /// PEM file of the CA that signed the server's certificate, for `rediss://`; relative to the config file.
+    pub ca_file: Option<PathBuf>,
 }
+
 
 impl Default for RedisConfig {
     fn default() -> Self {
@@ -51,6 +60,10 @@ impl Default for RedisConfig {
             prefix: KeyPrefix("hourglass".into()),
             managed: false,
             data_dir: PathBuf::from(".hourglass/redis"),
+            cluster: Vec::new(),
+            username: None,
+            password: None,
+            ca_file: None,
         }
     }
 }
@@ -125,6 +138,8 @@ pub struct RunnerConfig {
     /// Poll interval when keyspace notifications are not in use.
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// This host's id in `hourglass stats` and in the leases it holds [default: `<hostname>-<pid>`].
+    pub host_id: Option<String>,
 }
 
 impl Default for RunnerConfig {
@@ -138,6 +153,7 @@ impl Default for RunnerConfig {
             grace_period: Duration::from_secs(10),
             wakeup: WakeupMode::Auto,
             poll_interval: Duration::from_millis(100),
+            host_id: None,
         }
     }
 }
@@ -299,6 +315,9 @@ impl Config {
                 value.resolve_path(base);
             }
         }
+        if let Some(ca) = self.redis.ca_file.as_mut().filter(|p| p.is_relative()) {
+            *ca = base.join(&*ca);
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -314,6 +333,11 @@ impl Config {
         }
         if r.poll_interval.is_zero() {
             bail!("runner.poll_interval must be more than 0");
+        }
+        if let Some(id) = &r.host_id
+            && (id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            bail!("runner.host_id must be 1 to 128 characters without whitespace");
         }
         self.defaults.validate("defaults")?;
         for name in self.types.keys() {

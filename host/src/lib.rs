@@ -10,7 +10,9 @@
 //! - [`config`]: `runner.toml`, parsed from a string and validated.
 //! - [`task`]: a claimed task and a follow-up, as they travel between modules.
 //! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic.
+//! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
 //! - [`wakeup`]: keyspace notifications (or polling) that wake a type's worker early.
+//! - [`hosts`]: host ids, heartbeats, and which host holds which leases.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
 //! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance.
 //! - [`outbound`]: `allowed_outbound_hosts`, the per-type allow-list of outbound HTTP targets.
@@ -25,6 +27,7 @@ pub mod backoff;
 //! - [`bench`]: `hourglass bench`, the in-process benchmark.
 pub mod cli;
 pub mod config;
+pub mod hosts;
 pub mod managed;
 pub mod bench;
 pub mod outbound;
@@ -33,6 +36,7 @@ pub mod runner;
 pub mod runtime;
 pub mod secrets;
 pub mod store;
+pub mod target;
 pub mod task;
 pub mod task_type;
 pub mod wakeup;

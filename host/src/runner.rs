@@ -98,8 +98,11 @@ pub async fn run_observed(
         tokio::task::spawn_blocking(move || Registry::load(runtime, config)).await??
     };
     let watcher = registry.watch(config_file, shutdown.clone())?;
-    let wakeups =
-        wakeup::start(store.client().clone(), &config.redis.prefix, config.runner.wakeup, shutdown.clone()).await?;
+    // Many hosts share one Redis: each beats under its id and records it with its leases.
+    let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
+    let store = store.with_holder(&host_id);
+    let presence = crate::hosts::Presence::start(&store, &host_id).await?;
+    let wakeups = wakeup::start(&store, config.runner.wakeup, shutdown.clone()).await?;
     info!(
         plugins = %config.runner.plugins_dir.display(),
         types = ?registry.types().iter().map(TaskType::as_str).collect::<Vec<_>>(),
@@ -164,6 +167,7 @@ pub async fn run_observed(
     workers.close();
     workers.wait().await;
     watcher.abort();
+    presence.stop().await;
     info!("stopped");
     Ok(())
 }
@@ -692,15 +696,18 @@ impl Batch {
 /// install signal handlers, and run until SIGINT/SIGTERM.
 pub async fn run_from_cli(
     mut config: Config,
-    url: String,
+    target: crate::target::Target,
     plugins: Option<PathBuf>,
     config_file: Option<PathBuf>,
 ) -> Result<()> {
     if let Some(dir) = plugins {
         config.runner.plugins_dir = dir;
     }
-    let managed = crate::managed::ensure(&config.redis, &url).await?;
-    let store = Store::connect(&url, &config.redis.prefix).await?;
+    let managed = match target.single_url() {
+        Some(url) => crate::managed::ensure(&config.redis, url).await?,
+        None => None,
+    };
+    let store = Store::connect_to(&target, &config.redis.prefix).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
     let result = run(config, config_file, store, shutdown).await;

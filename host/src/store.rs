@@ -11,7 +11,8 @@
 //! | `P:{T}:payload`             | HASH   | id → payload bytes (public)                    |
 //! | `P:{T}:stats`               | HASH   | succeeded, failed, retried, dead counters      |
 //! | `P:{T}:leases`              | ZSET   | id → lease expiry (ms)                         |
-//! | `P:{T}:tokens`              | HASH   | id → lease token (fencing)                     |
+//! | `P:{T}:tokens`              | HASH   | id → `<lease token>@<host id>` (fencing)       |
+//! | `P:hosts`                   | HASH   | host id → heartbeat (see `hosts`)              |
 //! | `P:{T}:attempts`            | HASH   | id → attempts so far                           |
 //! | `P:{T}:errors`              | HASH   | id → last error                                |
 //! | `P:{T}:dead`                | ZSET   | id → time of death (ms)                        |
@@ -30,6 +31,7 @@ use redis::{Script, Value};
 use serde::Serialize;
 
 use crate::config::KeyPrefix;
+use crate::target::Target;
 use crate::task::{ClaimedTask, FollowUp};
 use crate::task_type::TaskType;
 
@@ -51,7 +53,7 @@ pub struct Keys {
     pub stats: String,
     /// `P:{T}:leases`: ZSET id → lease expiry ms.
     pub leases: String,
-    /// `P:{T}:tokens`: HASH id → lease token.
+    /// `P:{T}:tokens`: HASH id → `<lease token>@<holder host id>` (fencing compares the token).
     pub tokens: String,
     /// `P:{T}:attempts`: HASH id → attempts so far.
     pub attempts: String,
@@ -248,14 +250,67 @@ impl Scripts {
     }
 }
 
+/// One shared connection: to a single server (auto-reconnecting) or to a Redis
+/// Cluster (follows MOVED/ASK and topology changes); cheap to clone.
+#[derive(Clone)]
+pub struct Conn(ConnKind);
+
+#[derive(Clone)]
+enum ConnKind {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match &mut self.0 {
+            ConnKind::Single(c) => c.req_packed_command(cmd),
+            ConnKind::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match &mut self.0 {
+            ConnKind::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            ConnKind::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0 {
+            ConnKind::Single(c) => c.get_db(),
+            ConnKind::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A node of a Redis Cluster, from `CLUSTER NODES`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ClusterNode {
+    /// Host or IP the node announces.
+    pub host: String,
+    /// Its client port.
+    pub port: u16,
+    /// A master (serves slots) rather than a replica.
+    pub master: bool,
+}
+
 /// A handle on the Redis that holds the tasks; cheap to clone (one shared, auto-reconnecting connection).
 #[derive(Clone)]
 pub struct Store {
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     url: String,
     scripts: Arc<Scripts>,
+    target: Arc<Target>,
+    /// Host id recorded with every lease this store claims ("" = none).
+    holder: Arc<str>,
 }
 
 impl std::fmt::Debug for Store {
@@ -279,11 +334,39 @@ pub fn redact_url(url: &str) -> String {
 
 impl Store {
     /// Connects to Redis; fails within about 3s when nothing answers.
+    /// `url` may also be a `redis+cluster://h1:p1,h2:p2` seed list (see [`Target`]).
     pub async fn connect(url: &str, prefix: &KeyPrefix) -> Result<Store> {
-        let shown = redact_url(url);
-        let client = redis::Client::open(url)
-            .map_err(|e| anyhow!("{}", e.to_string().replace(url, &shown)))
-            .with_context(|| format!("invalid Redis URL {shown}"))?;
+        Store::connect_to(&Target::parse(url)?, prefix).await
+    }
+
+    /// Connects to one server or a cluster, with the target's credentials and TLS.
+    pub async fn connect_to(target: &Target, prefix: &KeyPrefix) -> Result<Store> {
+        let shown = target.shown();
+        let client = target.client()?;
+        let conn = if target.is_cluster() {
+            let cluster = target.cluster_client(CONNECT_TIMEOUT, RESPONSE_TIMEOUT)?;
+            match tokio::time::timeout(CONNECT_TIMEOUT * 2, cluster.get_async_connection()).await {
+                Ok(Ok(conn)) => Conn(ConnKind::Cluster(conn)),
+                Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
+                Err(_) => bail!("cannot connect to Redis at {shown}: no answer within {}s", CONNECT_TIMEOUT.as_secs() * 2),
+            }
+        } else {
+            Conn(ConnKind::Single(Store::single(&client, &shown, target).await?))
+        };
+        let store = Store {
+            client,
+            conn,
+            prefix: prefix.as_str().to_owned(),
+            url: shown,
+            scripts: Arc::new(Scripts::new()),
+            target: Arc::new(target.clone()),
+            holder: Arc::from(""),
+        };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    async fn single(client: &redis::Client, shown: &str, target: &Target) -> Result<ConnectionManager> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -292,13 +375,48 @@ impl Store {
                 .await
             {
                 Ok(Ok(conn)) => conn,
-                Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {e}"),
+                Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
                 Err(_) => bail!("cannot connect to Redis at {shown}: no answer within {}s", CONNECT_TIMEOUT.as_secs()),
             };
-        let store =
-            Store { client, conn, prefix: prefix.as_str().to_owned(), url: shown, scripts: Arc::new(Scripts::new()) };
-        store.ping().await?;
-        Ok(store)
+        Ok(conn)
+    }
+
+    /// This store, recording `host_id` as the holder of every lease it claims (shown by `hourglass stats`).
+    pub fn with_holder(mut self, host_id: &str) -> Store {
+        self.holder = Arc::from(host_id);
+        self
+    }
+
+    /// The host id recorded with claims ("" when none).
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// Where this store is connected: one server or a cluster, credentials and TLS.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The shared connection, for commands of other modules (routed by key in a cluster).
+    pub fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Every node of the cluster (empty for a single server), from `CLUSTER NODES`;
+    /// nodes marked failed or without an address are left out.
+    pub async fn cluster_nodes(&self) -> Result<Vec<ClusterNode>> {
+        if !self.target.is_cluster() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let text: String =
+            redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.context("cannot list cluster nodes")?;
+        Ok(parse_cluster_nodes(&text))
     }
 
     /// The underlying client, e.g. for pub/sub connections.
@@ -370,6 +488,7 @@ impl Store {
             .arg(duration_ms(limits.lease).max(1))
             .arg(limits.max_payload_bytes)
             .arg(limits.max_id_bytes)
+            .arg(&*self.holder)
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot claim {t} tasks"))?;
@@ -550,42 +669,24 @@ impl Store {
     }
 
     /// Every task type that has keys under this prefix, sorted.
+    /// SCAN sees the keys of one node only, so in a cluster every master is scanned.
     pub async fn known_types(&self) -> Result<Vec<TaskType>> {
         let pattern = format!("{}:{{*}}:*", glob_escape(&self.prefix));
         let head = format!("{}:{{", self.prefix);
-        let mut conn = self.conn.clone();
         let mut types = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(BATCH)
-                .query_async(&mut conn)
-                .await
-                .context("cannot list task types (SCAN)")?;
-            for key in keys {
-                let Some(rest) = key.strip_prefix(head.as_bytes()) else {
-                    continue;
-                };
-                let Some(end) = rest.iter().position(|&b| b == b'}') else {
-                    continue;
-                };
-                if rest.get(end + 1) != Some(&b':') {
-                    continue;
-                }
-                if let Ok(name) = std::str::from_utf8(&rest[..end])
-                    && let Ok(t) = name.parse::<TaskType>()
-                {
-                    types.push(t);
-                }
+        if self.target.is_cluster() {
+            for node in self.cluster_nodes().await?.into_iter().filter(|n| n.master) {
+                let client = self.target.node_client(&node.host, node.port)?;
+                let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
+                    .await
+                    .map_err(|_| anyhow!("no answer within {}s", CONNECT_TIMEOUT.as_secs()))
+                    .and_then(|r| r.map_err(|e| anyhow!("{}", self.target.scrub(&e.to_string()))))
+                    .with_context(|| format!("cannot list task types on cluster node {}:{}", node.host, node.port))?;
+                scan_types(&mut conn, &pattern, &head, &mut types).await?;
             }
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
+        } else {
+            let mut conn = self.conn.clone();
+            scan_types(&mut conn, &pattern, &head, &mut types).await?;
         }
         types.sort();
         types.dedup();
@@ -707,6 +808,76 @@ pub fn decode_followup(data: &[u8]) -> Result<FollowUp> {
     }
     let (id, payload) = rest.split_at(id_len);
     Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms })
+}
+
+/// SCANs one node for keys matching `pattern` and collects the task types in their hash tags.
+async fn scan_types(
+    conn: &mut impl redis::aio::ConnectionLike,
+    pattern: &str,
+    head: &str,
+    types: &mut Vec<TaskType>,
+) -> Result<()> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(BATCH)
+            .query_async(conn)
+            .await
+            .context("cannot list task types (SCAN)")?;
+        for key in keys {
+            let Some(rest) = key.strip_prefix(head.as_bytes()) else {
+                continue;
+            };
+            let Some(end) = rest.iter().position(|&b| b == b'}') else {
+                continue;
+            };
+            if rest.get(end + 1) != Some(&b':') {
+                continue;
+            }
+            if let Ok(name) = std::str::from_utf8(&rest[..end])
+                && let Ok(t) = name.parse::<TaskType>()
+            {
+                types.push(t);
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// `CLUSTER NODES` text → nodes that are up and have an address.
+/// A line: `<id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <state> <slots>...`
+pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
+    let mut nodes = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        let flags: Vec<&str> = flags.split(',').collect();
+        if flags.iter().any(|f| matches!(*f, "fail" | "noaddr" | "handshake")) {
+            continue;
+        }
+        let addr = addr.split(['@', ',']).next().unwrap_or_default();
+        let Some((host, port)) = addr.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        if host.is_empty() || port == 0 {
+            continue;
+        }
+        nodes.push(ClusterNode { host: host.to_owned(), port, master: flags.contains(&"master") });
+    }
+    nodes.sort();
+    nodes
 }
 
 fn duration_ms(d: Duration) -> u64 {

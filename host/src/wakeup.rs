@@ -10,7 +10,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{KeyPrefix, WakeupMode};
+use crate::config::WakeupMode;
+use crate::store::Store;
 use crate::task_type::TaskType;
 
 /// Per task type, a [`Notify`] that fires when its due set was written.
@@ -48,18 +49,26 @@ impl Wakeups {
 
 /// Sets up wake-ups in `mode` and, when notifications are in use, a task
 /// that listens for them (reconnecting after faults) until `shutdown`.
-pub async fn start(
-    client: redis::Client,
-    prefix: &KeyPrefix,
-    mode: WakeupMode,
-    shutdown: CancellationToken,
-) -> Result<Wakeups> {
+///
+/// Keyspace notifications are node-local: in a Redis Cluster the listener
+/// subscribes on every master, turns notifications on on every node (so a
+/// promoted replica has them too), and re-discovers the masters every few
+/// seconds and after any fault, so a failover is followed by itself.
+pub async fn start(store: &Store, mode: WakeupMode, shutdown: CancellationToken) -> Result<Wakeups> {
     let wakeups = Wakeups::default();
     if mode == WakeupMode::Poll {
         info!("wake-up mode: polling (runner.wakeup = \"poll\")");
         return Ok(wakeups);
     }
-    match enable_notifications(&client).await {
+    let enabled = async {
+        let mut how = "";
+        for (_, client, _) in nodes(store).await? {
+            how = enable_notifications(&client, mode).await?;
+        }
+        anyhow::Ok(how)
+    };
+    match enabled.await {
+        Ok(how) if store.target().is_cluster() => info!("wake-up mode: keyspace notifications on every cluster master ({how})"),
         Ok(how) => info!("wake-up mode: keyspace notifications ({how})"),
         Err(e) if mode == WakeupMode::Notify => {
             bail!("runner.wakeup = \"notify\" but keyspace notifications cannot be used: {e:#}")
@@ -69,20 +78,23 @@ pub async fn start(
             return Ok(wakeups);
         }
     }
-    let pattern = format!("__keyspace@*__:{}:{{*}}:due", prefix.as_str());
+    let pattern = format!("__keyspace@*__:{}:{{*}}:due", store.prefix());
     let listener = wakeups.clone();
+    let store = store.clone();
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(100);
         loop {
             let result = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = listen(&client, &pattern, &listener) => r,
+                r = listen_everywhere(&store, mode, &pattern, &listener) => r,
             };
             listener.live.store(false, std::sync::atomic::Ordering::Relaxed);
             // Events may have been missed while disconnected: look again everywhere.
             listener.wake_all();
-            if let Err(e) = result {
-                tracing::debug!("keyspace notification listener: {e:#}");
+            match result {
+                Err(e) => tracing::debug!("keyspace notification listener: {e:#}"),
+                // The cluster's masters changed: listen on the new ones at once.
+                Ok(()) => backoff = Duration::from_millis(100),
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -94,13 +106,81 @@ pub async fn start(
     Ok(wakeups)
 }
 
+/// How often the listener looks for a changed set of cluster masters.
+const TOPOLOGY_CHECK: Duration = Duration::from_secs(3);
+
+/// `(address, client, is_master)` of every node: the server itself, or every cluster node.
+async fn nodes(store: &Store) -> Result<Vec<(String, redis::Client, bool)>> {
+    if !store.target().is_cluster() {
+        return Ok(vec![(String::new(), store.client().clone(), true)]);
+    }
+    let mut out = Vec::new();
+    for node in store.cluster_nodes().await? {
+        let client = store.target().node_client(&node.host, node.port)?;
+        out.push((format!("{}:{}", node.host, node.port), client, node.master));
+    }
+    if !out.iter().any(|n| n.2) {
+        bail!("the cluster lists no master");
+    }
+    Ok(out)
+}
+
+/// Subscribes on every master; returns Ok when the set of masters changed
+/// (cluster only), Err when a subscription failed or closed.
+async fn listen_everywhere(store: &Store, mode: WakeupMode, pattern: &str, wakeups: &Wakeups) -> Result<()> {
+    let all = nodes(store).await?;
+    if store.target().is_cluster() {
+        // Nodes that joined or restarted since the start need notifications turned on too.
+        for (addr, client, _) in &all {
+            if let Err(e) = enable_notifications(client, mode).await {
+                tracing::debug!("cannot enable keyspace notifications on {addr}: {e:#}");
+            }
+        }
+    }
+    let masters: Vec<(String, redis::Client)> =
+        all.into_iter().filter(|n| n.2).map(|(addr, client, _)| (addr, client)).collect();
+    let addrs: Vec<String> = masters.iter().map(|m| m.0.clone()).collect();
+    let listeners = masters.iter().map(|(_, client)| Box::pin(listen(client, pattern, wakeups)));
+    let any_closed = futures_util::future::select_all(listeners);
+    if !store.target().is_cluster() {
+        return any_closed.await.0;
+    }
+    let topology_changed = async {
+        loop {
+            tokio::time::sleep(TOPOLOGY_CHECK).await;
+            if let Ok(now) = nodes(store).await {
+                let now: Vec<String> = now.into_iter().filter(|n| n.2).map(|n| n.0).collect();
+                if now != addrs {
+                    info!(masters = ?now, "cluster masters changed: re-subscribing to keyspace notifications");
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        (r, _, _) = any_closed => r,
+        () = topology_changed => Ok(()),
+    }
+}
+
 /// Makes sure the server publishes keyspace events for sorted sets (`K` + `z`).
-async fn enable_notifications(client: &redis::Client) -> Result<&'static str> {
+///
+/// A user without the CONFIG command (a restricted ACL user) cannot check or
+/// turn them on: with `wakeup = "notify"` the operator vouches that the server
+/// has `notify-keyspace-events` with `K` and `z`; with `auto` the host polls.
+async fn enable_notifications(client: &redis::Client, mode: WakeupMode) -> Result<&'static str> {
     let mut conn = tokio::time::timeout(Duration::from_secs(3), client.get_multiplexed_async_connection())
         .await
         .map_err(|_| anyhow::anyhow!("timed out connecting"))??;
-    let (_, flags): (String, String) =
-        redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut conn).await?;
+    let flags: (String, String) =
+        match redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut conn).await {
+            Ok(flags) => flags,
+            Err(e) if mode == WakeupMode::Notify && e.to_string().to_ascii_uppercase().contains("NOPERM") => {
+                return Ok("this user may not run CONFIG: trusting the server's notify-keyspace-events");
+            }
+            Err(e) => return Err(e.into()),
+        };
+    let (_, flags) = flags;
     let has = |c: char| flags.contains(c);
     if has('K') && (has('z') || has('A')) {
         return Ok("already enabled on the server");

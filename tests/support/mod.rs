@@ -175,6 +175,12 @@ impl Host {
     /// pointing at `redis`) and a plugins folder holding `plugins`
     /// (`(task type, compiled .wasm)` pairs), then starts the host.
     pub fn start(redis: &RedisServer, plugins: &[(&str, PathBuf)], config: &str) -> Host {
+        Host::start_at(&redis.url(), plugins, config)
+    }
+
+    /// [`Host::start`] against any Redis URL (e.g. `redis+cluster://...`). Lines of
+    /// `config` before its `[runner]` header land in the `[redis]` table.
+    pub fn start_at(url: &str, plugins: &[(&str, PathBuf)], config: &str) -> Host {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("plugins")).unwrap();
         for (task_type, wasm) in plugins {
@@ -188,7 +194,7 @@ impl Host {
         } else {
             format!("[runner]\n{cache_line}{config}")
         };
-        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{}\"\n{config}\n", redis.url()))
+        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}\n"))
             .unwrap();
         let mut host = Host { child: None, log: dir.path().join("host.log"), dir };
         host.spawn();

@@ -1,7 +1,7 @@
 -- claim: hand out up to `limit` due tasks of one type under fresh leases.
 --
 -- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 seq, 9 stats
--- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes
+-- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes, 5 holder (host id, '' = none)
 -- Returns: { now_ms,
 --            claimed: flat { id, payload|nil, attempt, due_score (string), token } per task,
 --            dead_lettered: flat { id, reason } per task,
@@ -26,6 +26,8 @@ local limit = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local max_payload = tonumber(ARGV[3])
 local max_id = tonumber(ARGV[4])
+-- The tokens hash records the holder: "<token>@<host id>"; fencing compares the token only.
+local holder_suffix = (ARGV[5] and ARGV[5] ~= '') and ('@' .. ARGV[5]) or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -132,7 +134,7 @@ if #ids > 0 then
       lease_pairs[#lease_pairs + 1] = expiry_s
       lease_pairs[#lease_pairs + 1] = id
       token_pairs[#token_pairs + 1] = id
-      token_pairs[#token_pairs + 1] = token_s
+      token_pairs[#token_pairs + 1] = token_s .. holder_suffix
       attempt_pairs[#attempt_pairs + 1] = id
       attempt_pairs[#attempt_pairs + 1] = attempt
       local i = ok_idx[k]

@@ -13,7 +13,8 @@ local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[
 local released = 0
 for i = 1, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', tokens, id) == token then
+  local held = redis.call('HGET', tokens, id) -- "<token>" or "<token>@<host id>"
+  if held and string.match(held, '^%d+') == token then
     redis.call('ZREM', leases, id)
     redis.call('HDEL', tokens, id)
     redis.call('ZADD', due, 'NX', now, id)

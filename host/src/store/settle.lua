@@ -33,7 +33,8 @@ while i <= #ARGV do
   local follow_at = i + 6
   i = follow_at + n_follow
 
-  if redis.call('HGET', tokens, id) ~= token then
+  local held = redis.call('HGET', tokens, id) -- "<token>" or "<token>@<host id>"
+  if not held or string.match(held, '^%d+') ~= token then
     results[#results + 1] = 0
   else
     redis.call('ZREM', leases, id)

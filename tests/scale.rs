@@ -1,0 +1,466 @@
+//! Scale out: many hosts on one Redis, a Redis Cluster with failover, and a
+//! restricted ACL user. Real `hourglass run` processes, real redis-servers.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
+
+const LONG: Duration = Duration::from_secs(90);
+
+/// Succeeded runs per task id of `task_type`, summed over the hosts' logs.
+fn runs(hosts: &[&Host], task_type: &str) -> HashMap<String, usize> {
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    let needle = format!("task_type={task_type} ");
+    for host in hosts {
+        for line in host.log().lines().filter(|l| l.contains("succeeded") && l.contains(&needle)) {
+            if let Some(id) = line.split("task_id=").nth(1).and_then(|r| r.split(' ').next()) {
+                *runs.entry(id.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    runs
+}
+
+/// `hourglass <args>` with the host's config; returns (success, stdout, stderr).
+fn hourglass(config: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
+    cmd.arg("--config").arg(config).args(args).env_remove("HOURGLASS_REDIS_URL").env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `hourglass stats --hosts --json` as (id → state, id → {type → count}).
+fn host_states(host: &Host) -> (HashMap<String, String>, HashMap<String, HashMap<String, u64>>) {
+    let (ok, out, err) = hourglass(&host.dir.path().join("runner.toml"), &["stats", "--hosts", "--json"], &[]);
+    assert!(ok, "stats --hosts failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut states = HashMap::new();
+    let mut holds = HashMap::new();
+    for h in v.as_array().unwrap() {
+        let id = h["id"].as_str().unwrap().to_owned();
+        states.insert(id.clone(), h["state"].as_str().unwrap().to_owned());
+        let per_type = h["holds"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(t, held)| (t.clone(), held["count"].as_u64().unwrap()))
+            .collect();
+        holds.insert(id, per_type);
+    }
+    (states, holds)
+}
+
+/// Ids of `task_type` whose lease `host_id` holds now.
+fn held_by(conn: &mut impl redis::ConnectionLike, task_type: &str, host_id: &str) -> HashSet<String> {
+    let tokens: HashMap<String, String> = redis::cmd("HGETALL").arg(format!("hourglass:{{{task_type}}}:tokens")).query(conn).unwrap();
+    let suffix = format!("@{host_id}");
+    tokens.into_iter().filter(|(_, v)| v.ends_with(&suffix)).map(|(id, _)| id).collect()
+}
+
+fn left(conn: &mut impl redis::ConnectionLike, task_type: &str) -> usize {
+    let due: usize = redis::cmd("ZCARD").arg(format!("hourglass:{{{task_type}}}:due")).query(conn).unwrap();
+    let leased: usize = redis::cmd("ZCARD").arg(format!("hourglass:{{{task_type}}}:leases")).query(conn).unwrap();
+    due + leased
+}
+
+// ---------------------------------------------------------------- many hosts
+
+#[test]
+fn three_hosts_share_the_work_and_run_each_task_once() {
+    let redis = RedisServer::start();
+    let hosts: Vec<Host> = (1..=3)
+        .map(|i| Host::start(&redis, &[("share", plugin("noop"))], &format!("[runner]\nhost_id = \"h{i}\"\n")))
+        .collect();
+    let mut conn = redis.client();
+    let now = now_ms();
+    let mut pipe = redis::pipe();
+    for i in 0..3000 {
+        // Spread over ~1.5s so every host wakes up for some of them.
+        pipe.zadd("hourglass:{share}:due", format!("s{i}"), now + i64::from(i) / 2).ignore();
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    wait_for("all 3000 done", LONG, || (stat(&mut conn, "share", "succeeded") == 3000).then_some(()));
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let runs = runs(&refs, "share");
+    assert_eq!(runs.len(), 3000, "some tasks never ran");
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "tasks ran more than once while their leases held: {twice:?}");
+    for (i, host) in hosts.iter().enumerate() {
+        let ran = host.log().lines().filter(|l| l.contains("succeeded") && l.contains("task_type=share ")).count();
+        assert!(ran > 0, "host h{} ran nothing: the work was not shared", i + 1);
+    }
+    let (states, _) = host_states(&hosts[0]);
+    for id in ["h1", "h2", "h3"] {
+        assert_eq!(states.get(id).map(String::as_str), Some("alive"), "{states:?}");
+    }
+}
+
+#[test]
+fn kill_9_of_one_host_the_others_finish_its_tasks() {
+    let redis = RedisServer::start();
+    let config = |i: usize| format!("[runner]\nhost_id = \"h{i}\"\nlease = \"1s\"\n[types.work]\nconcurrency = 8\n");
+    let mut hosts: Vec<Host> = (1..=3).map(|i| Host::start(&redis, &[("work", test_plugin("chaos"))], &config(i))).collect();
+    let mut conn = redis.client();
+    let now = now_ms();
+    for i in 0..300 {
+        let _: () = conn.hset("hourglass:{work}:payload", format!("w{i}"), "sleep:30").unwrap();
+        let _: () = conn.zadd("hourglass:{work}:due", format!("w{i}"), now).unwrap();
+    }
+    // Kill h1 while it holds leases; `stats` shows them as its own.
+    wait_for("h1 to hold leases", LONG, || {
+        let held = host_states(&hosts[0]).1.get("h1").and_then(|t| t.get("work").copied()).unwrap_or(0);
+        (held > 0 && stat(&mut conn, "work", "succeeded") >= 20).then_some(())
+    });
+    hosts[0].signal("KILL");
+    hosts[0].wait_exit(LONG);
+    let in_flight = held_by(&mut conn, "work", "h1");
+    wait_for("all done by h2 and h3", LONG, || (left(&mut conn, "work") == 0).then_some(()));
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let runs = runs(&refs, "work");
+    for i in 0..300 {
+        let id = format!("w{i}");
+        let n = runs.get(&id).copied().unwrap_or(0);
+        assert!(n >= 1, "{id} never ran");
+        assert!(n == 1 || in_flight.contains(&id), "{id} ran {n} times but h1 did not hold it at the kill");
+    }
+    // The dead host is shown as gone once its heartbeats stop; the others stay alive.
+    wait_for("h1 shown as gone", LONG, || {
+        let (states, _) = host_states(&hosts[1]);
+        (states.get("h1").map(String::as_str) == Some("gone")).then_some(())
+    });
+    let (states, holds) = host_states(&hosts[1]);
+    assert_eq!(states["h2"], "alive");
+    assert_eq!(states["h3"], "alive");
+    assert!(holds["h1"].values().all(|&n| n == 0), "h1 still holds leases: {holds:?}");
+    // A graceful exit is shown as such.
+    hosts[1].signal("TERM");
+    assert_eq!(hosts[1].wait_exit(LONG), Some(0));
+    assert_eq!(host_states(&hosts[2]).0["h2"], "stopped");
+}
+
+#[test]
+fn graceful_shutdown_hands_leases_to_the_other_hosts_at_once() {
+    let redis = RedisServer::start();
+    // Leases far longer than the test: only a hand-back can move the tasks.
+    let config = |i: usize| {
+        format!("[runner]\nhost_id = \"h{i}\"\nlease = \"10m\"\ngrace_period = \"300ms\"\n[types.long]\nconcurrency = 2\ntimeout = \"60s\"\n")
+    };
+    let mut hosts: Vec<Host> = (1..=3).map(|i| Host::start(&redis, &[("long", test_plugin("chaos"))], &config(i))).collect();
+    let mut conn = redis.client();
+    for i in 0..4 {
+        let _: () = conn.hset("hourglass:{long}:payload", format!("l{i}"), "sleep:4000").unwrap();
+        let _: () = conn.zadd("hourglass:{long}:due", format!("l{i}"), now_ms()).unwrap();
+    }
+    let held = wait_for("h1 to hold a task", LONG, || Some(held_by(&mut conn, "long", "h1")).filter(|h| !h.is_empty()));
+    hosts[0].signal("TERM");
+    assert_eq!(hosts[0].wait_exit(LONG), Some(0));
+    assert!(hosts[0].log().contains("handed back"), "{}", hosts[0].log());
+    assert!(held_by(&mut conn, "long", "h1").is_empty(), "h1 kept leases after its exit");
+    wait_for("all done", LONG, || (stat(&mut conn, "long", "succeeded") == 4).then_some(()));
+    let others = runs(&[&hosts[1], &hosts[2]], "long");
+    for id in held {
+        assert_eq!(others.get(&id), Some(&1), "{id}, handed back by h1, was not run by another host");
+    }
+}
+
+// ---------------------------------------------------------------- ACL user
+
+/// The minimum a runner user needs, as the README documents it.
+const RUNNER_ACL: &[&str] = &[
+    "resetkeys", "~hourglass:*", "resetchannels", "&__keyspace@*__:hourglass:{*}:due", "-@all",
+    // connection (`+client|setinfo` too on Redis 7.2+, where it exists)
+    "+ping",
+    // scripts (and what they run)
+    "+evalsha", "+script|load", "+time", "+exists", "+get", "+set", "+incrby",
+    "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zmscore", "+zcard", "+zcount",
+    "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hincrby", "+hstrlen", "+xadd",
+    // outside scripts: schedule/cancel (MULTI), outbox, stats, wake-ups
+    "+multi", "+exec", "+hscan", "+scan", "+psubscribe", "+punsubscribe",
+];
+
+#[test]
+fn a_restricted_acl_user_runs_everything_and_its_password_never_shows() {
+    // The operator turns keyspace notifications on: the runner user may not run CONFIG.
+    let redis = RedisServer::start_with(&["--notify-keyspace-events", "Kz"]);
+    let password = "pw-3f9a1c77e2";
+    let mut setuser = vec!["ACL", "SETUSER", "runner", "reset", "on"];
+    let pass_rule = format!(">{password}");
+    setuser.push(&pass_rule);
+    setuser.extend_from_slice(RUNNER_ACL);
+    assert_eq!(redis.cli(&setuser).trim(), "OK");
+    let host = Host::start(
+        &redis,
+        &[("noop", plugin("noop")), ("device.offline", plugin("device.offline")), ("device.alert", plugin("device.alert"))],
+        &format!("username = \"runner\"\npassword = \"{password}\"\n[runner]\nwakeup = \"notify\"\nhost_id = \"restricted\"\n"),
+    );
+    let mut conn = redis.client();
+    zadd_now(&mut conn, "noop", "n1");
+    zadd_now(&mut conn, "device.offline", "sensor-1");
+    wait_for("the follow-up alert", LONG, || (stat(&mut conn, "device.alert", "succeeded") == 1).then_some(()));
+    wait_for("noop", LONG, || (stat(&mut conn, "noop", "succeeded") == 1).then_some(()));
+    let config = host.dir.path().join("runner.toml");
+    // The CLI under the same user: schedule, stats (SCAN + scripts), hosts.
+    let (ok, _, err) = hourglass(&config, &["schedule", "noop", "n2", "--in", "0s"], &[]);
+    assert!(ok, "{err}");
+    wait_for("n2", LONG, || (stat(&mut conn, "noop", "succeeded") == 2).then_some(()));
+    let (ok, out, err) = hourglass(&config, &["stats"], &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("device.alert") && out.contains("restricted"), "{out}");
+    // Nothing the host or the CLI did was refused, but for the CONFIG GET it tries
+    // before trusting the operator's notify-keyspace-events.
+    let log_lines: Vec<String> = redis.cli(&["ACL", "LOG"]).lines().map(str::to_owned).collect();
+    let denied: Vec<&String> =
+        log_lines.windows(2).filter(|w| w[0] == "object").map(|w| &w[1]).filter(|o| *o != "config|get").collect();
+    assert!(denied.is_empty(), "ACL denials: {denied:?}");
+    let log = host.log();
+    assert!(log.contains("wake-up mode: keyspace notifications"), "{log}");
+    // A wrong password from the environment fails with a one-line error that does not show it.
+    let (ok, _, err) = hourglass(&config, &["stats"], &[("HOURGLASS_REDIS_PASSWORD", "wrong-pw-7d1e")]);
+    assert!(!ok);
+    assert!(!err.contains("wrong-pw-7d1e"), "{err}");
+    assert!(!log.contains(password) && !err.contains(password), "the password was printed");
+}
+
+fn zadd_now(conn: &mut redis::Connection, task_type: &str, id: &str) {
+    let _: () = conn.zadd(format!("hourglass:{{{task_type}}}:due"), id, now_ms()).unwrap();
+}
+
+// ---------------------------------------------------------------- Redis Cluster
+
+/// Six redis-servers (3 masters, a replica each) on loopback; killed on drop.
+struct Cluster {
+    nodes: Vec<(u16, Child)>,
+    dir: tempfile::TempDir,
+}
+
+fn free_port_pair() -> u16 {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // The cluster bus listens on port + 10000.
+        if port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        let mut ports = Vec::new();
+        while ports.len() < 6 {
+            let p = free_port_pair();
+            if !ports.contains(&p) {
+                ports.push(p);
+            }
+        }
+        for &port in &ports {
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "2000"])
+                .args(["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"])
+                .args(["--appendfilename", &format!("aof-{port}"), "--appenddirname", &format!("aof-{port}")])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            nodes.push((port, child));
+        }
+        for &port in &ports {
+            wait_for("cluster node", LONG, || (cli(port, &["PING"]).trim() == "PONG").then_some(()));
+        }
+        let mut create = vec!["--cluster".to_owned(), "create".to_owned()];
+        create.extend(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+        create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+        let out = Command::new("redis-cli").args(&create).output().unwrap();
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = Cluster { nodes, dir };
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn wait_ok(&self) {
+        wait_for("cluster_state:ok on every node with 3 masters", LONG, || {
+            self.nodes
+                .iter()
+                .filter(|(p, _)| cli(*p, &["PING"]).trim() == "PONG")
+                .all(|(p, _)| cli(*p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                .then_some(())
+                .filter(|()| self.masters().len() == 3)
+        });
+    }
+
+    fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().take(3).map(|(p, _)| format!("127.0.0.1:{p}")).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    fn client(&self) -> redis::cluster::ClusterConnection {
+        let seeds: Vec<String> = self.nodes.iter().map(|(p, _)| format!("redis://127.0.0.1:{p}")).collect();
+        redis::cluster::ClusterClient::new(seeds).unwrap().get_connection().unwrap()
+    }
+
+    /// Masters (port, slot ranges), from `CLUSTER NODES` of a live node.
+    fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
+        let live = self.nodes.iter().map(|(p, _)| *p).find(|p| cli(*p, &["PING"]).trim() == "PONG").unwrap();
+        let text = cli(live, &["CLUSTER", "NODES"]);
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            let port: u16 = f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
+            let ranges = f[8..]
+                .iter()
+                .filter(|r| !r.starts_with('['))
+                .map(|r| match r.split_once('-') {
+                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                    None => (r.parse().unwrap(), r.parse().unwrap()),
+                })
+                .collect();
+            out.push((port, ranges));
+        }
+        out
+    }
+
+    fn master_of(&self, key: &str) -> u16 {
+        let live = self.nodes[0].0;
+        let slot: u16 = cli(live, &["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
+        self.masters().into_iter().find(|(_, r)| r.iter().any(|(a, b)| (*a..=*b).contains(&slot))).unwrap().0
+    }
+
+    fn replica_of(&self, master: u16) -> u16 {
+        let text = cli(master, &["CLUSTER", "NODES"]);
+        let id = text.lines().find(|l| l.contains("myself")).unwrap().split(' ').next().unwrap().to_owned();
+        let line = text.lines().find(|l| l.split_whitespace().nth(3) == Some(id.as_str())).expect("a replica");
+        line.split_whitespace().nth(1).unwrap().split(['@', ':']).nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = self.dir.path();
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cstat(conn: &mut redis::cluster::ClusterConnection, task_type: &str) -> i64 {
+    conn.hget::<_, _, Option<i64>>(format!("hourglass:{{{task_type}}}:stats"), "succeeded").unwrap().unwrap_or(0)
+}
+
+/// Types whose keys land on every master of the cluster.
+fn spread_types(cluster: &Cluster) -> Vec<String> {
+    let mut by_master: HashMap<u16, String> = HashMap::new();
+    for i in 0.. {
+        let t = format!("c{i}");
+        by_master.entry(cluster.master_of(&format!("hourglass:{{{t}}}:due"))).or_insert(t);
+        if by_master.len() == 3 {
+            break;
+        }
+    }
+    let mut types: Vec<String> = by_master.into_values().collect();
+    types.sort();
+    types
+}
+
+#[test]
+fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
+    let cluster = Cluster::start();
+    let types = spread_types(&cluster);
+    let mut plugins: Vec<(&str, std::path::PathBuf)> = types.iter().map(|t| (t.as_str(), plugin("noop"))).collect();
+    plugins.push(("device.offline", plugin("device.offline")));
+    plugins.push(("device.alert", plugin("device.alert")));
+    let url = cluster.url();
+    let hosts: Vec<Host> = (1..=2).map(|i| Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n"))).collect();
+    for host in &hosts {
+        host.wait_log("keyspace notifications on every cluster master", LONG);
+    }
+    let mut conn = cluster.client();
+    let now = now_ms();
+    for t in &types {
+        for i in 0..300 {
+            let _: () = conn.zadd(format!("hourglass:{{{t}}}:due"), format!("{t}-{i}"), now + i64::from(i)).unwrap();
+        }
+    }
+    let _: () = conn.zadd("hourglass:{device.offline}:due", "sensor-9", now).unwrap();
+    for t in &types {
+        wait_for("every task of the type", LONG, || (cstat(&mut conn, t) == 300).then_some(()));
+    }
+    wait_for("the follow-up in another slot", LONG, || (cstat(&mut conn, "device.alert") == 1).then_some(()));
+    let refs: Vec<&Host> = hosts.iter().collect();
+    for t in &types {
+        let runs = runs(&refs, t);
+        assert_eq!(runs.len(), 300);
+        assert!(runs.values().all(|&n| n == 1), "a {t} task ran twice");
+    }
+    // The CLI scans every master for types and sees both hosts.
+    let (ok, out, err) = hourglass(&hosts[0].dir.path().join("runner.toml"), &["stats"], &[]);
+    assert!(ok, "{err}");
+    for t in types.iter().map(String::as_str).chain(["device.offline", "device.alert"]) {
+        assert!(out.contains(t), "{t} missing from stats:\n{out}");
+    }
+}
+
+#[test]
+fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
+    let cluster = Cluster::start();
+    let types = spread_types(&cluster);
+    let t = types[0].clone();
+    let plugins: Vec<(&str, std::path::PathBuf)> = vec![(t.as_str(), plugin("noop"))];
+    let host = Host::start_at(&cluster.url(), &plugins, "[runner]\nhost_id = \"f1\"\nlease = \"5s\"\n");
+    host.wait_log("keyspace notifications on every cluster master", LONG);
+    let mut conn = cluster.client();
+    let now = now_ms();
+    let due = format!("hourglass:{{{t}}}:due");
+    for i in 0..2000 {
+        let _: () = conn.zadd(&due, format!("a{i}"), now + i64::from(i) * 2).unwrap();
+    }
+    wait_for("some done", LONG, || (cstat(&mut conn, &t) > 200).then_some(()));
+    let acked_before: i64 = cstat(&mut conn, &t);
+    // Fail the type's master over to its replica, mid-stream.
+    let master = cluster.master_of(&due);
+    let replica = cluster.replica_of(master);
+    assert_eq!(cli(replica, &["CLUSTER", "FAILOVER"]).trim(), "OK");
+    wait_for("the replica to take over", LONG, || (cluster.master_of(&due) == replica).then_some(()));
+    cluster.wait_ok();
+    // Work scheduled after the failover runs too, without any help.
+    let mut conn = cluster.client();
+    for i in 0..200 {
+        let _: () = conn.zadd(&due, format!("b{i}"), now_ms()).unwrap();
+    }
+    let deadline = Instant::now() + LONG;
+    loop {
+        let (done, remaining) = (cstat(&mut conn, &t), left(&mut conn, &t));
+        if remaining == 0 && done >= 2200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stuck after failover: {done} done, {remaining} left\n{}", host.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(cstat(&mut conn, &t) >= acked_before, "acked work was lost");
+    let runs = runs(&[&host], &t);
+    for id in (0..2000).map(|i| format!("a{i}")).chain((0..200).map(|i| format!("b{i}"))) {
+        assert!(runs.get(&id).copied().unwrap_or(0) >= 1, "{id} never ran");
+    }
+    host.wait_log("cluster masters changed", LONG);
+}
