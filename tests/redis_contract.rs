@@ -47,7 +47,7 @@ fn ids(tasks: &[ClaimedTask]) -> Vec<Vec<u8>> {
 }
 
 fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
-    Settlement { id: task.id.clone(), token: task.token, outcome: Outcome::Ack { followups } }
+    Settlement { id: task.id.clone(), token: task.token, outcome: Outcome::Ack { followups }, run: Default::default() }
 }
 
 fn zscore(conn: &mut redis::Connection, key: &str, id: &[u8]) -> Option<i64> {
@@ -245,7 +245,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
 
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
-    let batch = [Settlement { id: task.id.clone(), token: task.token, outcome: retry }];
+    let batch = [Settlement { id: task.id.clone(), token: task.token, outcome: retry, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let after = redis_now(&mut c);
     let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
@@ -263,7 +263,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
     let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
-    let batch = [Settlement { id: again.id.clone(), token: again.token, outcome: zero }];
+    let batch = [Settlement { id: again.id.clone(), token: again.token, outcome: zero, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!(third.attempt, 3);
@@ -287,6 +287,7 @@ async fn dead_letter_list_requeue_and_purge() {
             id: task.id.clone(),
             token: task.token,
             outcome: Outcome::Dead { error: format!("bad {}", String::from_utf8_lossy(&task.id)) },
+            run: Default::default(),
         })
         .collect();
     let r = s.settle(&t, &batch).await.unwrap();
@@ -367,8 +368,9 @@ async fn client_reschedule_during_a_run_wins() {
             id: r.id.clone(),
             token: r.token,
             outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into() },
+            run: Default::default(),
         },
-        Settlement { id: d.id.clone(), token: d.token, outcome: Outcome::Dead { error: "e".into() } },
+        Settlement { id: d.id.clone(), token: d.token, outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },
     ];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 3]);
     for id in ["acked", "retried", "dead"] {
@@ -442,7 +444,7 @@ async fn binary_ids_and_payloads_round_trip() {
     let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
     let dead = Outcome::Dead { error: "no".into() };
-    let batch = [Settlement { id: id.clone(), token: task.token, outcome: dead }];
+    let batch = [Settlement { id: id.clone(), token: task.token, outcome: dead, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let listed = s.dead_list(&t, 10).await.unwrap();
     assert_eq!(listed[0].id, id);

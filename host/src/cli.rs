@@ -22,6 +22,9 @@ pub struct Cli {
     /// Redis URL; wins over `[redis] url` in the config file.
     #[arg(long, global = true, value_name = "URL", env = "HOURGLASS_REDIS_URL")]
     pub redis: Option<String>,
+    /// Log lines: `text` (for people), `json` (one object per line), `auto` (JSON when stderr is not a terminal).
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t, env = "HOURGLASS_LOG_FORMAT")]
+    pub log_format: crate::logging::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -58,14 +61,14 @@ pub enum Command {
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin (see BENCHMARKS.md).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `hourglass run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Plugins folder; wins over `[runner] plugins_dir`.
-    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin (see BENCHMARKS.md).
-    Bench(crate::bench::BenchArgs),
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
 }
@@ -204,6 +207,10 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
+        Command::Bench(args) => {
+            crate::bench::run(args, url).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Schedule(args) => {
             let payload = match (&args.payload, &args.payload_file) {
                 (Some(text), _) => Some(text.clone().into_bytes()),
@@ -212,10 +219,6 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 }
                 (None, None) => None,
             };
-        Command::Bench(args) => {
-            crate::bench::run(args, url).await?;
-            Ok(ExitCode::SUCCESS)
-        }
             let due_ms = match (args.at, args.in_) {
                 (Some(at), _) => at,
                 (None, Some(after)) => now_ms().saturating_add(after.as_millis() as i64),
@@ -394,15 +397,7 @@ pub fn format_ms(ms: i64) -> String {
 
 /// Sets up logging to stderr; `HOURGLASS_LOG` (or `RUST_LOG`) picks the levels.
 pub fn init_tracing() {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        std::env::var("HOURGLASS_LOG").ok().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    crate::logging::init(crate::logging::LogFormat::Text);
 }
 
 #[cfg(test)]

@@ -28,6 +28,41 @@ pub struct Config {
     /// Per task type: which plugin handles it, and overrides of `defaults`.
     #[serde(default)]
     pub types: BTreeMap<TaskType, TypeConfig>,
+    /// The admin HTTP server: health, metrics and the dashboard.
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// The `[admin]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Serve `/healthz`, `/readyz`, `/metrics` and the dashboard at `/`.
+    pub enabled: bool,
+    /// Address to listen on; a port of 0 picks a free one (logged at start).
+    pub listen: std::net::SocketAddr,
+    /// Secret that re-queue and purge requests must carry; required when `listen` is not loopback.
+    pub token: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { enabled: false, listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)), token: None }
+    }
+}
+
+impl AdminConfig {
+    fn validate(&self) -> Result<()> {
+        if let Some(token) = &self.token
+            && (token.len() < 8 || token.chars().any(char::is_whitespace))
+        {
+            bail!("admin.token must be at least 8 characters, without whitespace");
+        }
+        if self.enabled && !self.listen.ip().is_loopback() && self.token.is_none() {
+            bail!("admin.listen = \"{}\" is not a loopback address: set admin.token, or listen on 127.0.0.1", self.listen);
+        }
+        Ok(())
+    }
 }
 
 /// The `[redis]` table.
@@ -51,7 +86,6 @@ pub struct RedisConfig {
     /// PEM file of the CA that signed the server's certificate, for `rediss://`; relative to the config file.
     pub ca_file: Option<PathBuf>,
 }
-
 
 impl Default for RedisConfig {
     fn default() -> Self {
@@ -192,6 +226,15 @@ pub struct TypePolicy {
     pub memory_limit: ByteSize,
     /// Larger payloads are dead-lettered without running.
     pub max_payload: ByteSize,
+    /// Opt-in instance reuse: one instance serves up to this many consecutive
+    /// tasks (0 or 1: a fresh instance per task, the default). A trap or
+    /// failure discards the instance. Faster, but a task can see what earlier
+    /// tasks left in the instance's memory and globals.
+    pub instance_reuse: u32,
+    /// Append every outcome to the `<prefix>:{<type>}:events` stream.
+    pub events: bool,
+    /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
+    pub events_maxlen: u64,
 }
 
 impl Default for TypePolicy {
@@ -208,6 +251,9 @@ impl Default for TypePolicy {
             http_concurrency: 8,
             memory_limit: ByteSize::mib(64),
             max_payload: ByteSize::mib(1),
+            instance_reuse: 0,
+            events: false,
+            events_maxlen: 10_000,
         }
     }
 }
@@ -242,17 +288,14 @@ pub struct TypeConfig {
     pub http_concurrency: Option<usize>,
     /// See [`TypePolicy::memory_limit`].
     pub memory_limit: Option<ByteSize>,
-    /// Opt-in instance reuse: one instance serves up to this many consecutive
-    /// tasks (0 or 1: a fresh instance per task, the default). A trap or
-    /// failure discards the instance. Faster, but a task can see what earlier
-    /// tasks left in the instance's memory and globals.
-    pub instance_reuse: u32,
-    /// Append every outcome to the `<prefix>:{<type>}:events` stream.
-    pub events: bool,
-    /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
-    pub events_maxlen: u64,
     /// See [`TypePolicy::max_payload`].
     pub max_payload: Option<ByteSize>,
+    /// See [`TypePolicy::instance_reuse`].
+    pub instance_reuse: Option<u32>,
+    /// See [`TypePolicy::events`].
+    pub events: Option<bool>,
+    /// See [`TypePolicy::events_maxlen`].
+    pub events_maxlen: Option<u64>,
     /// Values the plugin reads through its `config` import: strings, or secrets
     /// from the host's environment (`{ env = "NAME" }`) or a file (`{ file = "path" }`).
     #[serde(default)]
@@ -267,9 +310,6 @@ impl Config {
     /// Parses and validates a `runner.toml` text; `origin` names it in errors.
     ///
     /// Errors are one line: `runner.toml:12: unknown field `concurency` ...`.
-            instance_reuse: 0,
-            events: false,
-            events_maxlen: 10_000,
     pub fn parse(text: &str, origin: &str) -> Result<Config> {
         let config: Config = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
@@ -306,12 +346,6 @@ impl Config {
         }
         for tc in self.types.values_mut() {
             for value in tc.config.values_mut() {
-    /// See [`TypePolicy::instance_reuse`].
-    pub instance_reuse: Option<u32>,
-    /// See [`TypePolicy::events`].
-    pub events: Option<bool>,
-    /// See [`TypePolicy::events_maxlen`].
-    pub events_maxlen: Option<u64>,
                 value.resolve_path(base);
             }
         }
@@ -339,11 +373,18 @@ impl Config {
         {
             bail!("runner.host_id must be 1 to 128 characters without whitespace");
         }
+        self.admin.validate()?;
         self.defaults.validate("defaults")?;
         for name in self.types.keys() {
             self.policy(name).validate(&format!("types.\"{name}\""))?;
         }
         Ok(())
+    }
+
+    /// The cap of the type's events stream, or `None` when its events are off.
+    pub fn events_maxlen(&self, task_type: &TaskType) -> Option<u64> {
+        let policy = self.policy(task_type);
+        policy.events.then_some(policy.events_maxlen)
     }
 
     /// The effective policy of a type: its overrides on top of `[defaults]`.
@@ -364,6 +405,9 @@ impl Config {
             http_concurrency: t.http_concurrency.unwrap_or(d.http_concurrency),
             memory_limit: t.memory_limit.unwrap_or(d.memory_limit),
             max_payload: t.max_payload.unwrap_or(d.max_payload),
+            instance_reuse: t.instance_reuse.unwrap_or(d.instance_reuse),
+            events: t.events.unwrap_or(d.events),
+            events_maxlen: t.events_maxlen.unwrap_or(d.events_maxlen),
         }
     }
 }
@@ -397,6 +441,9 @@ impl TypePolicy {
         if self.max_payload.as_u64() == 0 || self.max_payload > ByteSize::mib(512) {
             bail!("{table}.max_payload must be between 1 byte and 512 MiB");
         }
+        if self.events_maxlen == 0 || self.events_maxlen > 100_000_000 {
+            bail!("{table}.events_maxlen must be between 1 and 100000000");
+        }
         Ok(())
     }
 }
@@ -429,9 +476,6 @@ mod tests {
             timeout = "2s"
             [types."order.timeout"]
             max_attempts = 7
-            instance_reuse: t.instance_reuse.unwrap_or(d.instance_reuse),
-            events: t.events.unwrap_or(d.events),
-            events_maxlen: t.events_maxlen.unwrap_or(d.events_maxlen),
             memory_limit = "32MiB"
             config = { url = "http://x" }
             "#,
@@ -472,6 +516,10 @@ mod tests {
             ("[types.a]\nbackoff_base = \"1h\"\nbackoff_cap = \"1s\"", "types.\"a\".backoff_cap"),
             ("[redis]\nprefix = \"a{b\"", "invalid key prefix"),
             ("[runner]\nwakeup = \"sometimes\"", "runner.toml:2"),
+            ("[admin]\nenabled = true\nlisten = \"0.0.0.0:9090\"", "admin.token"),
+            ("[admin]\ntoken = \"short\"", "admin.token"),
+            ("[admin]\nlisten = \"nowhere\"", "runner.toml:2"),
+            ("[defaults]\nevents_maxlen = 0", "defaults.events_maxlen"),
         ] {
             let err = format!("{:#}", Config::parse(text, "runner.toml").unwrap_err());
             assert!(err.contains(needle), "{text}: {err}");

@@ -21,15 +21,17 @@
 //! - [`runner`]: claim → dispatch → settle loops, lease heartbeats, graceful shutdown.
 //! - [`managed`]: a private `redis-server` for the quick start.
 //! - [`cli`]: the `hourglass` command line.
-
-pub mod backoff;
 //! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves.
 //! - [`bench`]: `hourglass bench`, the in-process benchmark.
+
+pub mod admin;
+pub mod backoff;
+pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod logging;
 pub mod hosts;
 pub mod managed;
-pub mod bench;
 pub mod outbound;
 pub mod registry;
 pub mod runner;
@@ -39,4 +41,5 @@ pub mod store;
 pub mod target;
 pub mod task;
 pub mod task_type;
+pub mod telemetry;
 pub mod wakeup;

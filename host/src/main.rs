@@ -6,7 +6,7 @@ use hourglass::cli::{self, Cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse_or_exit();
-    cli::init_tracing();
+    hourglass::logging::init(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -41,6 +41,8 @@ pub struct Registry {
     version: watch::Sender<u64>,
     /// Components by file, so an unchanged file is not compiled again.
     loaded: Arc<std::sync::Mutex<HashMap<PathBuf, Component>>>,
+    /// The last load error of each plugin file that failed to load, until it loads.
+    load_errors: Arc<std::sync::Mutex<BTreeMap<PathBuf, String>>>,
 }
 
 impl Registry {
@@ -59,6 +61,7 @@ impl Registry {
             config: Arc::new(ArcSwap::from_pointee(config)),
             version: watch::Sender::new(0),
             loaded: Arc::default(),
+            load_errors: Arc::default(),
         };
         registry.reload();
         Ok(registry)
@@ -79,6 +82,11 @@ impl Registry {
     /// The config in force (it changes when `runner.toml` is edited).
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
+    }
+
+    /// The last load error of each plugin file whose latest version failed to load.
+    pub fn load_errors(&self) -> BTreeMap<PathBuf, String> {
+        self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// A receiver that changes whenever the set of handlers was swapped.
@@ -139,6 +147,8 @@ impl Registry {
         for t in before.keys().filter(|t| !next.contains_key(*t)) {
             warn!(task_type = %t, "plugin removed: its tasks wait in Redis until a plugin serves the type again");
         }
+        crate::telemetry::plugins_serving(kept.iter().map(|(f, c)| (file_stem(f), c.hash().to_owned())).collect());
+        self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).retain(|f, _| wanted.contains_key(f));
         *loaded = kept;
         drop(loaded);
         self.entries.store(Arc::new(next));
@@ -153,6 +163,7 @@ impl Registry {
             Ok(b) => b,
             Err(e) => {
                 error!(file = %file.display(), "cannot read plugin: {e}");
+                self.load_failed(file, format!("cannot read plugin: {e}"));
                 return previous;
             }
         };
@@ -163,8 +174,13 @@ impl Registry {
             return previous;
         }
         match self.runtime.load_bytes(file, &bytes) {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                crate::telemetry::plugin_loaded(&file_stem(file));
+                self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).remove(file);
+                Some(component)
+            }
             Err(e) => {
+                self.load_failed(file, format!("{e:#}"));
                 match &previous {
                     Some(p) => {
                         error!(file = %file.display(), serving = %p.hash(), "plugin rejected, the previous version keeps serving: {e:#}")
@@ -174,6 +190,11 @@ impl Registry {
                 previous
             }
         }
+    }
+
+    fn load_failed(&self, file: &Path, error: String) {
+        crate::telemetry::plugin_load_failed(&file_stem(file));
+        self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).insert(file.to_owned(), error);
     }
 
     /// Applies an edited `runner.toml`: policies, limits and type mappings
@@ -186,6 +207,7 @@ impl Registry {
         let old = self.config.load_full();
         for (what, changed) in [
             ("[redis]", format!("{:?}", old.redis) != format!("{:?}", new.redis)),
+            ("[admin]", old.admin != new.admin),
             ("runner.plugins_dir", old.runner.plugins_dir != new.runner.plugins_dir),
             ("runner.concurrency", old.runner.concurrency != new.runner.concurrency),
             ("runner.wakeup", old.runner.wakeup != new.runner.wakeup),

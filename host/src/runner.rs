@@ -16,7 +16,7 @@ use crate::backoff;
 use crate::config::Config;
 use crate::registry::{Entry, Registry};
 use crate::runtime::{Failure, Runtime, RuntimeOptions};
-use crate::store::{ClaimLimits, Outcome, SettleResult, Settlement, Store};
+use crate::store::{ClaimLimits, Outcome, RunInfo, SettleResult, Settlement, Store};
 use crate::task::ClaimedTask;
 use crate::task_type::TaskType;
 use crate::wakeup::{self, Wakeups};
@@ -103,6 +103,7 @@ pub async fn run_observed(
     let store = store.with_holder(&host_id);
     let presence = crate::hosts::Presence::start(&store, &host_id).await?;
     let wakeups = wakeup::start(&store, config.runner.wakeup, shutdown.clone()).await?;
+    let admin = crate::admin::start(&config, &store, &registry, &shutdown).await?;
     info!(
         plugins = %config.runner.plugins_dir.display(),
         types = ?registry.types().iter().map(TaskType::as_str).collect::<Vec<_>>(),
@@ -120,11 +121,11 @@ pub async fn run_observed(
         poll_interval: config.runner.poll_interval,
         batch_size: config.runner.batch_size,
         lease: config.runner.lease,
+        observer,
     };
     let workers = TaskTracker::new();
     let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();
     let mut versions = registry.subscribe();
-        observer,
     loop {
         // Start a worker for every type that gained a plugin.
         for task_type in registry.types() {
@@ -167,6 +168,7 @@ pub async fn run_observed(
     workers.close();
     workers.wait().await;
     watcher.abort();
+    admin.stop().await;
     presence.stop().await;
     info!("stopped");
     Ok(())
@@ -187,14 +189,14 @@ struct Runner {
     poll_interval: Duration,
     batch_size: usize,
     lease: Duration,
+    /// Told about every start and settle (benchmarks); `None` in production.
+    observer: Option<Observer>,
 }
 
 /// Running tasks of one type by (id, lease token), with when their lease was last renewed.
 type InFlight = Arc<Mutex<HashMap<(Vec<u8>, u64), Instant>>>;
 
 /// Per task type: its concurrency limit, running tasks and settle queue.
-    /// Told about every start and settle (benchmarks); `None` in production.
-    observer: Option<Observer>,
 struct TypeState {
     semaphore: Arc<Semaphore>,
     in_flight: InFlight,
@@ -271,6 +273,7 @@ impl Runner {
             };
             let claim = match self.store.claim(&task_type, &limits).await {
                 Ok(c) => {
+                    crate::telemetry::claimed(&task_type, &c);
                     self.redis_is_up();
                     outage_backoff = Duration::from_millis(50);
                     c
@@ -290,6 +293,7 @@ impl Runner {
                 error!(task_type = %task_type, task_id = %String::from_utf8_lossy(id), "dead-lettered without running: {reason}");
             }
             let claimed_all = claim.tasks.len() == limits.max_tasks;
+            let mut runnable = Vec::with_capacity(claim.tasks.len());
             for task in claim.tasks {
                 let Some(task_permits) = permits.pop() else {
                     break;
@@ -297,7 +301,7 @@ impl Runner {
                 runnable.push((task, task_permits));
             }
             drop(permits);
-            let mut runnable = Vec::with_capacity(claim.tasks.len());
+            self.dispatch_batch(&state, &entry, runnable);
             if claimed_all {
                 continue; // more may be due right now
             }
@@ -305,7 +309,6 @@ impl Runner {
             let next = [claim.next_due_ms, claim.next_lease_expiry_ms].into_iter().flatten().min();
             let idle = if self.wakeups.live() { IDLE_WITH_NOTIFICATIONS } else { self.poll_interval };
             let sleep = next
-            self.dispatch_batch(&state, &entry, runnable);
                 .map(|at| Duration::from_millis(u64::try_from(at - claim.now_ms).unwrap_or(0)))
                 .map_or(idle, |until| until.min(idle));
             if sleep.is_zero() {
@@ -376,7 +379,7 @@ impl Runner {
         }
         for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
             warn!(
-                task_type = %task.task_type, task_id = %String::from_utf8_lossy(&task.id), score = task.due_ms,
+                task_type = %task.task_type, task_id = %String::from_utf8_lossy(&task.id), attempt = task.attempt, score = task.due_ms,
                 "due score looks like seconds, not milliseconds; running it now anyway"
             );
         }
@@ -392,16 +395,12 @@ impl Runner {
             observer: self.observer.clone(),
         });
         self.tasks.spawn(async move {
-            let started_ms = crate::cli::now_ms();
-            let timeout = entry.policy.timeout;
-            let handler = entry.handler.clone();
-            let running = task.clone();
-            let run = tokio::task::spawn_blocking(move || handler.run(&running));
-            // The epoch deadline stops guest code; this bounds time spent in host calls too.
-            let (result, followups) = match tokio::time::timeout(timeout + Duration::from_secs(1), run).await {
-                Ok(Ok(run)) => (run.result, run.followups),
-                Ok(Err(join)) => (Err(Failure::Error(format!("handler thread failed: {join}"))), vec![]),
-                Err(_) => (Err(Failure::Error(format!("deadline of {timeout:?} exceeded"))), vec![]),
+            let mut workers = tokio::task::JoinSet::new();
+            let add_workers = |workers: &mut tokio::task::JoinSet<()>, k: usize| {
+                for _ in 0..k {
+                    let batch = batch.clone();
+                    workers.spawn_blocking(move || batch.work());
+                }
             };
             add_workers(&mut workers, n.min(run_parallelism()));
             let mut finished_before = 0;
@@ -428,6 +427,7 @@ impl Runner {
                     }
                 }
             }
+            workers.detach_all();
         });
     }
 
@@ -455,7 +455,8 @@ impl Runner {
             }
             let mut backoff = Duration::from_millis(50);
             let results = loop {
-                match self.store.settle(&task_type, &batch).await {
+                let events = self.registry.config().events_maxlen(&task_type);
+                match self.store.settle_with_events(&task_type, &batch, events).await {
                     Ok(r) => {
                         self.redis_is_up();
                         break r;
@@ -467,18 +468,19 @@ impl Runner {
                     }
                 }
             };
-            for (s, r) in batch.iter().zip(&results) {
-                if matches!(r, SettleResult::Fenced) {
-                    warn!(task_type = %task_type, task_id = %String::from_utf8_lossy(&s.id),
-                        "outcome ignored: the lease had expired and the task was claimed again");
-                }
             if let Some(observe) = &self.observer {
                 for (s, r) in batch.iter().zip(&results) {
                     let (acked, fenced) = (matches!(s.outcome, Outcome::Ack { .. }), matches!(r, SettleResult::Fenced));
                     observe(Event::Settled { task_type: &task_type, id: &s.id, acked, fenced });
                 }
             }
+            for (s, r) in batch.iter().zip(&results) {
+                if matches!(r, SettleResult::Fenced) {
+                    warn!(task_type = %task_type, task_id = %String::from_utf8_lossy(&s.id), attempt = s.run.attempt,
+                        "outcome ignored: the lease had expired and the task was claimed again");
+                }
             }
+            crate::telemetry::settled(&task_type, &batch, &results);
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for s in &batch {
@@ -529,6 +531,7 @@ impl Runner {
     }
 
     fn redis_is_down(&self, e: &anyhow::Error) {
+        crate::telemetry::redis_error();
         if !self.redis_down.swap(true, Ordering::Relaxed) {
             error!("Redis is unreachable; retrying with backoff until it is back: {e:#}");
         }
@@ -541,13 +544,6 @@ impl Runner {
     }
 }
 
-/// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
-fn decide(
-    entry: &Entry,
-    task: &ClaimedTask,
-    result: Result<(), Failure>,
-    followups: Vec<crate::task::FollowUp>,
-    started_ms: i64,
 /// How often a batch checks for stalled workers and overdue tasks.
 const FANOUT_TICK: Duration = Duration::from_millis(2);
 
@@ -663,6 +659,13 @@ impl Batch {
     }
 }
 
+/// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
+fn decide(
+    entry: &Entry,
+    task: &ClaimedTask,
+    result: Result<(), Failure>,
+    followups: Vec<crate::task::FollowUp>,
+    started_ms: i64,
 ) -> Outcome {
     let policy = &entry.policy;
     let id = String::from_utf8_lossy(&task.id);

@@ -503,10 +503,10 @@ impl Handler {
                 task.payload.len(),
                 ByteSize::b(self.limits.max_payload)
             ));
-            return TaskRun {
+            return Some(TaskRun {
                 result: Err(failure),
                 followups: Vec::new(),
-            };
+            });
         }
         None
     }
@@ -515,6 +515,7 @@ impl Handler {
     fn task_state(&self, task: &ClaimedTask) -> (RunMeta, outgoing::OutboundHooks) {
         let meta = RunMeta {
             plugin: self.plugin_name.clone(),
+            plugin_hash: self.component.hash().to_owned(),
             task_type: task.task_type.to_string(),
             task_id: String::from_utf8_lossy(&task.id).into_owned(),
             attempt: task.attempt,
@@ -548,30 +549,29 @@ impl Handler {
             config: self.config.clone(),
             followups: Vec::new(),
             http: WasiHttpCtx::new(),
-            http_hooks: outgoing::OutboundHooks::new(
-                self.http.clone(),
-                std::time::Instant::now() + self.limits.timeout,
-                outgoing::Caller {
-                    plugin: self.plugin_name.clone(),
-                    task_type: task.task_type.to_string(),
-                    task_id: String::from_utf8_lossy(&task.id).into_owned(),
-                },
-            ),
-        };
-        let pre = &self.component.inner.pre;
-        let mut store = Store::new(pre.engine(), state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
+            http_hooks,
+        }
+    }
 
-        let outcome = pre
-            .instantiate(&mut store)
-            .and_then(|instance| instance.call_handle(&mut store, &wit_task(task)));
-        let (out, out_dropped) = stdout.take();
-        let (err, err_dropped) = stderr.take();
-        let state = store.into_data();
-        emit_output(&state.meta, "stdout", &out, out_dropped);
-        emit_output(&state.meta, "stderr", &err, err_dropped);
-
+    /// What a call's outcome means for the task.
+    fn result_of(
+        &self,
+        outcome: wasmtime::Result<Result<(), wit_types::Failure>>,
+        memory_wanted: Option<usize>,
+        err: &str,
+    ) -> Result<(), Failure> {
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(wit_types::Failure::RetryAfter(ms))) => {
+                Err(Failure::RetryAfter(Duration::from_millis(ms)))
+            }
+            Ok(Err(wit_types::Failure::Permanent(reason))) => Err(Failure::Permanent(reason)),
+            Ok(Err(wit_types::Failure::Error(message))) => Err(Failure::Error(message)),
+            Err(e) => Err(Failure::Error(self.describe_crash(
+                &e,
+                memory_wanted,
+                err,
+            ))),
         }
     }
 
@@ -618,7 +618,7 @@ impl Handler {
                     }
                 }
             }
-    /// What a call's outcome means for the task.
+        };
         {
             // Per-task parts of the state; WASI and its resource table carry over.
             let fresh = self.task_state(task);
@@ -636,34 +636,15 @@ impl Handler {
         emit_output(&w.store.data().meta, "stderr", &err, err_dropped);
         let exceeded = w.store.data().limiter.exceeded;
         let result = self.result_of(outcome, exceeded, &err);
-    fn result_of(
-        &self,
-        outcome: wasmtime::Result<Result<(), wit_types::Failure>>,
-        memory_wanted: Option<usize>,
-        err: &str,
+        let followups = if result.is_ok() {
+            std::mem::take(&mut w.store.data_mut().followups)
+        } else {
+            Vec::new()
+        };
         w.served += 1;
         if result.is_ok() && w.served < self.reuse {
             *warm = Some(w);
         }
-    ) -> Result<(), Failure> {
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(wit_types::Failure::RetryAfter(ms))) => {
-                Err(Failure::RetryAfter(Duration::from_millis(ms)))
-            }
-            Ok(Err(wit_types::Failure::Permanent(reason))) => Err(Failure::Permanent(reason)),
-            Ok(Err(wit_types::Failure::Error(message))) => Err(Failure::Error(message)),
-            Err(e) => Err(Failure::Error(self.describe_crash(
-                &e,
-                state.limiter.exceeded,
-                &err,
-            ))),
-        };
-        let followups = if result.is_ok() {
-            state.followups
-        } else {
-            Vec::new()
-        };
         TaskRun { result, followups }
     }
 
@@ -770,6 +751,7 @@ fn emit_output(meta: &RunMeta, stream: &'static str, text: &str, dropped: usize)
         tracing::info!(
             target: "hourglass::plugin",
             plugin = %meta.plugin,
+            plugin_hash = %meta.plugin_hash,
             task_type = %meta.task_type,
             task_id = %meta.task_id,
             attempt = meta.attempt,
@@ -781,6 +763,7 @@ fn emit_output(meta: &RunMeta, stream: &'static str, text: &str, dropped: usize)
         tracing::warn!(
             target: "hourglass::plugin",
             plugin = %meta.plugin,
+            plugin_hash = %meta.plugin_hash,
             task_type = %meta.task_type,
             task_id = %meta.task_id,
             attempt = meta.attempt,
@@ -795,6 +778,7 @@ fn emit_output(meta: &RunMeta, stream: &'static str, text: &str, dropped: usize)
 /// Who is logging: attached to every guest log line.
 struct RunMeta {
     plugin: Arc<str>,
+    plugin_hash: String,
     task_type: String,
     task_id: String,
     attempt: u32,
@@ -872,6 +856,7 @@ impl wit_log::Host for HostState {
                     target: "hourglass::plugin",
                     $level,
                     plugin = %m.plugin,
+                    plugin_hash = %m.plugin_hash,
                     task_type = %m.task_type,
                     task_id = %m.task_id,
                     attempt = m.attempt,

@@ -19,6 +19,7 @@
 //! | `P:{T}:seq`                 | STRING | token counter                                  |
 //! | `P:{T}:outbox`              | HASH   | entry id → encoded follow-up                   |
 //! | `P:{T}:delivered:<entry>`   | STRING | outbox delivery marker, PX 24h                 |
+//! | `P:{T}:events`              | STREAM | outcomes, when `events = true` for the type    |
 //!
 //! All "now" times are taken from Redis `TIME` inside the scripts.
 
@@ -67,6 +68,8 @@ pub struct Keys {
     pub outbox: String,
     /// `P:{T}:delivered:`: prefix of the outbox delivery markers.
     pub delivered_prefix: String,
+    /// `P:{T}:events`: STREAM of outcomes, when enabled for the type.
+    pub events: String,
 }
 
 impl Keys {
@@ -85,6 +88,7 @@ impl Keys {
             seq: k("seq"),
             outbox: k("outbox"),
             delivered_prefix: k("delivered:"),
+            events: k("events"),
         }
     }
 
@@ -146,6 +150,21 @@ pub struct Settlement {
     pub token: u64,
     /// What happened.
     pub outcome: Outcome,
+    /// When and how it ran, for the events stream (zeros when unknown).
+    pub run: RunInfo,
+}
+
+/// The attempt and times of one run, carried into its completion event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunInfo {
+    /// Which attempt this was (1 = first).
+    pub attempt: u32,
+    /// The task's due time, ms since the epoch.
+    pub due_ms: i64,
+    /// When the handler started, ms since the epoch.
+    pub started_ms: i64,
+    /// When the handler finished, ms since the epoch.
+    pub finished_ms: i64,
 }
 
 /// How a task ended.
@@ -498,6 +517,17 @@ impl Store {
     /// Commits the outcomes of finished tasks of type `t` in one atomic step, then
     /// delivers any follow-ups from the outbox.
     pub async fn settle(&self, t: &TaskType, batch: &[Settlement]) -> Result<Vec<SettleResult>> {
+        self.settle_with_events(t, batch, None).await
+    }
+
+    /// [`Store::settle`], also appending one entry per committed outcome to
+    /// `P:{T}:events` (capped at about `events_maxlen`) in the same atomic step.
+    pub async fn settle_with_events(
+        &self,
+        t: &TaskType,
+        batch: &[Settlement],
+        events_maxlen: Option<u64>,
+    ) -> Result<Vec<SettleResult>> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
@@ -512,10 +542,12 @@ impl Store {
             .key(&k.dead)
             .key(&k.stats)
             .key(&k.outbox)
-            .arg(t.as_str());
+            .key(&k.events)
+            .arg(t.as_str())
+            .arg(events_maxlen.unwrap_or(0));
         let mut any_followups = false;
         for s in batch {
-            inv.arg(&s.id).arg(s.token);
+            inv.arg(&s.id).arg(s.token).arg(s.run.attempt).arg(s.run.due_ms).arg(s.run.started_ms).arg(s.run.finished_ms);
             match &s.outcome {
                 Outcome::Ack { followups } => {
                     any_followups |= !followups.is_empty();
@@ -666,6 +698,19 @@ impl Store {
             retried: n(6),
             dead_total: n(7),
         })
+    }
+
+    /// How many tasks of `t` fall due in each of `buckets` consecutive windows of
+    /// `width_ms` starting at `from_ms` (one ZCOUNT per window, pipelined).
+    pub async fn due_buckets(&self, t: &TaskType, from_ms: i64, width_ms: i64, buckets: usize) -> Result<Vec<u64>> {
+        let k = self.keys(t);
+        let mut pipe = redis::pipe();
+        for b in 0..buckets as i64 {
+            let lo = from_ms + b * width_ms;
+            pipe.cmd("ZCOUNT").arg(&k.due).arg(lo).arg(format!("({}", lo + width_ms));
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async(&mut conn).await.with_context(|| format!("cannot count due {t} tasks"))
     }
 
     /// Every task type that has keys under this prefix, sorted.

@@ -1,8 +1,9 @@
 -- settle: commit the outcomes of many finished tasks of one type at once.
 --
--- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 stats, 9 outbox
--- ARGV: 1 outbox entry prefix (the source type), then per task:
---         id, token, kind ('ack'|'retry'|'dead'), delay_ms, error, n_followups, followup_1..n
+-- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 stats, 9 outbox, 10 events
+-- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then per task:
+--         id, token, attempt, due_ms, started_ms, finished_ms,
+--         kind ('ack'|'retry'|'dead'), delay_ms, error, n_followups, followup_1..n
 -- Returns: { 1 = settled | 0 = fenced } per task, in order.
 -- Guarantees:
 --   * fencing: a task whose stored token differs from the given one (its lease
@@ -15,22 +16,43 @@
 --   * dead: dead-lettered unless a client re-scheduled it during the run; then
 --     the client wins and the task starts over (attempts reset).
 --   * counters: succeeded, failed (failed attempts), retried, dead.
+--   * events (when maxlen > 0): one XADD MAXLEN ~ per committed outcome, in the
+--     same atomic step, with outcome succeeded | retried | dead | rescheduled
+--     (a dead letter that a client schedule overrode); fenced tasks add none.
 
 local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local events = KEYS[10]
 local entry_prefix = ARGV[1]
+local events_maxlen = tonumber(ARGV[2])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local results = {}
 local succeeded, failed, retried, dead_n = 0, 0, 0, 0
-local i = 2
+local function event(id, outcome, attempt, due_ms, started_ms, finished_ms, err, retry_at)
+  if events_maxlen <= 0 then return end
+  local fields = {'id', id, 'outcome', outcome, 'attempt', attempt, 'due_ms', due_ms,
+    'started_ms', started_ms, 'finished_ms', finished_ms}
+  if err ~= '' then
+    fields[#fields + 1] = 'error'
+    fields[#fields + 1] = err
+  end
+  if retry_at then
+    fields[#fields + 1] = 'retry_at_ms'
+    fields[#fields + 1] = retry_at
+  end
+  redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*', unpack(fields))
+end
+
+local i = 3
 while i <= #ARGV do
-  local id, token, kind = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local delay_ms, err = ARGV[i + 3], ARGV[i + 4]
-  local n_follow = tonumber(ARGV[i + 5])
-  local follow_at = i + 6
+  local id, token = ARGV[i], ARGV[i + 1]
+  local attempt, due_ms, started_ms, finished_ms = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local kind, delay_ms, err = ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+  local n_follow = tonumber(ARGV[i + 9])
+  local follow_at = i + 10
   i = follow_at + n_follow
 
   local held = redis.call('HGET', tokens, id) -- "<token>" or "<token>@<host id>"
@@ -49,19 +71,25 @@ while i <= #ARGV do
         redis.call('HSET', outbox, entry_prefix .. ':' .. token .. ':' .. k, ARGV[follow_at + k])
       end
       succeeded = succeeded + 1
+      event(id, 'succeeded', attempt, due_ms, started_ms, finished_ms, '', nil)
     elseif kind == 'retry' then
       redis.call('HSET', errors, id, err)
-      redis.call('ZADD', due, 'NX', string.format('%.0f', now + tonumber(delay_ms)), id)
+      local retry_at = string.format('%.0f', now + tonumber(delay_ms))
+      redis.call('ZADD', due, 'NX', retry_at, id)
       failed = failed + 1
       retried = retried + 1
+      event(id, 'retried', attempt, due_ms, started_ms, finished_ms, err,
+        string.format('%.0f', tonumber(redis.call('ZSCORE', due, id))))
     else
       redis.call('HSET', errors, id, err)
       failed = failed + 1
       if redis.call('ZSCORE', due, id) then
         redis.call('HDEL', attempts, id)
+        event(id, 'rescheduled', attempt, due_ms, started_ms, finished_ms, err, nil)
       else
         redis.call('ZADD', dead, string.format('%.0f', now), id)
         dead_n = dead_n + 1
+        event(id, 'dead', attempt, due_ms, started_ms, finished_ms, err, nil)
       end
     end
     results[#results + 1] = 1

@@ -1,0 +1,341 @@
+//! The dashboard at `/`: server-rendered HTML, a little JavaScript that
+//! refreshes it in place, no outside resources (it works offline).
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use super::{AdminState, PageParams, html};
+use crate::cli::format_ms;
+use crate::task_type::TaskType;
+
+const STYLE: &str = include_str!("dashboard.css");
+const SCRIPT: &str = include_str!("dashboard.js");
+
+/// Minutes shown by the "due over the next hour" chart (one bar each).
+const CHART_MINUTES: usize = 60;
+/// Most dead letters listed.
+const DEAD_SHOWN: usize = 100;
+
+/// Every type with a plugin here or keys in Redis, sorted.
+pub(crate) async fn all_types(state: &AdminState) -> Result<Vec<TaskType>> {
+    let mut types = state.store.known_types().await?;
+    types.extend(state.registry.types());
+    types.sort();
+    types.dedup();
+    Ok(types)
+}
+
+/// Escapes text for HTML content and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `GET /`: the whole page. Reads only.
+pub(crate) async fn page(State(state): State<AdminState>, query: PageParams) -> Response {
+    match render(&state, &query).await {
+        Ok(body) => html(body).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            html(format!(
+                "<!doctype html><meta charset=utf-8><title>Hourglass</title><p>Cannot read Redis: {}</p>\
+                 <script>setTimeout(() => location.reload(), 3000)</script>",
+                esc(&format!("{e:#}"))
+            )),
+        )
+            .into_response(),
+    }
+}
+
+async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
+    let types = all_types(state).await?;
+    let mut stats = Vec::with_capacity(types.len());
+    for t in &types {
+        stats.push((t.clone(), state.store.stats(t).await?));
+    }
+    let selected: Option<TaskType> = query
+        .task_type
+        .as_deref()
+        .and_then(|t| t.parse().ok())
+        .or_else(|| stats.iter().find(|(_, s)| s.dead > 0).map(|(t, _)| t.clone()))
+        .or_else(|| types.first().cloned());
+
+    let mut h = String::with_capacity(16 * 1024);
+    let uptime = state.host.started.elapsed().as_secs();
+    let _ = write!(
+        h,
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+         <title>Hourglass</title><style>{STYLE}</style></head><body data-token={}>\
+         <header><h1>⧗ Hourglass</h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>",
+        state.token.is_some(),
+        esc(&state.host.id),
+        uptime / 3600,
+        uptime / 60 % 60,
+        esc(&state.host.addr.to_string()),
+    );
+    if state.token.is_some() {
+        h.push_str(
+            "<label class=token>token <input id=token type=password autocomplete=off \
+             placeholder=\"needed to re-queue or purge\"></label>",
+        );
+    }
+    h.push_str("</header><main id=live>");
+    if let Some(msg) = &query.msg {
+        let _ = write!(h, "<p class=msg id=msg>{}</p>", esc(msg));
+    }
+
+    // Per type counts and rates.
+    h.push_str(
+        "<section><h2>Task types</h2><table id=types><thead><tr><th>type</th><th>due now</th><th>later</th>\
+         <th>in flight</th><th>dead</th><th>succeeded/min</th><th>failed/min</th><th>succeeded</th>\
+         <th>failed</th><th>retried</th><th>plugin</th></tr></thead><tbody>",
+    );
+    if stats.is_empty() {
+        h.push_str("<tr><td colspan=11>no task types yet</td></tr>");
+    }
+    {
+        let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
+        for (t, s) in &stats {
+            let (ok_rate, fail_rate) = match history.rates(t) {
+                Some((ok, failed, span)) => {
+                    let title = format!("over the last {}s", span.as_secs());
+                    (format!("<span title=\"{title}\">{ok:.1}</span>"), format!("<span title=\"{title}\">{failed:.1}</span>"))
+                }
+                None => ("–".to_owned(), "–".to_owned()),
+            };
+            let plugin = state.registry.get(t).map_or("<span class=bad>none</span>".to_owned(), |e| {
+                format!("<code>{}</code>", esc(&e.hash))
+            });
+            let class = if Some(t) == selected.as_ref() { " class=selected" } else { "" };
+            let _ = write!(
+                h,
+                "<tr{class} data-type=\"{t}\"><td><a href=\"/?type={t}\">{t}</a></td><td data-col=due_now>{}</td>\
+                 <td data-col=later>{}</td><td data-col=in_flight>{}</td><td data-col=dead class={}>{}</td>\
+                 <td>{ok_rate}</td><td>{fail_rate}</td><td data-col=succeeded>{}</td><td data-col=failed>{}</td>\
+                 <td data-col=retried>{}</td><td>{plugin}</td></tr>",
+                s.due_now,
+                s.scheduled_later,
+                s.in_flight,
+                if s.dead > 0 { "bad" } else { "ok" },
+                s.dead,
+                s.succeeded,
+                s.failed,
+                s.retried,
+                t = esc(t.as_str()),
+            );
+        }
+    }
+    h.push_str("</tbody></table><p class=note>Rates are sampled from the counters in Redis every 5 s, over the last 5 minutes.</p></section>");
+
+    if let Some(t) = &selected {
+        chart(state, t, &mut h).await?;
+        dead_letters(state, t, &mut h).await?;
+    }
+    recent(&mut h);
+    plugins(state, &mut h);
+    hosts(state, &types, &mut h).await;
+    let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
+    Ok(h)
+}
+
+/// Inline SVG bar chart: tasks of `t` falling due in each minute of the next hour.
+async fn chart(state: &AdminState, t: &TaskType, h: &mut String) -> Result<()> {
+    let now = crate::cli::now_ms();
+    let from = now - now % 60_000;
+    let counts = state.store.due_buckets(t, from, 60_000, CHART_MINUTES).await?;
+    let total: u64 = counts.iter().sum();
+    let max = counts.iter().copied().max().unwrap_or(0).max(1);
+    let (w, bar_h, bar_w) = (CHART_MINUTES * 10, 120.0, 10usize);
+    let _ = write!(
+        h,
+        "<section><h2>Due over the next hour: {t} <small>({total} tasks)</small></h2>\
+         <svg id=chart viewBox=\"0 0 {w} 150\" width=\"{w}\" height=150 role=img \
+         aria-label=\"tasks of {t} falling due per minute over the next hour\">",
+        t = esc(t.as_str())
+    );
+    for (i, &n) in counts.iter().enumerate() {
+        let bh = (n as f64 / max as f64) * bar_h;
+        let _ = write!(
+            h,
+            "<rect x={} y={:.1} width={} height={:.1} data-count={n}><title>{}: {n} due</title></rect>",
+            i * bar_w + 1,
+            bar_h - bh,
+            bar_w - 2,
+            bh.max(if n > 0 { 1.0 } else { 0.0 }),
+            esc(&format_ms(from + i as i64 * 60_000)),
+        );
+    }
+    let _ = write!(
+        h,
+        "<line x1=0 y1=121 x2={w} y2=121 class=axis></line><text x=0 y=140>now</text>\
+         <text x={} y=140>+30 min</text><text x={} y=140 text-anchor=end>+60 min</text>\
+         <text x={} y=12 text-anchor=end>max {max}/min</text></svg></section>",
+        w / 2 - 20,
+        w,
+        w,
+    );
+    Ok(())
+}
+
+/// The dead letters of `t`, each with re-queue and purge buttons (POST forms).
+async fn dead_letters(state: &AdminState, t: &TaskType, h: &mut String) -> Result<()> {
+    let dead = state.store.dead_list(t, DEAD_SHOWN).await?;
+    let te = esc(t.as_str());
+    let _ = write!(h, "<section><h2>Dead letters: {te} <small>({} shown)</small></h2>", dead.len());
+    if dead.is_empty() {
+        let _ = write!(h, "<p id=no-dead>No dead tasks of {te}.</p></section>");
+        return Ok(());
+    }
+    h.push_str(
+        "<table id=dead><thead><tr><th>id</th><th>died</th><th>attempts</th><th>last error</th>\
+         <th></th></tr></thead><tbody>",
+    );
+    for d in &dead {
+        let id = esc(&String::from_utf8_lossy(&d.id));
+        let _ = write!(
+            h,
+            "<tr data-id=\"{id}\"><td><code>{id}</code></td><td>{}</td><td>{}</td><td class=error>{}</td><td class=actions>\
+             <form method=post action=/dead/requeue><input type=hidden name=type value=\"{te}\">\
+             <input type=hidden name=id_hex value=\"{hex}\"><input type=hidden name=token>\
+             <button data-action=requeue data-id=\"{id}\">Re-queue</button></form>\
+             <form method=post action=/dead/purge class=purge><input type=hidden name=type value=\"{te}\">\
+             <input type=hidden name=id_hex value=\"{hex}\"><input type=hidden name=token>\
+             <label><input type=checkbox name=confirm value=yes required> sure</label>\
+             <button data-action=purge data-id=\"{id}\">Purge</button></form></td></tr>",
+            esc(&format_ms(d.died_ms)),
+            d.attempts,
+            esc(&d.error),
+            hex = d.id_hex,
+        );
+    }
+    let _ = write!(
+        h,
+        "</tbody></table><div class=bulk>\
+         <form method=post action=/dead/requeue><input type=hidden name=type value=\"{te}\"><input type=hidden name=token>\
+         <button data-action=requeue-all>Re-queue all dead {te}</button></form>\
+         <form method=post action=/dead/purge class=purge><input type=hidden name=type value=\"{te}\"><input type=hidden name=token>\
+         <label><input type=checkbox name=confirm value=yes required> sure</label>\
+         <button data-action=purge-all>Purge all dead {te}</button></form></div></section>"
+    );
+    Ok(())
+}
+
+/// The last outcomes settled by this host.
+fn recent(h: &mut String) {
+    let recent = crate::telemetry::recent();
+    h.push_str("<section><h2>Recent outcomes on this host</h2>");
+    if recent.is_empty() {
+        h.push_str("<p>None yet.</p></section>");
+        return;
+    }
+    h.push_str(
+        "<table id=recent><thead><tr><th>finished</th><th>type</th><th>id</th><th>outcome</th><th>attempt</th>\
+         <th>error</th></tr></thead><tbody>",
+    );
+    for c in recent.iter().take(20) {
+        let id = esc(&c.id);
+        let _ = write!(
+            h,
+            "<tr data-outcome-id=\"{id}\" data-outcome={o}><td>{}</td><td>{}</td><td><code>{id}</code></td>\
+             <td class={o}>{o}</td><td>{}</td><td class=error>{}</td></tr>",
+            esc(&format_ms(c.finished_ms)),
+            esc(&c.task_type),
+            c.attempt,
+            esc(&c.error),
+            o = c.outcome,
+        );
+    }
+    h.push_str("</tbody></table></section>");
+}
+
+/// Loaded plugins with their version, types and limits, and files that failed to load.
+fn plugins(state: &AdminState, h: &mut String) {
+    use std::collections::BTreeMap;
+    let mut by_file: BTreeMap<std::path::PathBuf, (String, Vec<String>)> = BTreeMap::new();
+    for t in state.registry.types() {
+        if let Some(e) = state.registry.get(&t) {
+            let p = &e.policy;
+            let limits = format!(
+                "{t}: timeout {}, memory {}, concurrency {}, max_attempts {}, max_payload {}{}",
+                humantime::format_duration(p.timeout),
+                p.memory_limit,
+                p.concurrency,
+                p.max_attempts,
+                p.max_payload,
+                if p.events { ", events on" } else { "" },
+            );
+            let slot = by_file.entry(e.file.clone()).or_insert_with(|| (e.hash.clone(), Vec::new()));
+            slot.1.push(limits);
+        }
+    }
+    let errors = state.registry.load_errors();
+    h.push_str(
+        "<section><h2>Plugins</h2><table id=plugins><thead><tr><th>file</th><th>version</th><th>types and limits</th>\
+         <th>last load error</th></tr></thead><tbody>",
+    );
+    let mut files: Vec<_> = by_file.keys().chain(errors.keys()).cloned().collect();
+    files.sort();
+    files.dedup();
+    for f in files {
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (hash, types) = by_file.get(&f).cloned().unwrap_or_else(|| ("—".into(), vec!["not serving".into()]));
+        let error = errors.get(&f).map(|e| esc(e)).unwrap_or_default();
+        let _ = write!(
+            h,
+            "<tr data-plugin=\"{n}\"><td>{n}</td><td><code>{}</code></td><td>{}</td><td class=error>{error}</td></tr>",
+            esc(&hash),
+            types.iter().map(|t| esc(t)).collect::<Vec<_>>().join("<br>"),
+            n = esc(&name),
+        );
+    }
+    h.push_str("</tbody></table></section>");
+}
+
+/// This host, and every host registered in `P:hosts` with its state and leases.
+async fn hosts(state: &AdminState, types: &[TaskType], h: &mut String) {
+    let _ = write!(
+        h,
+        "<section><h2>Hosts</h2><table id=hosts><thead><tr><th>host</th><th>state</th><th>last seen</th>\
+         <th>leases held</th></tr></thead><tbody>\
+         <tr data-host=\"{id}\"><td>{id} (this one, admin at {})</td><td>alive</td><td>started {}</td><td>–</td></tr>",
+        esc(&state.host.addr.to_string()),
+        esc(&format_ms(state.host.started_ms)),
+        id = esc(&state.host.id),
+    );
+    match crate::hosts::list(&state.store, types).await {
+        Ok(hosts) => {
+            for host in hosts.iter().filter(|x| x.id != state.host.id) {
+                let holds: Vec<String> = host.holds.iter().map(|(t, held)| format!("{t}: {}", held.count)).collect();
+                let seen = if host.last_seen_ms == 0 {
+                    "–".to_owned()
+                } else {
+                    format!("{:.1}s ago", host.silent_ms as f64 / 1000.0)
+                };
+                let _ = write!(
+                    h,
+                    "<tr data-host=\"{id}\"><td>{id}</td><td>{}</td><td>{seen}</td><td>{}</td></tr>",
+                    esc(&host.state.to_string()),
+                    esc(&holds.join(", ")),
+                    id = esc(if host.id.is_empty() { "(no host id)" } else { &host.id }),
+                );
+            }
+        }
+        Err(e) => {
+            let _ = write!(h, "<tr><td colspan=4 class=error>cannot list hosts: {}</td></tr>", esc(&format!("{e:#}")));
+        }
+    }
+    h.push_str("</tbody></table></section>");
+}

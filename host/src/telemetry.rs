@@ -1,0 +1,253 @@
+//! Prometheus metrics and the recent outcomes this host settled.
+//!
+//! The runner and the registry call the small functions here at the points
+//! where something happens; the admin server renders the result
+//! (`/metrics` through [`handle`], the dashboard through [`recent`]).
+//!
+//! Metric names (label `type` is the task type, `plugin` the plugin file's stem):
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | `hourglass_tasks_claimed_total` | counter | type |
+//! | `hourglass_tasks_succeeded_total` | counter | type |
+//! | `hourglass_tasks_failed_total` | counter (failed attempts) | type |
+//! | `hourglass_tasks_retried_total` | counter | type |
+//! | `hourglass_tasks_dead_total` | counter (dead-lettered) | type |
+//! | `hourglass_tasks_fenced_total` | counter (outcomes ignored: lease lost) | type |
+//! | `hourglass_tasks_in_flight` | gauge (handlers running) | type |
+//! | `hourglass_task_lateness_seconds` | histogram (start - due) | type |
+//! | `hourglass_task_duration_seconds` | histogram (handler run) | type |
+//! | `hourglass_redis_errors_total` | counter | |
+//! | `hourglass_plugin_loads_total` | counter | plugin |
+//! | `hourglass_plugin_reload_failures_total` | counter | plugin |
+//! | `hourglass_plugin_info` | gauge: 1 for the loaded version, 0 for replaced ones | plugin, hash |
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::store::{Claim, Outcome, SettleResult, Settlement};
+use crate::task::ClaimedTask;
+use crate::task_type::TaskType;
+
+/// How many settled outcomes [`recent`] remembers.
+const RECENT: usize = 50;
+
+/// Histogram buckets in seconds: from 1 ms to 5 minutes.
+const BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// The process-wide Prometheus recorder, installed on first use (the plugin
+/// registry and the admin server call it early, before anything is counted).
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(BUCKETS)
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Fails only when another recorder is installed (an embedding program's): then ours stays empty.
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed; /metrics shows only what it gets");
+        }
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!("hourglass_tasks_claimed_total", "Tasks claimed by this host.");
+    describe_counter!("hourglass_tasks_succeeded_total", "Tasks that succeeded (committed acks).");
+    describe_counter!("hourglass_tasks_failed_total", "Attempts that failed (retried or dead-lettered).");
+    describe_counter!("hourglass_tasks_retried_total", "Failed attempts scheduled for a retry.");
+    describe_counter!("hourglass_tasks_dead_total", "Tasks dead-lettered.");
+    describe_counter!("hourglass_tasks_fenced_total", "Outcomes ignored because the lease had been lost.");
+    describe_gauge!("hourglass_tasks_in_flight", "Handlers running now.");
+    describe_histogram!("hourglass_task_lateness_seconds", Unit::Seconds, "Start time minus due time.");
+    describe_histogram!("hourglass_task_duration_seconds", Unit::Seconds, "Handler run time.");
+    describe_counter!("hourglass_redis_errors_total", "Redis calls that failed.");
+    describe_counter!("hourglass_plugin_loads_total", "Plugin versions compiled and loaded.");
+    describe_counter!("hourglass_plugin_reload_failures_total", "Plugin files that could not be loaded.");
+    describe_gauge!("hourglass_plugin_info", "1 for the plugin version (hash) serving now, 0 for replaced ones.");
+}
+
+/// After a claim: the tasks taken, and those dead-lettered without running.
+pub fn claimed(task_type: &TaskType, claim: &Claim) {
+    let t = task_type.to_string();
+    if !claim.tasks.is_empty() {
+        counter!("hourglass_tasks_claimed_total", "type" => t.clone()).increment(claim.tasks.len() as u64);
+    }
+    if !claim.dead_lettered.is_empty() {
+        counter!("hourglass_tasks_dead_total", "type" => t.clone()).increment(claim.dead_lettered.len() as u64);
+        let now = crate::cli::now_ms();
+        let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, reason) in &claim.dead_lettered {
+            push(
+                &mut recent,
+                Completed {
+                    task_type: t.clone(),
+                    id: String::from_utf8_lossy(id).into_owned(),
+                    outcome: "dead",
+                    attempt: 0,
+                    finished_ms: now,
+                    error: reason.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// A handler is starting: records lateness and counts it in flight until the guard drops.
+pub fn started(task: &ClaimedTask, started_ms: i64) -> Running {
+    let t = task.task_type.to_string();
+    let lateness = (started_ms - task.due_ms).max(0) as f64 / 1000.0;
+    histogram!("hourglass_task_lateness_seconds", "type" => t.clone()).record(lateness);
+    gauge!("hourglass_tasks_in_flight", "type" => t.clone()).increment(1.0);
+    Running { task_type: t, since: Instant::now() }
+}
+
+/// One running handler; dropping it records its duration.
+#[must_use = "dropping it ends the run's measurement"]
+pub struct Running {
+    task_type: String,
+    since: Instant,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let t = std::mem::take(&mut self.task_type);
+        histogram!("hourglass_task_duration_seconds", "type" => t.clone()).record(self.since.elapsed().as_secs_f64());
+        gauge!("hourglass_tasks_in_flight", "type" => t).decrement(1.0);
+    }
+}
+
+/// After a settle: counts the committed outcomes and remembers them for the dashboard.
+pub fn settled(task_type: &TaskType, batch: &[Settlement], results: &[SettleResult]) {
+    let t = task_type.to_string();
+    let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
+    for (s, r) in batch.iter().zip(results) {
+        let (outcome, error) = match (r, &s.outcome) {
+            (SettleResult::Fenced, _) => {
+                fenced += 1;
+                ("fenced", "")
+            }
+            (SettleResult::Settled, Outcome::Ack { .. }) => {
+                ok += 1;
+                ("succeeded", "")
+            }
+            (SettleResult::Settled, Outcome::Retry { error, .. }) => {
+                failed += 1;
+                retried += 1;
+                ("retried", error.as_str())
+            }
+            (SettleResult::Settled, Outcome::Dead { error }) => {
+                failed += 1;
+                dead += 1;
+                ("dead", error.as_str())
+            }
+        };
+        push(
+            &mut recent,
+            Completed {
+                task_type: t.clone(),
+                id: String::from_utf8_lossy(&s.id).into_owned(),
+                outcome,
+                attempt: s.run.attempt,
+                finished_ms: s.run.finished_ms,
+                error: error.to_owned(),
+            },
+        );
+    }
+    drop(recent);
+    for (name, n) in [
+        ("hourglass_tasks_succeeded_total", ok),
+        ("hourglass_tasks_failed_total", failed),
+        ("hourglass_tasks_retried_total", retried),
+        ("hourglass_tasks_dead_total", dead),
+        ("hourglass_tasks_fenced_total", fenced),
+    ] {
+        if n > 0 {
+            counter!(name, "type" => t.clone()).increment(n);
+        }
+    }
+}
+
+/// A Redis call failed.
+pub fn redis_error() {
+    handle();
+    counter!("hourglass_redis_errors_total").increment(1);
+}
+
+/// A plugin file was compiled and loaded.
+pub fn plugin_loaded(plugin: &str) {
+    handle();
+    counter!("hourglass_plugin_loads_total", "plugin" => plugin.to_owned()).increment(1);
+}
+
+/// A plugin file could not be loaded (unreadable or rejected).
+pub fn plugin_load_failed(plugin: &str) {
+    handle();
+    counter!("hourglass_plugin_reload_failures_total", "plugin" => plugin.to_owned()).increment(1);
+}
+
+/// The plugin versions serving now (plugin name → hash), after every reload.
+pub fn plugins_serving(now: BTreeMap<String, String>) {
+    handle();
+    static SERVING: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+    let mut before = SERVING.lock().unwrap_or_else(|p| p.into_inner());
+    for (plugin, hash) in before.iter() {
+        if now.get(plugin) != Some(hash) {
+            gauge!("hourglass_plugin_info", "plugin" => plugin.clone(), "hash" => hash.clone()).set(0.0);
+        }
+    }
+    for (plugin, hash) in &now {
+        gauge!("hourglass_plugin_info", "plugin" => plugin.clone(), "hash" => hash.clone()).set(1.0);
+    }
+    *before = now;
+}
+
+/// One outcome settled by this host (or dead-lettered at claim).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Completed {
+    /// Task type.
+    pub task_type: String,
+    /// Task id (lossy UTF-8).
+    pub id: String,
+    /// `succeeded`, `retried`, `dead` or `fenced`.
+    pub outcome: &'static str,
+    /// The attempt that ended (0 when it never ran).
+    pub attempt: u32,
+    /// When the handler finished, ms since the epoch.
+    pub finished_ms: i64,
+    /// The error, if it failed.
+    pub error: String,
+}
+
+static RECENT_OUTCOMES: Mutex<VecDeque<Completed>> = Mutex::new(VecDeque::new());
+
+fn push(recent: &mut VecDeque<Completed>, c: Completed) {
+    if recent.len() == RECENT {
+        recent.pop_front();
+    }
+    recent.push_back(c);
+}
+
+/// The latest outcomes settled by this host, newest first.
+pub fn recent() -> Vec<Completed> {
+    RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner()).iter().rev().cloned().collect()
+}
+
+/// Runs the recorder's upkeep (drains histogram buffers) every few seconds until `stop`.
+pub async fn upkeep(stop: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => handle().run_upkeep(),
+        }
+    }
+}
