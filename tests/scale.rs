@@ -464,3 +464,32 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     }
     host.wait_log("cluster masters changed", LONG);
 }
+
+// ---------------------------------------------------------------- TLS
+
+#[test]
+fn rediss_with_a_private_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(d).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=hourglass-test-ca"]);
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"]);
+    std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    openssl(&["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext"]);
+    let port = free_port_pair().to_string();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_owned();
+    let (cert, key, ca) = (path("srv.pem"), path("srv.key"), path("ca.pem"));
+    let redis = RedisServer::start_with(&[
+        "--tls-port", &port, "--bind", "127.0.0.1", "--tls-cert-file", &cert, "--tls-key-file", &key,
+        "--tls-ca-cert-file", &ca, "--tls-auth-clients", "no",
+    ]);
+    let url = format!("rediss://127.0.0.1:{port}");
+    let host = Host::start_at(&url, &[("noop", plugin("noop"))], &format!("ca_file = \"{ca}\"\n[runner]\n"));
+    let mut conn = redis.client();
+    zadd_now(&mut conn, "noop", "over-tls");
+    wait_for("the task, claimed over TLS", LONG, || (stat(&mut conn, "noop", "succeeded") == 1).then_some(()));
+    assert_eq!(host.runs_of(&host.log(), "noop", "over-tls"), 1);
+}
