@@ -629,6 +629,31 @@ fn base64_decode(s: &str) -> Vec<u8> {
 }
 
 #[test]
+fn stats_watch_redraws_every_second_until_ctrl_c() {
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    schedule(&mut conn, "noop", "later-1", "");
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_hourglass"))
+            .args(["--redis", &redis.url(), "stats", "--watch"])
+            .stdout(out.reopen().unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let frames = || std::fs::read_to_string(out.path()).unwrap_or_default().matches("\x1b[2J\x1b[H").count();
+    wait_for("two frames", LONG, || (frames() >= 2).then_some(()));
+    let text = std::fs::read_to_string(out.path()).unwrap();
+    assert!(text.contains("DUE-NOW") && text.contains("noop"), "{text}");
+    let status = Command::new("kill").args(["-INT", &child.0.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let code = wait_for("exit on Ctrl-C", LONG, || child.0.try_wait().unwrap()).code();
+    assert_eq!(code, Some(0));
+    assert!(Command::new(env!("CARGO_BIN_EXE_hourglass")).args(["stats", "--watch", "--json"]).output().unwrap().status.code() == Some(2));
+}
+
+#[test]
 fn dashboard_in_a_real_browser_requeues_a_dead_task_that_then_succeeds() {
     let redis = RedisServer::start();
     let host = Host::start(&redis, &[("mail", test_plugin("chaos"))], &format!("{ADMIN}[types.mail]\nmax_attempts = 1\n"));

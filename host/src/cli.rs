@@ -54,6 +54,9 @@ pub enum Command {
         /// Only the hosts: alive, stopped or gone, and the leases each holds.
         #[arg(long)]
         hosts: bool,
+        /// Redraw the view every second until Ctrl-C.
+        #[arg(long, conflicts_with_all = ["json", "hosts"])]
+        watch: bool,
     },
     /// List, re-queue or purge dead-lettered tasks.
     #[command(subcommand)]
@@ -239,7 +242,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::Stats { task_type, json, hosts: true } => {
+        Command::Stats { task_type, json, hosts: true, .. } => {
             let store = connect(&config, redis_override.as_deref()).await?;
             let types = match task_type {
                 Some(t) => vec![t],
@@ -248,24 +251,41 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
             print_hosts(&crate::hosts::list(&store, &types).await?, json)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stats { task_type, json, hosts: false } => {
+        Command::Stats { task_type, json, hosts: false, watch } => {
             let store = connect(&config, redis_override.as_deref()).await?;
-            let types = match task_type {
-                Some(t) => vec![t],
-                None => store.known_types().await?,
-            };
-            let mut rows = Vec::with_capacity(types.len());
-            for t in types {
-                let stats = store.stats(&t).await?;
-                rows.push((t, stats));
-            }
-            print_stats(&rows, json)?;
-            if !json && !rows.is_empty() {
-                let types: Vec<TaskType> = rows.into_iter().map(|(t, _)| t).collect();
-                let hosts = crate::hosts::list(&store, &types).await?;
-                if !hosts.is_empty() {
-                    println!();
-                    print_hosts(&hosts, false)?;
+            // One listener for the whole watch, so a Ctrl-C during a redraw is not missed.
+            let mut interrupted = std::pin::pin!(tokio::signal::ctrl_c());
+            loop {
+                let types = match &task_type {
+                    Some(t) => vec![t.clone()],
+                    None => store.known_types().await?,
+                };
+                let mut rows = Vec::with_capacity(types.len());
+                for t in types {
+                    let stats = store.stats(&t).await?;
+                    rows.push((t, stats));
+                }
+                if watch {
+                    // Clear the screen and redraw from the top left.
+                    print!("\x1b[2J\x1b[H");
+                    println!("hourglass stats at {} (every 1s; Ctrl-C to stop)\n", format_ms(now_ms()));
+                }
+                print_stats(&rows, json)?;
+                if !json && !rows.is_empty() {
+                    let types: Vec<TaskType> = rows.into_iter().map(|(t, _)| t).collect();
+                    let hosts = crate::hosts::list(&store, &types).await?;
+                    if !hosts.is_empty() {
+                        println!();
+                        print_hosts(&hosts, false)?;
+                    }
+                }
+                if !watch {
+                    break;
+                }
+                std::io::stdout().flush()?;
+                tokio::select! {
+                    _ = &mut interrupted => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
             Ok(ExitCode::SUCCESS)
