@@ -79,7 +79,7 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
         h,
         "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
          <title>Hourglass</title><style>{STYLE}</style></head><body data-token={}>\
-         <header><h1>⧗ Hourglass</h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>",
+         <header><h1>Hourglass</h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>",
         state.token.is_some(),
         esc(&state.host.id),
         uptime / 3600,
