@@ -304,3 +304,34 @@ fn managed_redis_starts_when_nothing_answers_and_stops_on_exit() {
     assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap());
     assert!(redis::Client::open(url.as_str()).unwrap().get_connection().is_err(), "managed redis still running");
 }
+
+#[test]
+fn edited_runner_toml_changes_policy_without_restart() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("policy", test_plugin("chaos"))],
+        "[defaults]\nbackoff_base = \"20ms\"\nbackoff_cap = \"50ms\"\n[types.policy]\nmax_attempts = 1\n",
+    );
+    let mut conn = redis.client();
+    payload(&mut conn, "policy", "before", "error:nope");
+    zadd(&mut conn, "policy", "before", now_ms());
+    wait_for("dead after one attempt", LONG, || (stat(&mut conn, "policy", "dead") == 1).then_some(()));
+    assert_eq!(stat(&mut conn, "policy", "retried"), 0);
+
+    let path = host.dir.path().join("runner.toml");
+    let text = std::fs::read_to_string(&path).unwrap().replace("max_attempts = 1", "max_attempts = 3");
+    std::fs::write(&path, text).unwrap();
+    host.wait_log("runner.toml reloaded", LONG);
+    payload(&mut conn, "policy", "after", "error:nope");
+    zadd(&mut conn, "policy", "after", now_ms());
+    wait_for("dead after three attempts", LONG, || (stat(&mut conn, "policy", "dead") == 2).then_some(()));
+    assert_eq!(stat(&mut conn, "policy", "retried"), 2, "the new max_attempts did not apply");
+
+    // A broken edit is refused and the running config stays.
+    std::fs::write(&path, "[runner]\nconcurency = 1\n").unwrap();
+    host.wait_log("runner.toml not reloaded", LONG);
+    payload(&mut conn, "policy", "still", "ok");
+    zadd(&mut conn, "policy", "still", now_ms());
+    wait_for("still serving", LONG, || (stat(&mut conn, "policy", "succeeded") == 1).then_some(()));
+}
