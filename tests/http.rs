@@ -16,7 +16,7 @@ use hourglass::config::{Config, TypePolicy};
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, stat, wait_for};
+use support::{Host, RedisServer, capture_logs, now_ms, stat, wait_for};
 
 const SECRET: &str = "s3cr3t-t0ken-never-logged";
 
@@ -198,33 +198,6 @@ fn task(task_type: &str, id: &str, payload: &str, attempt: u32) -> ClaimedTask {
         due_ms: 1_700_000_000_000,
         token: 1,
     }
-}
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs `f` with a subscriber for this thread (TRACE) and returns what it logged.
-fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    (out, text)
 }
 
 fn error_of(run: &TaskRun) -> String {

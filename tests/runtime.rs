@@ -3,15 +3,15 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytesize::ByteSize;
 use hourglass::config::TypePolicy;
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
+use support::capture_logs;
 
 /// One runtime for most tests, as in the host: many handlers, one engine.
 fn runtime() -> &'static Runtime {
@@ -81,34 +81,6 @@ fn error_of(run: &TaskRun) -> String {
         }
         other => panic!("expected Failure::Error, got {other:?}"),
     }
-}
-
-/// A `MakeWriter` into a shared buffer, to read what was logged.
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs `f` with a thread-local subscriber and returns what it logged, as text.
-fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    (out, text)
 }
 
 #[test]
