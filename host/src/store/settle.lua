@@ -19,6 +19,12 @@
 --   * events (when maxlen > 0): one XADD MAXLEN ~ per committed outcome, in the
 --     same atomic step, with outcome succeeded | retried | dead | rescheduled
 --     (a dead letter that a client schedule overrode); fenced tasks add none.
+--
+-- Cost: the whole batch is read with two calls (HMGET tokens, ZMSCORE due) and
+-- written with one variadic call per key and operation, so Redis work grows
+-- with the batch's size, not with the number of redis.call()s per task. A
+-- batch holds each id at most once with a valid token (an id is leased to one
+-- token at a time), so reading everything first sees what each task needs.
 
 local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -28,72 +34,128 @@ local events_maxlen = tonumber(ARGV[2])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = string.format('%.0f', now)
 
-local results = {}
-local succeeded, failed, retried, dead_n = 0, 0, 0, 0
-local function event(id, outcome, attempt, due_ms, started_ms, finished_ms, err, retry_at)
-  if events_maxlen <= 0 then return end
-  local fields = {'id', id, 'outcome', outcome, 'attempt', attempt, 'due_ms', due_ms,
-    'started_ms', started_ms, 'finished_ms', finished_ms}
-  if err ~= '' then
-    fields[#fields + 1] = 'error'
-    fields[#fields + 1] = err
+-- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
+-- 1000 arguments (even, so field/value and score/member pairs never split).
+local function each_chunk(items, fn)
+  local n = #items
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    fn(unpack(items, i, j))
+    i = j + 1
   end
-  if retry_at then
-    fields[#fields + 1] = 'retry_at_ms'
-    fields[#fields + 1] = retry_at
-  end
-  redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*', unpack(fields))
 end
 
+local function multi_get(cmd, key, ids)
+  local out = {}
+  each_chunk(ids, function(...)
+    local r = redis.call(cmd, key, ...)
+    for k = 1, #r do out[#out + 1] = r[k] end
+  end)
+  return out
+end
+
+-- Parse the batch.
+local tasks, ids = {}, {}
 local i = 3
 while i <= #ARGV do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local attempt, due_ms, started_ms, finished_ms = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-  local kind, delay_ms, err = ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
   local n_follow = tonumber(ARGV[i + 9])
-  local follow_at = i + 10
-  i = follow_at + n_follow
+  tasks[#tasks + 1] = {
+    id = ARGV[i], token = ARGV[i + 1], attempt = ARGV[i + 2], due_ms = ARGV[i + 3],
+    started_ms = ARGV[i + 4], finished_ms = ARGV[i + 5], kind = ARGV[i + 6],
+    delay_ms = ARGV[i + 7], err = ARGV[i + 8], follow_at = i + 10, n_follow = n_follow,
+  }
+  ids[#ids + 1] = ARGV[i]
+  i = i + 10 + n_follow
+end
+if #tasks == 0 then return {} end
 
-  local held = redis.call('HGET', tokens, id) -- "<token>" or "<token>@<host id>"
-  if not held or string.match(held, '^%d+') ~= token then
-    results[#results + 1] = 0
+local held = multi_get('HMGET', tokens, ids) -- "<token>" or "<token>@<host id>"
+local due_scores = multi_get('ZMSCORE', due, ids)
+
+local results = {}
+local settled_ids = {}
+local drop_attempts, drop_errors, drop_payload = {}, {}, {}
+local error_pairs, retry_pairs, dead_pairs, outbox_pairs = {}, {}, {}, {}
+local succeeded, failed, retried, dead_n = 0, 0, 0, 0
+local pending_events = {}
+
+for k, task in ipairs(tasks) do
+  local h = held[k]
+  if not h or string.match(h, '^%d+') ~= task.token then
+    results[k] = 0
   else
-    redis.call('ZREM', leases, id)
-    redis.call('HDEL', tokens, id)
-    if kind == 'ack' then
-      redis.call('HDEL', attempts, id)
-      redis.call('HDEL', errors, id)
-      if not redis.call('ZSCORE', due, id) then
-        redis.call('HDEL', payload, id)
-      end
-      for k = 0, n_follow - 1 do
-        redis.call('HSET', outbox, entry_prefix .. ':' .. token .. ':' .. k, ARGV[follow_at + k])
+    results[k] = 1
+    local id = task.id
+    settled_ids[#settled_ids + 1] = id
+    local outcome, retry_at = nil, nil
+    if task.kind == 'ack' then
+      drop_attempts[#drop_attempts + 1] = id
+      drop_errors[#drop_errors + 1] = id
+      if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
+      for f = 0, task.n_follow - 1 do
+        outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. task.token .. ':' .. f
+        outbox_pairs[#outbox_pairs + 1] = ARGV[task.follow_at + f]
       end
       succeeded = succeeded + 1
-      event(id, 'succeeded', attempt, due_ms, started_ms, finished_ms, '', nil)
-    elseif kind == 'retry' then
-      redis.call('HSET', errors, id, err)
-      local retry_at = string.format('%.0f', now + tonumber(delay_ms))
-      redis.call('ZADD', due, 'NX', retry_at, id)
+      outcome = 'succeeded'
+    elseif task.kind == 'retry' then
+      error_pairs[#error_pairs + 1] = id
+      error_pairs[#error_pairs + 1] = task.err
       failed = failed + 1
       retried = retried + 1
-      event(id, 'retried', attempt, due_ms, started_ms, finished_ms, err,
-        string.format('%.0f', tonumber(redis.call('ZSCORE', due, id))))
-    else
-      redis.call('HSET', errors, id, err)
-      failed = failed + 1
-      if redis.call('ZSCORE', due, id) then
-        redis.call('HDEL', attempts, id)
-        event(id, 'rescheduled', attempt, due_ms, started_ms, finished_ms, err, nil)
+      if due_scores[k] then
+        -- A client schedule written during the run wins (ZADD NX would keep it).
+        retry_at = string.format('%.0f', tonumber(due_scores[k]))
       else
-        redis.call('ZADD', dead, string.format('%.0f', now), id)
+        retry_at = string.format('%.0f', now + tonumber(task.delay_ms))
+        retry_pairs[#retry_pairs + 1] = retry_at
+        retry_pairs[#retry_pairs + 1] = id
+      end
+      outcome = 'retried'
+    else
+      error_pairs[#error_pairs + 1] = id
+      error_pairs[#error_pairs + 1] = task.err
+      failed = failed + 1
+      if due_scores[k] then
+        drop_attempts[#drop_attempts + 1] = id
+        outcome = 'rescheduled'
+      else
+        dead_pairs[#dead_pairs + 1] = now_s
+        dead_pairs[#dead_pairs + 1] = id
         dead_n = dead_n + 1
-        event(id, 'dead', attempt, due_ms, started_ms, finished_ms, err, nil)
+        outcome = 'dead'
       end
     end
-    results[#results + 1] = 1
+    if events_maxlen > 0 then
+      local fields = {'id', id, 'outcome', outcome, 'attempt', task.attempt, 'due_ms', task.due_ms,
+        'started_ms', task.started_ms, 'finished_ms', task.finished_ms}
+      if task.kind ~= 'ack' and task.err ~= '' then
+        fields[#fields + 1] = 'error'
+        fields[#fields + 1] = task.err
+      end
+      if retry_at then
+        fields[#fields + 1] = 'retry_at_ms'
+        fields[#fields + 1] = retry_at
+      end
+      pending_events[#pending_events + 1] = fields
+    end
   end
+end
+
+each_chunk(settled_ids, function(...) redis.call('ZREM', leases, ...) end)
+each_chunk(settled_ids, function(...) redis.call('HDEL', tokens, ...) end)
+each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
+each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
+each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)
+each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
+each_chunk(retry_pairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
+each_chunk(dead_pairs, function(...) redis.call('ZADD', dead, ...) end)
+each_chunk(outbox_pairs, function(...) redis.call('HSET', outbox, ...) end)
+for _, fields in ipairs(pending_events) do
+  redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*', unpack(fields))
 end
 
 if succeeded > 0 then redis.call('HINCRBY', stats, 'succeeded', succeeded) end
