@@ -54,6 +54,44 @@ fn burst_with_instance_reuse_on_a_spawned_redis() {
 }
 
 #[test]
+fn burst_on_three_hosts_and_four_types_shares_the_work() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["burst", "--tasks", "3000", "--hosts", "3", "--types", "4"]);
+    assert_eq!(runs[0]["hosts"], 3);
+    assert_eq!(runs[0]["types"], 4);
+    assert_clean(&runs[0], &["tasks_per_s"]);
+    let per_host: Vec<u64> = runs[0]["acked_per_host"].as_array().expect("acked_per_host").iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(per_host.len(), 3, "{}", runs[0]);
+    assert_eq!(per_host.iter().sum::<u64>(), 3000, "every task acked by exactly one host: {}", runs[0]);
+}
+
+#[test]
+fn burst_on_a_spawned_cluster_runs_every_task_once() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
+    cmd.args(["bench", "burst", "--tasks", "3000", "--types", "3", "--spawn-cluster", "--json", "--plugin"]).arg(plugin("noop"));
+    let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let run: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(run["redis"], "cluster");
+    assert_eq!(run["types"], 3);
+    assert_clean(&run, &["tasks_per_s"]);
+}
+
+#[test]
+fn footprint_refuses_a_cluster_with_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        .args(["bench", "footprint", "--spawn-cluster", "--plugin"])
+        .arg(plugin("noop"))
+        .env("HOURGLASS_LOG", "warn")
+        .output()
+        .expect("run hourglass bench");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("single server, not a cluster"), "{stderr}");
+}
+
+#[test]
 fn steady_reports_lateness_percentiles() {
     let redis = RedisServer::start();
     let runs = bench(Some(&redis), &["steady", "--rate", "500", "--duration", "2"]);

@@ -1,6 +1,5 @@
 //! `hourglass bench`: runs the host in-process on the `noop` plugin against a Redis, writes tasks as a client would, and measures throughput, lateness, footprint and reload time.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -64,6 +63,15 @@ pub struct BenchArgs {
     /// Most tasks per claim [default: runner.toml's default].
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
+    /// Hosts sharing the work, each with its own engine, Redis connection and host id (in this process).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub hosts: u16,
+    /// Task types the tasks are spread over, all served by `noop`; on a cluster their keys are spread over the masters.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub types: u16,
+    /// Start a private 3-master Redis Cluster (loopback ports, no persistence) and remove it afterwards.
+    #[arg(long, conflicts_with = "spawn_redis")]
+    pub spawn_cluster: bool,
     /// Print one JSON object per scenario run instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -97,11 +105,13 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 pub async fn run(args: BenchArgs, redis_url: String) -> Result<()> {
     let plugin = find_plugin(args.plugin.as_deref())?;
     let spawned = if args.spawn_redis { Some(SpawnedRedis::start().await?) } else { None };
-    let url = spawned.as_ref().map_or(redis_url, SpawnedRedis::url);
+    let cluster = if args.spawn_cluster { Some(SpawnedCluster::start().await?) } else { None };
+    let url = spawned.as_ref().map(SpawnedRedis::url).or_else(|| cluster.as_ref().map(SpawnedCluster::url)).unwrap_or(redis_url);
     let bench = Bench::new(args, url, plugin).await?;
     let result = bench.run_all().await;
     bench.cleanup().await;
     drop(spawned);
+    drop(cluster);
     result
 }
 
@@ -183,6 +193,109 @@ impl Drop for SpawnedRedis {
     }
 }
 
+/// A private 3-master Redis Cluster on loopback ports, killed and removed on drop.
+struct SpawnedCluster {
+    children: Vec<std::process::Child>,
+    ports: Vec<u16>,
+    dir: TempDir,
+}
+
+impl SpawnedCluster {
+    const MASTERS: usize = 3;
+
+    async fn start() -> Result<SpawnedCluster> {
+        let dir = TempDir::new("cluster")?;
+        // Built first, so that a failure below still kills the nodes started so far.
+        let mut cluster = SpawnedCluster { children: Vec::new(), ports: Vec::new(), dir };
+        for _ in 0..Self::MASTERS {
+            let port = free_cluster_port(&cluster.ports)?;
+            let child = std::process::Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
+                .arg("--dir")
+                .arg(&cluster.dir.path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        anyhow::anyhow!("--spawn-cluster needs redis-server installed (apt-get install redis-server)")
+                    }
+                    _ => anyhow::Error::new(e).context("cannot start redis-server"),
+                })?;
+            cluster.children.push(child);
+            cluster.ports.push(port);
+        }
+        for &port in &cluster.ports {
+            wait_until(&format!("cluster node 127.0.0.1:{port} to answer"), || async move {
+                let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?.get_multiplexed_async_connection().await.ok()?;
+                redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
+            })
+            .await?;
+        }
+        let nodes: Vec<String> = cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = tokio::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .await
+            .context("--spawn-cluster needs redis-cli (apt-get install redis-tools)")?;
+        if !out.status.success() {
+            bail!("redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or(""));
+        }
+        for &port in &cluster.ports {
+            wait_until("the cluster to be ready (cluster_state:ok)", || async move {
+                let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?.get_multiplexed_async_connection().await.ok()?;
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.ok()?;
+                info.contains("cluster_state:ok").then_some(())
+            })
+            .await?;
+        }
+        Ok(cluster)
+    }
+
+    fn url(&self) -> String {
+        let seeds: Vec<String> = self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+}
+
+impl Drop for SpawnedCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A free loopback port whose cluster bus port (+10000) is free too.
+fn free_cluster_port(taken: &[u16]) -> Result<u16> {
+    for _ in 0..100 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if port < 55_000 && !taken.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port pair for a cluster node")
+}
+
+/// Polls `check` every 20 ms for up to 20 s.
+async fn wait_until<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> Result<T> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A folder under the system temp dir, removed on drop.
 struct TempDir {
     path: PathBuf,
@@ -218,10 +331,13 @@ struct Recorder {
     /// For `reload`: the hash to wait for and when a task first ran on it (µs).
     watch_hash: Mutex<Option<String>>,
     first_on_watched_us: AtomicI64,
+    /// Per host: tasks of this run it acked, and warm-up tasks it ran.
+    host_acks: Vec<AtomicU64>,
+    host_warm: Vec<AtomicU64>,
 }
 
 impl Recorder {
-    fn new(n: usize) -> Arc<Recorder> {
+    fn new(n: usize, hosts: usize) -> Arc<Recorder> {
         Arc::new(Recorder {
             n,
             starts: (0..n).map(|_| AtomicU32::new(0)).collect(),
@@ -233,10 +349,12 @@ impl Recorder {
             last_ack_us: AtomicI64::new(0),
             watch_hash: Mutex::new(None),
             first_on_watched_us: AtomicI64::new(0),
+            host_acks: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
+            host_warm: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
-    fn observe(&self, event: Event<'_>) {
+    fn observe(&self, host: usize, event: Event<'_>) {
         match event {
             Event::Started { id, due_ms, plugin_hash, .. } => {
                 let now = now_us();
@@ -264,11 +382,13 @@ impl Recorder {
                 match self.index(id) {
                     Some(i) => {
                         self.acks[i].fetch_add(1, Ordering::Relaxed);
+                        self.host_acks[host].fetch_add(1, Ordering::Relaxed);
                         self.acked_total.fetch_add(1, Ordering::Relaxed);
                         self.last_ack_us.fetch_max(now_us(), Ordering::Relaxed);
                     }
                     None if id.starts_with(b"warm") => {
                         self.warm_acks.fetch_add(1, Ordering::Relaxed);
+                        self.host_warm[host].fetch_add(1, Ordering::Relaxed);
                     }
                     None => {
                         self.strays.fetch_add(1, Ordering::Relaxed);
@@ -303,9 +423,14 @@ impl Recorder {
         (lost, doubled + self.strays.load(Ordering::Relaxed))
     }
 
-    fn observer(self: &Arc<Self>) -> Observer {
+    fn observer(self: &Arc<Self>, host: usize) -> Observer {
         let me = self.clone();
-        Arc::new(move |e| me.observe(e))
+        Arc::new(move |e| me.observe(host, e))
+    }
+
+    /// Tasks of this run each host acked, in host order.
+    fn per_host(&self) -> Vec<u64> {
+        self.host_acks.iter().map(|a| a.load(Ordering::Relaxed)).collect()
     }
 }
 
@@ -341,17 +466,30 @@ fn mib(kib: Option<u64>) -> Value {
     kib.map_or(Value::Null, |k| json!((k as f64 / 1024.0 * 10.0).round() / 10.0))
 }
 
-/// A running in-process host.
+/// The running in-process hosts (one unless `--hosts`), sharing one plugins folder.
 struct Host {
     shutdown: CancellationToken,
-    handle: tokio::task::JoinHandle<Result<()>>,
+    handles: Vec<tokio::task::JoinHandle<Result<()>>>,
     plugins: PathBuf,
 }
 
 impl Host {
     async fn stop(self) -> Result<()> {
         self.shutdown.cancel();
-        self.handle.await.context("host task panicked")?
+        for handle in self.handles {
+            handle.await.context("host task panicked")??;
+        }
+        Ok(())
+    }
+
+    /// The error of a host that stopped on its own.
+    async fn failed(&mut self) -> Option<anyhow::Error> {
+        let i = self.handles.iter().position(|h| h.is_finished())?;
+        Some(match self.handles.swap_remove(i).await {
+            Ok(Ok(())) => anyhow::anyhow!("a host stopped at start"),
+            Ok(Err(e)) => e,
+            Err(e) => anyhow::Error::new(e).context("host task panicked"),
+        })
     }
 }
 
@@ -360,8 +498,9 @@ struct Bench {
     url: String,
     plugin: PathBuf,
     store: Store,
-    conn: redis::aio::MultiplexedConnection,
-    task_type: TaskType,
+    conn: crate::store::Conn,
+    /// The types tasks are spread over: task `i` is of type `i % len`.
+    task_types: Vec<TaskType>,
     work: TempDir,
     progress: bool,
 }
@@ -370,15 +509,16 @@ impl Bench {
     async fn new(args: BenchArgs, url: String, plugin: PathBuf) -> Result<Bench> {
         let prefix: KeyPrefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
         let store = Store::connect(&url, &prefix).await?;
-        let conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        let conn = store.conn();
         let progress = std::io::stderr().is_terminal();
+        let task_types = bench_types(&store, usize::from(args.types)).await?;
         let bench = Bench {
             args,
             url,
             plugin,
             store,
             conn,
-            task_type: TYPE.parse()?,
+            task_types,
             work: TempDir::new("host")?,
             progress,
         };
@@ -429,16 +569,21 @@ impl Bench {
     fn common(&self) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
         m.insert("instance_reuse".into(), json!(self.args.reuse.unwrap_or(0)));
+        m.insert("hosts".into(), json!(self.args.hosts));
+        m.insert("types".into(), json!(self.task_types.len()));
+        m.insert("redis".into(), json!(if self.store.target().is_cluster() { "cluster" } else { "single" }));
         m.insert("load_average".into(), json!(load_average()));
         m
     }
 
-    /// Deletes every key of the benchmark type.
+    /// Deletes every key of the benchmark types (one command per type: one slot each).
     async fn clear(&self) -> Result<()> {
-        let k = self.store.keys(&self.task_type);
         let mut conn = self.conn.clone();
-        let keys = [k.due, k.payload, k.stats, k.leases, k.tokens, k.attempts, k.errors, k.dead, k.seq, k.outbox];
-        let _: () = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+        for t in &self.task_types {
+            let k = self.store.keys(t);
+            let keys = [k.due, k.payload, k.stats, k.leases, k.tokens, k.attempts, k.errors, k.dead, k.seq, k.outbox];
+            let _: () = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+        }
         let footprint = format!("{PREFIX}:{{footprint}}:due");
         let _: () = conn.unlink(footprint).await?;
         Ok(())
@@ -474,54 +619,82 @@ impl Bench {
         let type_config = TypeConfig {
             concurrency: self.args.concurrency,
             instance_reuse: self.args.reuse,
+            plugin: Some(PathBuf::from(format!("{TYPE}.wasm"))),
             ..TypeConfig::default()
         };
-        config.types = BTreeMap::from([(self.task_type.clone(), type_config)]);
+        config.types = self.task_types.iter().map(|t| (t.clone(), type_config.clone())).collect();
         let shutdown = CancellationToken::new();
-        let store = self.store.clone();
-        let observer = recorder.observer();
-        let handle = tokio::spawn(runner::run_observed(config, None, store, shutdown.clone(), Some(observer)));
-        let host = Host { shutdown, handle, plugins };
-        // Ready when warm-up tasks come back: the plugin is loaded and the claim loop runs.
-        let mut conn = self.conn.clone();
-        let due = now_ms();
-        let warm: Vec<(i64, String)> = (0..200).map(|i| (due, format!("warm-{i:011}"))).collect();
-        let _: () = conn.zadd_multiple(self.store.keys(&self.task_type).due, &warm).await?;
+        let mut host = Host { shutdown: shutdown.clone(), handles: Vec::new(), plugins };
+        for k in 0..usize::from(self.args.hosts) {
+            // Its own connection, as a separate process would have.
+            let store = Store::connect(&self.url, &config.redis.prefix).await?;
+            let mut config = config.clone();
+            config.runner.host_id = Some(format!("bench-{k}"));
+            let observer = recorder.observer(k);
+            host.handles.push(tokio::spawn(runner::run_observed(config, None, store, shutdown.clone(), Some(observer))));
+        }
+        // Ready when every host has run warm-up tasks: plugins loaded, claim loops running.
         let deadline = Instant::now() + Duration::from_secs(120);
-        while recorder.warm_acks.load(Ordering::Relaxed) < warm.len() as u64 {
-            if host.handle.is_finished() {
-                return Err(host.handle.await?.err().unwrap_or_else(|| anyhow::anyhow!("host stopped at start")));
+        let mut written = 0u64;
+        for round in 0.. {
+            if recorder.host_warm.iter().all(|w| w.load(Ordering::Relaxed) > 0) {
+                break;
+            }
+            if recorder.warm_acks.load(Ordering::Relaxed) >= written {
+                let due = now_ms();
+                for t in &self.task_types {
+                    let warm: Vec<(i64, String)> = (0..50).map(|i| (due, format!("warm-{round}-{i}"))).collect();
+                    let _: () = self.conn.clone().zadd_multiple(self.store.keys(t).due, &warm).await?;
+                    written += warm.len() as u64;
+                }
+            }
+            if let Some(e) = host.failed().await {
+                host.shutdown.cancel();
+                return Err(e);
             }
             if Instant::now() > deadline {
-                bail!("the in-process host did not run its warm-up tasks within 120s");
+                host.shutdown.cancel();
+                bail!("the in-process hosts did not all run warm-up tasks within 120s");
             }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Let the last warm-up round drain so it does not overlap the measurement.
+        while recorder.warm_acks.load(Ordering::Relaxed) < written && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(host)
     }
 
-    /// Writes tasks `range` due at `due(i)` with pipelined multi-member ZADDs.
+    /// Writes tasks `range` due at `due(i)`, task `i` into type `i % types`,
+    /// with pipelined multi-member ZADDs (one pipeline per type: one slot each).
     async fn write_tasks(&self, range: std::ops::Range<u64>, due: impl Fn(u64) -> i64) -> Result<()> {
-        self.write_tasks_to(&self.store.keys(&self.task_type).due, range, due).await
+        let types = self.task_types.len() as u64;
+        for (k, t) in self.task_types.iter().enumerate() {
+            let first = range.start + (k as u64 + types - range.start % types) % types;
+            let ids = (first..range.end).step_by(types as usize);
+            self.write_ids_to(&self.store.keys(t).due, ids, &due).await?;
+        }
+        Ok(())
     }
 
-    async fn write_tasks_to(&self, key: &str, range: std::ops::Range<u64>, due: impl Fn(u64) -> i64) -> Result<()> {
+    async fn write_ids_to(&self, key: &str, mut ids: impl Iterator<Item = u64>, due: impl Fn(u64) -> i64) -> Result<()> {
         let mut conn = self.conn.clone();
-        let mut i = range.start;
-        while i < range.end {
+        loop {
             let mut pipe = redis::pipe();
-            for _ in 0..PIPELINE_COMMANDS {
-                if i >= range.end {
+            let mut commands = 0;
+            while commands < PIPELINE_COMMANDS {
+                let members: Vec<(i64, String)> = ids.by_ref().take(ZADD_CHUNK).map(|j| (due(j), task_id(j))).collect();
+                if members.is_empty() {
                     break;
                 }
-                let end = (i + ZADD_CHUNK as u64).min(range.end);
-                let members: Vec<(i64, String)> = (i..end).map(|j| (due(j), task_id(j))).collect();
                 pipe.zadd_multiple(key, &members).ignore();
-                i = end;
+                commands += 1;
+            }
+            if commands == 0 {
+                return Ok(());
             }
             let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
         }
-        Ok(())
     }
 
     /// Waits until `n` tasks are acked (or nothing moves for a while); shows progress on a terminal.
@@ -588,7 +761,7 @@ impl Bench {
 
     async fn burst(&self) -> Result<()> {
         let n = self.burst_size();
-        let recorder = Recorder::new(n as usize);
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
         let (rate, seconds, lost, doubled) = self.one_burst(n, &recorder).await?;
         host.stop().await?;
@@ -598,6 +771,9 @@ impl Bench {
         m.insert("tasks".into(), json!(n));
         m.insert("seconds".into(), json!(round3(seconds)));
         m.insert("tasks_per_s".into(), json!(rate.round()));
+        if self.args.hosts > 1 {
+            m.insert("acked_per_host".into(), json!(recorder.per_host()));
+        }
         m.insert("lost".into(), json!(lost));
         m.insert("doubled".into(), json!(doubled));
         self.report(&format!("burst: {n} tasks due at one instant"), Value::Object(m));
@@ -646,7 +822,7 @@ impl Bench {
             bail!("--rate must be more than 0");
         }
         let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
-        let recorder = Recorder::new(n as usize);
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
         self.steady_writer(rate, duration, "steady").await?;
         self.progress_done();
@@ -688,7 +864,7 @@ impl Bench {
         let n = self.burst_size();
         let backlog = self.args.backlog.unwrap_or(10_000_000);
 
-        let recorder = Recorder::new(n as usize);
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
         let (empty_rate, _, lost_a, doubled_a) = self.one_burst(n, &recorder).await?;
         host.stop().await?;
@@ -700,12 +876,14 @@ impl Bench {
         self.write_tasks(n..n + backlog, |i| far + i as i64).await?;
         self.progress_done();
 
-        let recorder = Recorder::new(n as usize);
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
         let (full_rate, _, lost_b, doubled_b) = self.one_burst(n, &recorder).await?;
         host.stop().await?;
-        let mut conn = self.conn.clone();
-        let left: u64 = conn.zcard(self.store.keys(&self.task_type).due).await?;
+        let mut left = 0u64;
+        for t in &self.task_types {
+            left += self.conn.clone().zcard::<_, u64>(self.store.keys(t).due).await?;
+        }
         self.clear().await?;
 
         let mut m = self.common();
@@ -723,6 +901,9 @@ impl Bench {
     }
 
     async fn footprint(&self) -> Result<()> {
+        if self.store.target().is_cluster() {
+            bail!("footprint measures one Redis server's memory: run it against a single server, not a cluster");
+        }
         let n = self.burst_size();
         let redis_tasks = self.args.footprint_tasks.unwrap_or(1_000_000);
         // Every example plugin next to noop.wasm, as `make run` would load them.
@@ -736,7 +917,7 @@ impl Bench {
             .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p != &self.plugin)
             .collect();
 
-        let recorder = Recorder::new(n as usize);
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &extra).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let rss_idle = proc_status_kib("VmRSS:");
@@ -755,7 +936,7 @@ impl Bench {
         self.progress_line(&format!("footprint: writing {redis_tasks} tasks"));
         let key = format!("{PREFIX}:{{footprint}}:due");
         let far = now_ms() + 10 * 365 * 24 * 3600 * 1000;
-        self.write_tasks_to(&key, 0..redis_tasks, |i| far + i as i64).await?;
+        self.write_ids_to(&key, 0..redis_tasks, |i| far + i as i64).await?;
         self.progress_done();
         let after = used(redis::cmd("INFO").arg("memory").query_async(&mut conn).await?);
         let count: u64 = conn.zcard(&key).await?;
@@ -783,7 +964,7 @@ impl Bench {
         let rate = self.args.rate.unwrap_or(1_000);
         let duration = self.args.duration.unwrap_or(Duration::from_secs(6));
         let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
-        let recorder = Recorder::new(n as usize);
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
 
         // The same plugin with a custom section appended: new bytes, new version.
@@ -851,4 +1032,74 @@ fn append_custom_section(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
     bytes.push(0);
     leb(body.len(), bytes);
     bytes.extend_from_slice(&body);
+}
+
+/// The benchmark's task types: `noop`, `noop-1`, `noop-2`, … On a cluster the
+/// names are picked so that the types' keys spread evenly over the masters
+/// (each type's keys share one slot, so one type alone loads one master).
+async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
+    let name = |i: usize| if i == 0 { TYPE.to_owned() } else { format!("{TYPE}-{i}") };
+    if !store.target().is_cluster() {
+        return (0..n).map(|i| Ok(name(i).parse::<TaskType>()?)).collect();
+    }
+    let mut conn = store.conn();
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.context("cannot list cluster nodes")?;
+    let masters = master_slot_ranges(&nodes);
+    if masters.is_empty() {
+        bail!("CLUSTER NODES lists no master serving slots");
+    }
+    let per_master = n.div_ceil(masters.len());
+    let mut load = vec![0usize; masters.len()];
+    let mut chosen = Vec::with_capacity(n);
+    for i in 0..100_000 {
+        if chosen.len() == n {
+            break;
+        }
+        let t: TaskType = name(i).parse()?;
+        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(store.keys(&t).due).query_async(&mut conn).await?;
+        let Some(m) = masters.iter().position(|ranges| ranges.iter().any(|r| r.contains(&slot))) else {
+            continue;
+        };
+        if load[m] < per_master {
+            load[m] += 1;
+            chosen.push(t);
+        }
+    }
+    Ok(chosen)
+}
+
+/// The slot ranges of each master in `CLUSTER NODES` output.
+fn master_slot_ranges(nodes: &str) -> Vec<Vec<std::ops::RangeInclusive<u16>>> {
+    nodes
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.get(2).is_some_and(|flags| flags.split(',').any(|x| x == "master")))
+        .map(|f| {
+            f.iter()
+                .skip(8)
+                .filter_map(|r| match r.split_once('-') {
+                    Some((a, b)) => Some(a.parse().ok()?..=b.parse().ok()?),
+                    None => r.parse().ok().map(|s| s..=s),
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|ranges| !ranges.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_ranges_of_masters_only() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922 12000
+c3 127.0.0.1:7002@17002 slave b2 0 0 2 connected
+d4 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-11999 12001-16383
+";
+        let ranges = master_slot_ranges(nodes);
+        assert_eq!(ranges, vec![vec![0..=5460], vec![5461..=10922, 12000..=12000], vec![10923..=11999, 12001..=16383]]);
+    }
 }
