@@ -14,21 +14,10 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use serde_json::{Value, json};
-use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
+use support::{Host, RedisServer, now_ms, plugin, schedule_now as schedule, stat, test_plugin, wait_for, zcard};
 
 const LONG: Duration = Duration::from_secs(60);
 const ADMIN: &str = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n";
-
-fn schedule(conn: &mut redis::Connection, task_type: &str, id: &str, payload: &str) {
-    if !payload.is_empty() {
-        let _: () = conn.hset(format!("hourglass:{{{task_type}}}:payload"), id, payload).unwrap();
-    }
-    let _: () = conn.zadd(format!("hourglass:{{{task_type}}}:due"), id, now_ms()).unwrap();
-}
-
-fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
-    conn.zcard(key).unwrap()
-}
 
 /// The admin address the host logged at start (it listens on port 0).
 fn admin_addr(host: &Host) -> String {
@@ -312,7 +301,9 @@ fn metrics_and_events_match_a_known_run() {
     for (n, l, v) in expected {
         assert_eq!(sample(&metrics, n, l), Some(*v), "{n}{l:?}\n{metrics}");
     }
-    assert_eq!(sample(&metrics, "hourglass_tasks_succeeded_total", &["type=\"bad\""]), None);
+    // Every counter of a served type exists from the start (at 0), so rate() works from the first scrape.
+    assert_eq!(sample(&metrics, "hourglass_tasks_succeeded_total", &["type=\"bad\""]), Some(0.0));
+    assert_eq!(sample(&metrics, "hourglass_tasks_fenced_total", &["type=\"noop\""]), Some(0.0));
     assert_eq!(sample(&metrics, "hourglass_redis_errors_total", &[]).unwrap_or(0.0), 0.0);
     let noop_hash = hash_of(&support::plugin("noop"));
     assert_eq!(sample(&metrics, "hourglass_plugin_info", &["plugin=\"noop\"", &format!("hash=\"{noop_hash}\"")]), Some(1.0));

@@ -7,21 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
+use support::{Host, RedisServer, now_ms, payload, plugin, stat, test_plugin, wait_for, zadd, zcard};
 
 const LONG: Duration = Duration::from_secs(60);
-
-fn zadd(conn: &mut redis::Connection, task_type: &str, id: &str, due_ms: i64) {
-    let _: () = conn.zadd(format!("hourglass:{{{task_type}}}:due"), id, due_ms).unwrap();
-}
-
-fn payload(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
-    let _: () = conn.hset(format!("hourglass:{{{task_type}}}:payload",), id, body).unwrap();
-}
-
-fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
-    conn.zcard(key).unwrap()
-}
 
 #[test]
 fn tasks_run_at_their_due_time_and_not_before() {

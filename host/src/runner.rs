@@ -204,6 +204,7 @@ struct TypeState {
     settler: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The worker ended because the type lost its plugin.
     stopped: AtomicBool,
+    metrics: crate::telemetry::TypeMetrics,
 }
 
 /// The global and per-type concurrency slots one task holds until it is settled.
@@ -213,14 +214,16 @@ impl TypeState {
     fn new(runner: &Runner, task_type: &TaskType, config: &Config) -> TypeState {
         let (tx, rx) = mpsc::unbounded_channel();
         let in_flight = InFlight::default();
+        let metrics = crate::telemetry::TypeMetrics::new(task_type);
         let state = TypeState {
             semaphore: Arc::new(Semaphore::new(config.policy(task_type).concurrency)),
             in_flight: in_flight.clone(),
             settle_tx: Mutex::new(Some(tx)),
             settler: Mutex::new(None),
             stopped: AtomicBool::new(false),
+            metrics: metrics.clone(),
         };
-        let settler = tokio::spawn(runner.clone().settler(task_type.clone(), in_flight, rx));
+        let settler = tokio::spawn(runner.clone().settler(task_type.clone(), in_flight, metrics, rx));
         *state.settler.lock().unwrap_or_else(|p| p.into_inner()) = Some(settler);
         state
     }
@@ -273,7 +276,7 @@ impl Runner {
             };
             let claim = match self.store.claim(&task_type, &limits).await {
                 Ok(c) => {
-                    crate::telemetry::claimed(&task_type, &c);
+                    state.metrics.claimed(&c);
                     self.redis_is_up();
                     outage_backoff = Duration::from_millis(50);
                     c
@@ -437,6 +440,7 @@ impl Runner {
         self,
         task_type: TaskType,
         in_flight: InFlight,
+        metrics: crate::telemetry::TypeMetrics,
         mut rx: mpsc::UnboundedReceiver<(Settlement, Permits)>,
     ) {
         let mut batch = Vec::new();
@@ -444,14 +448,26 @@ impl Runner {
         while let Some((s, p)) = rx.recv().await {
             batch.push(s);
             permits.push(p);
-            while batch.len() < 512 {
-                match rx.try_recv() {
-                    Ok((s, p)) => {
-                        batch.push(s);
-                        permits.push(p);
+            // Take what is queued; while more of this type's tasks are still
+            // running, linger briefly for them, so that one script call
+            // settles a claim's worth of tasks rather than one or two.
+            let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
+            while batch.len() < SETTLE_MAX {
+                let next = match rx.try_recv() {
+                    Ok(next) => Some(next),
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        let running = in_flight.lock().unwrap_or_else(|p| p.into_inner()).len();
+                        if running <= batch.len() {
+                            None
+                        } else {
+                            tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
+                        }
                     }
-                    Err(_) => break,
-                }
+                };
+                let Some((s, p)) = next else { break };
+                batch.push(s);
+                permits.push(p);
             }
             let mut backoff = Duration::from_millis(50);
             let results = loop {
@@ -480,7 +496,7 @@ impl Runner {
                         "outcome ignored: the lease had expired and the task was claimed again");
                 }
             }
-            crate::telemetry::settled(&task_type, &batch, &results);
+            metrics.settled(&batch, &results);
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for s in &batch {
@@ -544,6 +560,11 @@ impl Runner {
     }
 }
 
+/// Most outcomes one settle call writes.
+const SETTLE_MAX: usize = 512;
+/// How long the settler waits for more outcomes of running tasks before writing what it has.
+const SETTLE_LINGER: Duration = Duration::from_micros(500);
+
 /// How often a batch checks for stalled workers and overdue tasks.
 const FANOUT_TICK: Duration = Duration::from_millis(2);
 
@@ -605,7 +626,7 @@ impl Batch {
                 since: Instant::now(),
                 permits,
             });
-            let measured = crate::telemetry::started(&task, started_ms);
+            let measured = self.state.metrics.started(&task, started_ms);
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.run_reusing(&mut warm, &task)));
             drop(measured);
             let (result, followups) = match run {

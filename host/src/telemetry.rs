@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::store::{Claim, Outcome, SettleResult, Settlement};
@@ -75,105 +75,142 @@ fn describe() {
     describe_gauge!("hourglass_plugin_info", "1 for the plugin version (hash) serving now, 0 for replaced ones.");
 }
 
-/// After a claim: the tasks taken, and those dead-lettered without running.
-pub fn claimed(task_type: &TaskType, claim: &Claim) {
-    let t = task_type.to_string();
-    if !claim.tasks.is_empty() {
-        counter!("hourglass_tasks_claimed_total", "type" => t.clone()).increment(claim.tasks.len() as u64);
+/// The metric handles of one task type, looked up once so the hot path
+/// neither allocates label strings nor searches the registry per task.
+#[derive(Clone)]
+pub struct TypeMetrics {
+    task_type: String,
+    claimed: Counter,
+    succeeded: Counter,
+    failed: Counter,
+    retried: Counter,
+    dead: Counter,
+    fenced: Counter,
+    in_flight: Gauge,
+    lateness: Histogram,
+    duration: Histogram,
+}
+
+impl TypeMetrics {
+    /// Registers (or finds) the metrics of `task_type`.
+    pub fn new(task_type: &TaskType) -> TypeMetrics {
+        handle();
+        let t = task_type.to_string();
+        TypeMetrics {
+            claimed: counter!("hourglass_tasks_claimed_total", "type" => t.clone()),
+            succeeded: counter!("hourglass_tasks_succeeded_total", "type" => t.clone()),
+            failed: counter!("hourglass_tasks_failed_total", "type" => t.clone()),
+            retried: counter!("hourglass_tasks_retried_total", "type" => t.clone()),
+            dead: counter!("hourglass_tasks_dead_total", "type" => t.clone()),
+            fenced: counter!("hourglass_tasks_fenced_total", "type" => t.clone()),
+            in_flight: gauge!("hourglass_tasks_in_flight", "type" => t.clone()),
+            lateness: histogram!("hourglass_task_lateness_seconds", "type" => t.clone()),
+            duration: histogram!("hourglass_task_duration_seconds", "type" => t.clone()),
+            task_type: t,
+        }
     }
-    if !claim.dead_lettered.is_empty() {
-        counter!("hourglass_tasks_dead_total", "type" => t.clone()).increment(claim.dead_lettered.len() as u64);
-        let now = crate::cli::now_ms();
+
+    /// After a claim: the tasks taken, and those dead-lettered without running.
+    pub fn claimed(&self, claim: &Claim) {
+        if !claim.tasks.is_empty() {
+            self.claimed.increment(claim.tasks.len() as u64);
+        }
+        if !claim.dead_lettered.is_empty() {
+            self.dead.increment(claim.dead_lettered.len() as u64);
+            let now = crate::cli::now_ms();
+            let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, reason) in last(&claim.dead_lettered) {
+                push(
+                    &mut recent,
+                    Completed {
+                        task_type: self.task_type.clone(),
+                        id: String::from_utf8_lossy(id).into_owned(),
+                        outcome: "dead",
+                        attempt: 0,
+                        finished_ms: now,
+                        error: reason.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// A handler is starting: records lateness and counts it in flight until the guard drops.
+    pub fn started(&self, task: &ClaimedTask, started_ms: i64) -> Running<'_> {
+        let lateness = (started_ms - task.due_ms).max(0) as f64 / 1000.0;
+        self.lateness.record(lateness);
+        self.in_flight.increment(1.0);
+        Running { metrics: self, since: Instant::now() }
+    }
+
+    /// After a settle: counts the committed outcomes and remembers the latest for the dashboard.
+    pub fn settled(&self, batch: &[Settlement], results: &[SettleResult]) {
+        let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        for (s, r) in batch.iter().zip(results) {
+            match outcome(s, r).0 {
+                "fenced" => fenced += 1,
+                "succeeded" => ok += 1,
+                "retried" => {
+                    failed += 1;
+                    retried += 1;
+                }
+                _ => {
+                    failed += 1;
+                    dead += 1;
+                }
+            }
+        }
+        for (c, n) in [(&self.succeeded, ok), (&self.failed, failed), (&self.retried, retried), (&self.dead, dead), (&self.fenced, fenced)] {
+            if n > 0 {
+                c.increment(n);
+            }
+        }
+        // Only the newest RECENT can be shown, so only those are copied.
+        let skip = batch.len().saturating_sub(RECENT);
         let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, reason) in &claim.dead_lettered {
+        for (s, r) in batch.iter().zip(results).skip(skip) {
+            let (outcome, error) = outcome(s, r);
             push(
                 &mut recent,
                 Completed {
-                    task_type: t.clone(),
-                    id: String::from_utf8_lossy(id).into_owned(),
-                    outcome: "dead",
-                    attempt: 0,
-                    finished_ms: now,
-                    error: reason.clone(),
+                    task_type: self.task_type.clone(),
+                    id: String::from_utf8_lossy(&s.id).into_owned(),
+                    outcome,
+                    attempt: s.run.attempt,
+                    finished_ms: s.run.finished_ms,
+                    error: error.to_owned(),
                 },
             );
         }
     }
 }
 
-/// A handler is starting: records lateness and counts it in flight until the guard drops.
-pub fn started(task: &ClaimedTask, started_ms: i64) -> Running {
-    let t = task.task_type.to_string();
-    let lateness = (started_ms - task.due_ms).max(0) as f64 / 1000.0;
-    histogram!("hourglass_task_lateness_seconds", "type" => t.clone()).record(lateness);
-    gauge!("hourglass_tasks_in_flight", "type" => t.clone()).increment(1.0);
-    Running { task_type: t, since: Instant::now() }
+/// What a settled outcome is called, and its error.
+fn outcome<'a>(s: &'a Settlement, r: &SettleResult) -> (&'static str, &'a str) {
+    match (r, &s.outcome) {
+        (SettleResult::Fenced, _) => ("fenced", ""),
+        (SettleResult::Settled, Outcome::Ack { .. }) => ("succeeded", ""),
+        (SettleResult::Settled, Outcome::Retry { error, .. }) => ("retried", error.as_str()),
+        (SettleResult::Settled, Outcome::Dead { error }) => ("dead", error.as_str()),
+    }
+}
+
+/// The newest [`RECENT`] items of a list.
+fn last<T>(items: &[T]) -> &[T] {
+    &items[items.len().saturating_sub(RECENT)..]
 }
 
 /// One running handler; dropping it records its duration.
 #[must_use = "dropping it ends the run's measurement"]
-pub struct Running {
-    task_type: String,
+pub struct Running<'a> {
+    metrics: &'a TypeMetrics,
     since: Instant,
 }
 
-impl Drop for Running {
+impl Drop for Running<'_> {
     fn drop(&mut self) {
-        let t = std::mem::take(&mut self.task_type);
-        histogram!("hourglass_task_duration_seconds", "type" => t.clone()).record(self.since.elapsed().as_secs_f64());
-        gauge!("hourglass_tasks_in_flight", "type" => t).decrement(1.0);
-    }
-}
-
-/// After a settle: counts the committed outcomes and remembers them for the dashboard.
-pub fn settled(task_type: &TaskType, batch: &[Settlement], results: &[SettleResult]) {
-    let t = task_type.to_string();
-    let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
-    for (s, r) in batch.iter().zip(results) {
-        let (outcome, error) = match (r, &s.outcome) {
-            (SettleResult::Fenced, _) => {
-                fenced += 1;
-                ("fenced", "")
-            }
-            (SettleResult::Settled, Outcome::Ack { .. }) => {
-                ok += 1;
-                ("succeeded", "")
-            }
-            (SettleResult::Settled, Outcome::Retry { error, .. }) => {
-                failed += 1;
-                retried += 1;
-                ("retried", error.as_str())
-            }
-            (SettleResult::Settled, Outcome::Dead { error }) => {
-                failed += 1;
-                dead += 1;
-                ("dead", error.as_str())
-            }
-        };
-        push(
-            &mut recent,
-            Completed {
-                task_type: t.clone(),
-                id: String::from_utf8_lossy(&s.id).into_owned(),
-                outcome,
-                attempt: s.run.attempt,
-                finished_ms: s.run.finished_ms,
-                error: error.to_owned(),
-            },
-        );
-    }
-    drop(recent);
-    for (name, n) in [
-        ("hourglass_tasks_succeeded_total", ok),
-        ("hourglass_tasks_failed_total", failed),
-        ("hourglass_tasks_retried_total", retried),
-        ("hourglass_tasks_dead_total", dead),
-        ("hourglass_tasks_fenced_total", fenced),
-    ] {
-        if n > 0 {
-            counter!(name, "type" => t.clone()).increment(n);
-        }
+        self.metrics.duration.record(self.since.elapsed().as_secs_f64());
+        self.metrics.in_flight.decrement(1.0);
     }
 }
 

@@ -284,6 +284,29 @@ impl Drop for Host {
     }
 }
 
+/// A task written as a client would: `ZADD hourglass:{type}:due <due_ms> <id>`.
+pub fn zadd(conn: &mut redis::Connection, task_type: &str, id: &str, due_ms: i64) {
+    let _: () = redis::cmd("ZADD").arg(format!("hourglass:{{{task_type}}}:due")).arg(due_ms).arg(id).query(conn).unwrap();
+}
+
+/// A task's payload: `HSET hourglass:{type}:payload <id> <body>`.
+pub fn payload(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
+    let _: () = redis::cmd("HSET").arg(format!("hourglass:{{{task_type}}}:payload")).arg(id).arg(body).query(conn).unwrap();
+}
+
+/// A task due now, with its payload unless `body` is empty.
+pub fn schedule_now(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
+    if !body.is_empty() {
+        payload(conn, task_type, id, body);
+    }
+    zadd(conn, task_type, id, now_ms());
+}
+
+/// `ZCARD key`.
+pub fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("ZCARD").arg(key).query(conn).unwrap()
+}
+
 /// `HGET <prefix>:{type}:stats <field>` as a number (0 when absent).
 pub fn stat(conn: &mut redis::Connection, task_type: &str, field: &str) -> i64 {
     redis::cmd("HGET")
