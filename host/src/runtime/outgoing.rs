@@ -66,6 +66,32 @@ pub(crate) struct Caller {
     pub(crate) task_id: String,
 }
 
+impl Caller {
+    /// Logs a warning about one of this caller's requests, naming its target when known.
+    fn warn(&self, target_url: Option<&dyn std::fmt::Display>, message: std::fmt::Arguments<'_>) {
+        tracing::warn!(
+            target: "hourglass::http",
+            plugin = %self.plugin,
+            task_type = %self.task_type,
+            task_id = %self.task_id,
+            target_url = target_url.map(tracing::field::display),
+            "{message}"
+        );
+    }
+
+    /// Like [`Caller::warn`], at debug level.
+    fn debug(&self, target_url: Option<&dyn std::fmt::Display>, message: std::fmt::Arguments<'_>) {
+        tracing::debug!(
+            target: "hourglass::http",
+            plugin = %self.plugin,
+            task_type = %self.task_type,
+            task_id = %self.task_id,
+            target_url = target_url.map(tracing::field::display),
+            "{message}"
+        );
+    }
+}
+
 /// The `wasi:http` hooks of one run.
 pub(crate) struct OutboundHooks {
     policy: Arc<HttpPolicy>,
@@ -84,14 +110,7 @@ impl OutboundHooks {
     }
 
     fn deny(&self, target: &str, why: &str) {
-        tracing::warn!(
-            target: "hourglass::http",
-            plugin = %self.caller.plugin,
-            task_type = %self.caller.task_type,
-            task_id = %self.caller.task_id,
-            target_url = %target,
-            "outbound HTTP request refused: {why}"
-        );
+        self.caller.warn(Some(&target), format_args!("outbound HTTP request refused: {why}"));
     }
 }
 
@@ -175,28 +194,15 @@ impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
 impl Sender {
     async fn send(self, mut request: http::Request<WasiBody>) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
         let until = self.until;
-        let timed_out = || {
-            tracing::debug!(
-                target: "hourglass::http",
-                plugin = %self.caller.plugin,
-                task_type = %self.caller.task_type,
-                task_id = %self.caller.task_id,
-                target_url = %self.target,
-                "outbound HTTP request timed out"
-            );
-        };
+        let timed_out = || self.caller.debug(Some(&self.target), format_args!("outbound HTTP request timed out"));
         // Wait for a slot of the type's http_concurrency.
         let permit = match tokio::time::timeout_at(until, self.policy.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => return Err(Error::ConnectionLimitReached),
             Err(_) => {
-                tracing::warn!(
-                    target: "hourglass::http",
-                    plugin = %self.caller.plugin,
-                    task_type = %self.caller.task_type,
-                    task_id = %self.caller.task_id,
-                    "no free outbound HTTP slot in time (http_concurrency = {})",
-                    self.policy.concurrency
+                self.caller.warn(
+                    None,
+                    format_args!("no free outbound HTTP slot in time (http_concurrency = {})", self.policy.concurrency),
                 );
                 return Err(Error::ConnectionLimitReached);
             }
@@ -244,25 +250,13 @@ impl Sender {
             && let Some(len) = len.to_str().ok().and_then(|l| l.parse::<u64>().ok())
             && len > max
         {
-            tracing::warn!(
-                target: "hourglass::http",
-                plugin = %self.caller.plugin,
-                task_type = %self.caller.task_type,
-                task_id = %self.caller.task_id,
-                target_url = %self.target,
-                "outbound HTTP response of {len} bytes refused: over http_max_response of {max} bytes"
+            self.caller.warn(
+                Some(&self.target),
+                format_args!("outbound HTTP response of {len} bytes refused: over http_max_response of {max} bytes"),
             );
             return Err(Error::HttpResponseBodySize(Some(len)));
         }
-        tracing::debug!(
-            target: "hourglass::http",
-            plugin = %self.caller.plugin,
-            task_type = %self.caller.task_type,
-            task_id = %self.caller.task_id,
-            target_url = %self.target,
-            status = response.status().as_u16(),
-            "outbound HTTP response"
-        );
+        self.caller.debug(Some(&self.target), format_args!("outbound HTTP response: status {}", response.status().as_u16()));
         let response = response.map(|incoming| {
             CappedBody {
                 inner: incoming.map_err(Error::from).boxed_unsync(),
@@ -304,16 +298,14 @@ impl Sender {
         if self.how == Allowed::ByWildcard
             && let Some(bad) = addrs.iter().find(|a| is_private(a.ip()))
         {
-            tracing::warn!(
-                target: "hourglass::http",
-                plugin = %self.caller.plugin,
-                task_type = %self.caller.task_type,
-                task_id = %self.caller.task_id,
-                target_url = %t,
-                "outbound HTTP request refused: {} resolves to the private address {}, which only an \
-                 allowed_outbound_hosts entry naming the host exactly allows",
-                t.host,
-                bad.ip()
+            self.caller.warn(
+                Some(t),
+                format_args!(
+                    "outbound HTTP request refused: {} resolves to the private address {}, which only an \
+                     allowed_outbound_hosts entry naming the host exactly allows",
+                    t.host,
+                    bad.ip()
+                ),
             );
             return Err(Error::HttpRequestDenied);
         }
