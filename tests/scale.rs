@@ -468,29 +468,87 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
 
 // ---------------------------------------------------------------- TLS
 
+/// A private CA and a server certificate it signed for `localhost` / 127.0.0.1, made with openssl.
+struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    fn make() -> Certs {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(d).output().expect("openssl");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=hourglass-test-ca"]);
+        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"]);
+        std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+        openssl(&["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext"]);
+        Certs { dir }
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.path().join(file).to_str().unwrap().to_owned()
+    }
+
+    /// The CA's PEM, for `[redis] ca_file` and `redis-cli --cacert`.
+    fn ca(&self) -> String {
+        self.path("ca.pem")
+    }
+
+    /// `redis-server` arguments serving TLS with the server certificate (clients need no certificate).
+    fn server_args(&self) -> Vec<String> {
+        let mut args = vec!["--tls-cert-file".to_owned(), self.path("srv.pem"), "--tls-key-file".to_owned(), self.path("srv.key")];
+        args.extend(["--tls-ca-cert-file".to_owned(), self.ca(), "--tls-auth-clients".to_owned(), "no".to_owned()]);
+        args
+    }
+}
+
+/// A redis-server with TLS on a free loopback port (and its plain unix socket, for the test); its `rediss://` URL.
+fn tls_server(certs: &Certs) -> (RedisServer, String) {
+    let port = free_port_pair().to_string();
+    let mut args = vec!["--tls-port".to_owned(), port.clone(), "--bind".to_owned(), "127.0.0.1".to_owned()];
+    args.extend(certs.server_args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (RedisServer::start_with(&args), format!("rediss://127.0.0.1:{port}"))
+}
+
 #[test]
 fn rediss_with_a_private_ca_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(d).output().expect("openssl");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=hourglass-test-ca"]);
-    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"]);
-    std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-    openssl(&["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext"]);
-    let port = free_port_pair().to_string();
-    let path = |f: &str| d.join(f).to_str().unwrap().to_owned();
-    let (cert, key, ca) = (path("srv.pem"), path("srv.key"), path("ca.pem"));
-    let redis = RedisServer::start_with(&[
-        "--tls-port", &port, "--bind", "127.0.0.1", "--tls-cert-file", &cert, "--tls-key-file", &key,
-        "--tls-ca-cert-file", &ca, "--tls-auth-clients", "no",
-    ]);
-    let url = format!("rediss://127.0.0.1:{port}");
-    let host = Host::start_at(&url, &[("noop", plugin("noop"))], &format!("ca_file = \"{ca}\"\n[runner]\n"));
+    let certs = Certs::make();
+    let (redis, url) = tls_server(&certs);
+    let host = Host::start_at(&url, &[("noop", plugin("noop"))], &format!("ca_file = \"{}\"\n[runner]\n", certs.ca()));
     let mut conn = redis.client();
     zadd_now(&mut conn, "noop", "over-tls");
     wait_for("the task, claimed over TLS", LONG, || (stat(&mut conn, "noop", "succeeded") == 1).then_some(()));
     assert_eq!(host.runs_of(&host.log(), "noop", "over-tls"), 1);
+}
+
+/// A one-line connect error that names the refused certificate, not a timeout, and no credentials.
+fn assert_certificate_error(ok: bool, stderr: &str, shown: &str) {
+    assert!(!ok, "connected without trusting the CA: {stderr}");
+    // The cluster client logs a warning per seed before the error itself.
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "not one error line: {stderr}");
+    let err = errors[0];
+    assert!(err.contains("cannot connect to Redis at") && err.contains(shown), "{err}");
+    assert!(err.contains("certificate") && err.contains("UnknownIssuer"), "the cause is not named: {err}");
+    assert!(!err.contains("no answer") && !err.contains("timed out"), "{err}");
+    assert!(!stderr.contains("secret-pw"), "the password was printed: {stderr}");
+}
+
+#[test]
+fn rediss_with_an_untrusted_certificate_fails_naming_the_certificate() {
+    let certs = Certs::make();
+    let (_redis, url) = tls_server(&certs);
+    // No ca_file: the system's roots do not know the private CA.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("runner.toml");
+    let with_password = url.replace("rediss://", "rediss://user:secret-pw@");
+    std::fs::write(&config, format!("[redis]\nurl = \"{with_password}\"\n[runner]\nplugins_dir = \"{}\"\n", dir.path().display())).unwrap();
+    let (ok, _, err) = hourglass(&config, &["stats"], &[]);
+    assert_certificate_error(ok, &err, &url);
+    let (ok, _, err) = hourglass(&config, &["run"], &[]);
+    assert_certificate_error(ok, &err, &url);
 }

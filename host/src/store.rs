@@ -38,6 +38,8 @@ use crate::task_type::TaskType;
 
 /// How long `connect` waits for Redis to answer before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the one attempt that explains a failed connect may take.
+const DIAGNOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Big claims and settles run for a while inside Redis; only a dead server should time out.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound of the per-call work of "all" dead-letter operations and outbox scans.
@@ -351,8 +353,20 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Why connecting took longer than `waited`: the connection manager and the
+/// cluster client retry every failure, a refused TLS certificate or password
+/// too, until the timeout hides it. One more plain attempt names the cause.
+async fn why_no_answer(client: &redis::Client, target: &Target, waited: Duration) -> String {
+    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(DIAGNOSE_TIMEOUT));
+    let attempt = client.get_multiplexed_async_connection_with_config(&config);
+    match tokio::time::timeout(DIAGNOSE_TIMEOUT, attempt).await {
+        Ok(Err(e)) => target.scrub(&e.to_string()),
+        _ => format!("no answer within {}s", waited.as_secs()),
+    }
+}
+
 impl Store {
-    /// Connects to Redis; fails within about 3s when nothing answers.
+    /// Connects to Redis; fails within about 4s when nothing answers, naming the cause when known.
     /// `url` may also be a `redis+cluster://h1:p1,h2:p2` seed list (see [`Target`]).
     pub async fn connect(url: &str, prefix: &KeyPrefix) -> Result<Store> {
         Store::connect_to(&Target::parse(url)?, prefix).await
@@ -367,7 +381,7 @@ impl Store {
             match tokio::time::timeout(CONNECT_TIMEOUT * 2, cluster.get_async_connection()).await {
                 Ok(Ok(conn)) => Conn(ConnKind::Cluster(conn)),
                 Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
-                Err(_) => bail!("cannot connect to Redis at {shown}: no answer within {}s", CONNECT_TIMEOUT.as_secs() * 2),
+                Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(&client, target, CONNECT_TIMEOUT * 2).await),
             }
         } else {
             Conn(ConnKind::Single(Store::single(&client, &shown, target).await?))
@@ -395,7 +409,7 @@ impl Store {
             {
                 Ok(Ok(conn)) => conn,
                 Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
-                Err(_) => bail!("cannot connect to Redis at {shown}: no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+                Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(client, target, CONNECT_TIMEOUT).await),
             };
         Ok(conn)
     }
