@@ -237,9 +237,13 @@ fn zadd_now(conn: &mut redis::Connection, task_type: &str, id: &str) {
 
 // ---------------------------------------------------------------- Redis Cluster
 
-/// Six redis-servers (3 masters, a replica each) on loopback; killed on drop.
+/// Redis Cluster nodes on loopback (plain TCP or TLS only), each also on a
+/// unix socket the test itself uses; killed on drop.
 struct Cluster {
     nodes: Vec<(u16, Child)>,
+    masters: usize,
+    /// The nodes speak TLS only (`rediss+cluster://`).
+    tls: bool,
     dir: tempfile::TempDir,
 }
 
@@ -254,22 +258,40 @@ fn free_port_pair() -> u16 {
 }
 
 impl Cluster {
+    /// Six nodes: 3 masters with a replica each, plain TCP.
     fn start() -> Cluster {
+        Cluster::start_with(3, 1, None)
+    }
+
+    /// `masters` masters with `replicas` replicas each; with `certs`, TLS only (clients, bus and replication).
+    fn start_with(masters: usize, replicas: usize, certs: Option<&Certs>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Vec::new();
         let mut ports = Vec::new();
-        while ports.len() < 6 {
+        while ports.len() < masters * (1 + replicas) {
             let p = free_port_pair();
             if !ports.contains(&p) {
                 ports.push(p);
             }
         }
         for &port in &ports {
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+            let mut cmd = Command::new("redis-server");
+            match certs {
+                Some(certs) => {
+                    cmd.args(["--port", "0", "--tls-port", &port.to_string(), "--tls-cluster", "yes", "--tls-replication", "yes"]);
+                    cmd.args(certs.server_args());
+                }
+                None => {
+                    cmd.args(["--port", &port.to_string()]);
+                }
+            }
+            let child = cmd
+                .args(["--bind", "127.0.0.1", "--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "2000"])
                 .args(["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"])
                 .args(["--appendfilename", &format!("aof-{port}"), "--appenddirname", &format!("aof-{port}")])
+                .arg("--unixsocket")
+                .arg(dir.path().join(format!("{port}.sock")))
                 .arg("--dir")
                 .arg(dir.path())
                 .stdout(Stdio::null())
@@ -278,44 +300,66 @@ impl Cluster {
                 .expect("redis-server");
             nodes.push((port, child));
         }
+        let cluster = Cluster { nodes, masters, tls: certs.is_some(), dir };
         for &port in &ports {
-            wait_for("cluster node", LONG, || (cli(port, &["PING"]).trim() == "PONG").then_some(()));
+            wait_for("cluster node", LONG, || (cluster.cli(port, &["PING"]).trim() == "PONG").then_some(()));
         }
-        let mut create = vec!["--cluster".to_owned(), "create".to_owned()];
-        create.extend(ports.iter().map(|p| format!("127.0.0.1:{p}")));
-        create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
-        let out = Command::new("redis-cli").args(&create).output().unwrap();
+        let mut create = Command::new("redis-cli");
+        if let Some(certs) = certs {
+            create.args(["--tls", "--cacert", &certs.ca()]);
+        }
+        create.args(["--cluster", "create"]).args(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+        create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+        let out = create.output().unwrap();
         assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
-        let cluster = Cluster { nodes, dir };
         cluster.wait_ok();
         cluster
     }
 
     fn wait_ok(&self) {
-        wait_for("cluster_state:ok on every node with 3 masters", LONG, || {
+        wait_for("cluster_state:ok on every live node, with every master", LONG, || {
             self.nodes
                 .iter()
-                .filter(|(p, _)| cli(*p, &["PING"]).trim() == "PONG")
-                .all(|(p, _)| cli(*p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                .filter(|(p, _)| self.cli(*p, &["PING"]).trim() == "PONG")
+                .all(|(p, _)| self.cli(*p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
                 .then_some(())
-                .filter(|()| self.masters().len() == 3)
+                .filter(|()| self.masters().len() == self.masters)
         });
     }
 
+    /// Seeds of the masters at the start, as one `redis+cluster://` (or `rediss+cluster://`) URL.
     fn url(&self) -> String {
-        let seeds: Vec<String> = self.nodes.iter().take(3).map(|(p, _)| format!("127.0.0.1:{p}")).collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let seeds: Vec<String> = self.nodes.iter().take(self.masters).map(|(p, _)| format!("127.0.0.1:{p}")).collect();
+        format!("{}+cluster://{}", if self.tls { "rediss" } else { "redis" }, seeds.join(","))
     }
 
+    /// A cluster connection over TCP (plain clusters only).
     fn client(&self) -> redis::cluster::ClusterConnection {
+        assert!(!self.tls, "use node_conn on a TLS cluster");
         let seeds: Vec<String> = self.nodes.iter().map(|(p, _)| format!("redis://127.0.0.1:{p}")).collect();
         redis::cluster::ClusterClient::new(seeds).unwrap().get_connection().unwrap()
     }
 
+    /// A connection to the node at `port` over its unix socket (no TLS, no redirections).
+    fn node_conn(&self, port: u16) -> redis::Connection {
+        let url = format!("redis+unix://{}", self.socket(port).display());
+        redis::Client::open(url).unwrap().get_connection().unwrap()
+    }
+
+    /// `redis-cli` against the node at `port`, over its unix socket; its stdout.
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli").arg("-s").arg(self.socket(port)).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn socket(&self, port: u16) -> std::path::PathBuf {
+        self.dir.path().join(format!("{port}.sock"))
+    }
+
     /// Masters (port, slot ranges), from `CLUSTER NODES` of a live node.
     fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
-        let live = self.nodes.iter().map(|(p, _)| *p).find(|p| cli(*p, &["PING"]).trim() == "PONG").unwrap();
-        let text = cli(live, &["CLUSTER", "NODES"]);
+        let live = self.nodes.iter().map(|(p, _)| *p).find(|p| self.cli(*p, &["PING"]).trim() == "PONG").unwrap();
+        let text = self.cli(live, &["CLUSTER", "NODES"]);
         let mut out = Vec::new();
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -337,16 +381,24 @@ impl Cluster {
     }
 
     fn master_of(&self, key: &str) -> u16 {
-        let live = self.nodes[0].0;
-        let slot: u16 = cli(live, &["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
-        self.masters().into_iter().find(|(_, r)| r.iter().any(|(a, b)| (*a..=*b).contains(&slot))).unwrap().0
+        self.serving(key).unwrap_or_else(|| panic!("no live master serves {key}"))
     }
 
+    /// The live master serving `key`'s slot, if any (none between a master's death and its replica's promotion).
+    fn serving(&self, key: &str) -> Option<u16> {
+        let live = self.nodes.iter().map(|(p, _)| *p).find(|p| self.cli(*p, &["PING"]).trim() == "PONG").unwrap();
+        let slot: u16 = self.cli(live, &["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
+        self.masters().into_iter().find(|(_, r)| r.iter().any(|(a, b)| (*a..=*b).contains(&slot))).map(|m| m.0)
+    }
+
+    /// The replica of `master`, once the master's view of the cluster (gossip) lists it.
     fn replica_of(&self, master: u16) -> u16 {
-        let text = cli(master, &["CLUSTER", "NODES"]);
-        let id = text.lines().find(|l| l.contains("myself")).unwrap().split(' ').next().unwrap().to_owned();
-        let line = text.lines().find(|l| l.split_whitespace().nth(3) == Some(id.as_str())).expect("a replica");
-        line.split_whitespace().nth(1).unwrap().split(['@', ':']).nth(1).unwrap().parse().unwrap()
+        wait_for("the master to know its replica", LONG, || {
+            let text = self.cli(master, &["CLUSTER", "NODES"]);
+            let id = text.lines().find(|l| l.contains("myself"))?.split(' ').next()?.to_owned();
+            let line = text.lines().find(|l| l.split_whitespace().nth(3) == Some(id.as_str()))?;
+            line.split_whitespace().nth(1)?.split(['@', ':']).nth(1)?.parse().ok()
+        })
     }
 }
 
@@ -356,13 +408,7 @@ impl Drop for Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = self.dir.path();
     }
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn cstat(conn: &mut redis::cluster::ClusterConnection, task_type: &str) -> i64 {
@@ -441,7 +487,7 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     // Fail the type's master over to its replica, mid-stream.
     let master = cluster.master_of(&due);
     let replica = cluster.replica_of(master);
-    assert_eq!(cli(replica, &["CLUSTER", "FAILOVER"]).trim(), "OK");
+    assert_eq!(cluster.cli(replica, &["CLUSTER", "FAILOVER"]).trim(), "OK");
     wait_for("the replica to take over", LONG, || (cluster.master_of(&due) == replica).then_some(()));
     cluster.wait_ok();
     // Work scheduled after the failover runs too, without any help.
@@ -551,4 +597,48 @@ fn rediss_with_an_untrusted_certificate_fails_naming_the_certificate() {
     assert_certificate_error(ok, &err, &url);
     let (ok, _, err) = hourglass(&config, &["run"], &[]);
     assert_certificate_error(ok, &err, &url);
+}
+
+#[test]
+fn cluster_over_tls_with_a_private_ca_file() {
+    let certs = Certs::make();
+    let cluster = Cluster::start_with(3, 0, Some(&certs));
+    let types = spread_types(&cluster);
+    let plugins: Vec<(&str, std::path::PathBuf)> = types.iter().map(|t| (t.as_str(), plugin("noop"))).collect();
+    let url = cluster.url();
+    assert!(url.starts_with("rediss+cluster://"), "{url}");
+    let host = Host::start_at(&url, &plugins, &format!("ca_file = \"{}\"\n[runner]\nhost_id = \"tls1\"\n", certs.ca()));
+    host.wait_log("keyspace notifications on every cluster master", LONG);
+    let now = now_ms();
+    let mut conns: Vec<(String, redis::Connection)> = Vec::new();
+    for t in &types {
+        let mut conn = cluster.node_conn(cluster.master_of(&format!("hourglass:{{{t}}}:due")));
+        for i in 0..100 {
+            let _: () = conn.zadd(format!("hourglass:{{{t}}}:due"), format!("{t}-{i}"), now + i64::from(i)).unwrap();
+        }
+        conns.push((t.clone(), conn));
+    }
+    for (t, conn) in &mut conns {
+        wait_for("every task of the type, over TLS", LONG, || (stat(conn, t, "succeeded") == 100).then_some(()));
+    }
+    for t in &types {
+        let runs = runs(&[&host], t);
+        assert_eq!(runs.len(), 100);
+        assert!(runs.values().all(|&n| n == 1), "a {t} task ran twice");
+    }
+    // `[redis] cluster` lists rediss:// seeds as well; the CLI reaches every master over TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let seeds: Vec<String> = url["rediss+cluster://".len()..].split(',').map(|s| format!("\"rediss://{s}\"")).collect();
+    let listed = dir.path().join("listed.toml");
+    std::fs::write(&listed, format!("[redis]\ncluster = [{}]\nca_file = \"{}\"\n", seeds.join(", "), certs.ca())).unwrap();
+    let (ok, out, err) = hourglass(&listed, &["stats"], &[]);
+    assert!(ok, "{err}");
+    for t in &types {
+        assert!(out.contains(t.as_str()), "{t} missing from stats:\n{out}");
+    }
+    // Without the CA, the refused certificate is named, not a timeout.
+    let untrusted = dir.path().join("untrusted.toml");
+    std::fs::write(&untrusted, format!("[redis]\nurl = \"{url}\"\n")).unwrap();
+    let (ok, _, err) = hourglass(&untrusted, &["stats"], &[]);
+    assert_certificate_error(ok, &err, &url["rediss+cluster://".len()..].split(',').next().unwrap().to_owned());
 }
