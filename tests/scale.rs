@@ -356,6 +356,13 @@ impl Cluster {
         self.dir.path().join(format!("{port}.sock"))
     }
 
+    /// Kills the node at `port` with SIGKILL: no goodbye, no last write to disk or replica.
+    fn kill(&mut self, port: u16) {
+        let (_, child) = self.nodes.iter_mut().find(|(p, _)| *p == port).expect("a node of this cluster");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     /// Masters (port, slot ranges), from `CLUSTER NODES` of a live node.
     fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
         let live = self.nodes.iter().map(|(p, _)| *p).find(|p| self.cli(*p, &["PING"]).trim() == "PONG").unwrap();
@@ -510,6 +517,63 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
         assert!(runs.get(&id).copied().unwrap_or(0) >= 1, "{id} never ran");
     }
     host.wait_log("cluster masters changed", LONG);
+}
+
+#[test]
+fn cluster_master_killed_its_replica_takes_over_with_the_acked_work_and_the_runner_carries_on() {
+    let mut cluster = Cluster::start();
+    let types = spread_types(&cluster);
+    let t = types[0].clone();
+    let plugins: Vec<(&str, std::path::PathBuf)> = vec![(t.as_str(), plugin("noop"))];
+    let host = Host::start_at(&cluster.url(), &plugins, "[runner]\nhost_id = \"k1\"\nlease = \"5s\"\n");
+    host.wait_log("keyspace notifications on every cluster master", LONG);
+    let due = format!("hourglass:{{{t}}}:due");
+    let master = cluster.master_of(&due);
+    let replica = cluster.replica_of(master);
+    let mut conn = cluster.client();
+    let now = now_ms();
+    for i in 0..500 {
+        let _: () = conn.zadd(&due, format!("a{i}"), now + i64::from(i)).unwrap();
+    }
+    wait_for("the first wave done", LONG, || (cstat(&mut conn, &t) == 500 && left(&mut conn, &t) == 0).then_some(()));
+    // Replication is asynchronous: an ack the master took in its last moments may
+    // die with it. Only what reached the replica is acked work; wait until it all has.
+    let mut on_replica = cluster.node_conn(replica);
+    redis::cmd("READONLY").query::<()>(&mut on_replica).unwrap();
+    wait_for("the first wave on the replica", LONG, || {
+        (stat(&mut on_replica, &t, "succeeded") == 500 && left(&mut on_replica, &t) == 0).then_some(())
+    });
+    cluster.kill(master);
+    wait_for("the replica promoted by the cluster", LONG, || (cluster.serving(&due) == Some(replica)).then_some(()));
+    cluster.wait_ok();
+    let mut conn = cluster.client();
+    assert_eq!(cstat(&mut conn, &t), 500, "the new master lost acked work");
+    assert_eq!(left(&mut conn, &t), 0, "acked tasks are due again on the new master");
+    // The same host process runs new work on the promoted master by itself.
+    for i in 0..200 {
+        let _: () = conn.zadd(&due, format!("b{i}"), now_ms()).unwrap();
+    }
+    let deadline = Instant::now() + LONG;
+    loop {
+        let (done, remaining) = (cstat(&mut conn, &t), left(&mut conn, &t));
+        if remaining == 0 && done >= 700 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stuck after the kill: {done} done, {remaining} left\n{}", host.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    host.signal("0"); // still the first process: it was never restarted
+    // Its wake-up listener followed too: it subscribes on the promoted replica.
+    wait_for("a keyspace subscription on the promoted master", LONG, || {
+        cluster.cli(replica, &["CLIENT", "LIST"]).contains("psub=1").then_some(())
+    });
+    let runs = runs(&[&host], &t);
+    for id in (0..500).map(|i| format!("a{i}")) {
+        assert_eq!(runs.get(&id).copied(), Some(1), "{id}, acked and replicated before the kill, ran again");
+    }
+    for id in (0..200).map(|i| format!("b{i}")) {
+        assert!(runs.get(&id).copied().unwrap_or(0) >= 1, "{id}, scheduled after the promotion, never ran");
+    }
 }
 
 // ---------------------------------------------------------------- TLS
