@@ -561,21 +561,21 @@ impl Store {
             .arg(events_maxlen.unwrap_or(0));
         let mut any_followups = false;
         for s in batch {
-            inv.arg(&s.id).arg(s.token).arg(s.run.attempt).arg(s.run.due_ms).arg(s.run.started_ms).arg(s.run.finished_ms);
-            match &s.outcome {
-                Outcome::Ack { followups } => {
-                    any_followups |= !followups.is_empty();
-                    inv.arg("ack").arg(0u64).arg("").arg(followups.len());
-                    for f in followups {
-                        inv.arg(encode_followup(f));
-                    }
-                }
-                Outcome::Retry { delay, error } => {
-                    inv.arg("retry").arg(duration_ms(*delay)).arg(error).arg(0u64);
-                }
-                Outcome::Dead { error } => {
-                    inv.arg("dead").arg(0u64).arg(error).arg(0u64);
-                }
+            // Most outcomes are acks with nothing else to write: three arguments, not ten.
+            if events_maxlen.is_none() && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty()) {
+                inv.arg("a").arg(&s.id).arg(s.token);
+                continue;
+            }
+            let (kind, delay_ms, error, followups) = match &s.outcome {
+                Outcome::Ack { followups } => ("ack", 0, "", followups.as_slice()),
+                Outcome::Retry { delay, error } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
+                Outcome::Dead { error } => ("dead", 0, error.as_str(), &[][..]),
+            };
+            any_followups |= !followups.is_empty();
+            inv.arg(kind).arg(&s.id).arg(s.token).arg(s.run.attempt).arg(s.run.due_ms).arg(s.run.started_ms);
+            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len());
+            for f in followups {
+                inv.arg(encode_followup(f));
             }
         }
         let mut conn = self.conn.clone();

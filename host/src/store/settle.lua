@@ -1,9 +1,10 @@
 -- settle: commit the outcomes of many finished tasks of one type at once.
 --
 -- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 stats, 9 outbox, 10 events
--- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then per task:
---         id, token, attempt, due_ms, started_ms, finished_ms,
---         kind ('ack'|'retry'|'dead'), delay_ms, error, n_followups, followup_1..n
+-- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then per task
+--       either a plain ack (no follow-ups, no events): 'a', id, token
+--       or in full: kind ('ack'|'retry'|'dead'), id, token, attempt, due_ms, started_ms,
+--         finished_ms, delay_ms, error, n_followups, followup_1..n
 -- Returns: { 1 = settled | 0 = fenced } per task, in order.
 -- Guarantees:
 --   * fencing: a task whose stored token differs from the given one (its lease
@@ -57,20 +58,19 @@ local function multi_get(cmd, key, ids)
   return out
 end
 
--- Parse the batch.
-local tasks, ids = {}, {}
+-- Where each task's arguments start (no table per task: most are plain acks).
+local starts, ids = {}, {}
 local i = 3
 while i <= #ARGV do
-  local n_follow = tonumber(ARGV[i + 9])
-  tasks[#tasks + 1] = {
-    id = ARGV[i], token = ARGV[i + 1], attempt = ARGV[i + 2], due_ms = ARGV[i + 3],
-    started_ms = ARGV[i + 4], finished_ms = ARGV[i + 5], kind = ARGV[i + 6],
-    delay_ms = ARGV[i + 7], err = ARGV[i + 8], follow_at = i + 10, n_follow = n_follow,
-  }
-  ids[#ids + 1] = ARGV[i]
-  i = i + 10 + n_follow
+  starts[#starts + 1] = i
+  ids[#ids + 1] = ARGV[i + 1]
+  if ARGV[i] == 'a' then
+    i = i + 3
+  else
+    i = i + 10 + tonumber(ARGV[i + 9])
+  end
 end
-if #tasks == 0 then return {} end
+if #starts == 0 then return {} end
 
 local held = multi_get('HMGET', tokens, ids) -- "<token>" or "<token>@<host id>"
 local due_scores = multi_get('ZMSCORE', due, ids)
@@ -82,26 +82,37 @@ local error_pairs, retry_pairs, dead_pairs, outbox_pairs = {}, {}, {}, {}
 local succeeded, failed, retried, dead_n = 0, 0, 0, 0
 local pending_events = {}
 
-for k, task in ipairs(tasks) do
+for k, at in ipairs(starts) do
+  local kind, id, token = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local h = held[k]
-  if not h or string.match(h, '^%d+') ~= task.token then
+  if not h or string.match(h, '^%d+') ~= token then
     results[k] = 0
+  elseif kind == 'a' then
+    results[k] = 1
+    settled_ids[#settled_ids + 1] = id
+    drop_attempts[#drop_attempts + 1] = id
+    drop_errors[#drop_errors + 1] = id
+    if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
+    succeeded = succeeded + 1
   else
     results[k] = 1
-    local id = task.id
+    local task = {
+      attempt = ARGV[at + 3], due_ms = ARGV[at + 4], started_ms = ARGV[at + 5], finished_ms = ARGV[at + 6],
+      delay_ms = ARGV[at + 7], err = ARGV[at + 8], n_follow = tonumber(ARGV[at + 9]),
+    }
     settled_ids[#settled_ids + 1] = id
     local outcome, retry_at = nil, nil
-    if task.kind == 'ack' then
+    if kind == 'ack' then
       drop_attempts[#drop_attempts + 1] = id
       drop_errors[#drop_errors + 1] = id
       if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
       for f = 0, task.n_follow - 1 do
-        outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. task.token .. ':' .. f
-        outbox_pairs[#outbox_pairs + 1] = ARGV[task.follow_at + f]
+        outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. token .. ':' .. f
+        outbox_pairs[#outbox_pairs + 1] = ARGV[at + 10 + f]
       end
       succeeded = succeeded + 1
       outcome = 'succeeded'
-    elseif task.kind == 'retry' then
+    elseif kind == 'retry' then
       error_pairs[#error_pairs + 1] = id
       error_pairs[#error_pairs + 1] = task.err
       failed = failed + 1
@@ -132,7 +143,7 @@ for k, task in ipairs(tasks) do
     if events_maxlen > 0 then
       local fields = {'id', id, 'outcome', outcome, 'attempt', task.attempt, 'due_ms', task.due_ms,
         'started_ms', task.started_ms, 'finished_ms', task.finished_ms}
-      if task.kind ~= 'ack' and task.err ~= '' then
+      if kind ~= 'ack' and task.err ~= '' then
         fields[#fields + 1] = 'error'
         fields[#fields + 1] = task.err
       end
