@@ -242,6 +242,10 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let _: () = c.zadd(key("retry", "due"), "x", now - 1).unwrap();
     let _: () = c.hset(key("retry", "payload"), "x", "keep").unwrap();
     let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
+    // While it runs, its attempt lives with its token; the attempts hash is written
+    // only when an attempt ends without an ack (here: the retry below).
+    assert_eq!(hget(&mut c, &key("retry", "tokens"), b"x"), Some(format!("{}:1", task.token).into_bytes()));
+    assert_eq!(hget(&mut c, &key("retry", "attempts"), b"x"), None);
 
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };

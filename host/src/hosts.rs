@@ -5,7 +5,7 @@
 //! - It beats every [`BEAT_EVERY`] into the `P:hosts` hash (Redis `TIME`, one
 //!   small script); a host silent for [`GONE_AFTER`] is shown as gone, and is
 //!   forgotten after [`FORGET_AFTER`]. A graceful exit marks it `stopped`.
-//! - Each lease it claims records it: `P:{T}:tokens` holds `<token>@<host id>`
+//! - Each lease it claims records it: `P:{T}:tokens` holds `<token>:<attempt>@<host id>`
 //!   (fencing compares only the token), so `hourglass stats` shows the tasks
 //!   each host holds. A dead host's tasks stay listed under it until their
 //!   leases expire and another host claims them again.

@@ -11,9 +11,9 @@
 //! | `P:{T}:payload`             | HASH   | id → payload bytes (public)                    |
 //! | `P:{T}:stats`               | HASH   | succeeded, failed, retried, dead counters      |
 //! | `P:{T}:leases`              | ZSET   | id → lease expiry (ms)                         |
-//! | `P:{T}:tokens`              | HASH   | id → `<lease token>@<host id>` (fencing)       |
+//! | `P:{T}:tokens`              | HASH   | id → `<token>:<attempt>@<host id>` (fencing)   |
 //! | `P:hosts`                   | HASH   | host id → heartbeat (see `hosts`)              |
-//! | `P:{T}:attempts`            | HASH   | id → attempts so far                           |
+//! | `P:{T}:attempts`            | HASH   | id → attempts that ended without an ack        |
 //! | `P:{T}:errors`              | HASH   | id → last error                                |
 //! | `P:{T}:dead`                | ZSET   | id → time of death (ms)                        |
 //! | `P:{T}:seq`                 | STRING | token counter                                  |
@@ -624,7 +624,7 @@ impl Store {
         }
         let k = self.keys(t);
         let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(&k.leases).key(&k.tokens).key(&k.due).key(&k.attempts);
+        inv.key(&k.leases).key(&k.tokens).key(&k.due);
         for (id, token) in leases {
             inv.arg(id).arg(*token);
         }

@@ -1,6 +1,6 @@
 -- holders: how many leases of one type each host holds (read-only).
 --
--- KEYS: 1 tokens (HASH id → "<token>@<host id>", or "<token>" from hosts without an id)
+-- KEYS: 1 tokens (HASH id → "<token>:<attempt>@<host id>", or without "@<host id>" from hosts without an id)
 -- ARGV: 1 most ids listed per host
 -- Returns: flat { host id, count, { ids... } } per host; "" for leases without a holder.
 
@@ -8,7 +8,7 @@ local most = tonumber(ARGV[1])
 local counts, ids, order = {}, {}, {}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local host = string.match(all[i + 1], '^%d+@(.*)$') or ''
+  local host = string.match(all[i + 1], '^[%d:]+@(.*)$') or ''
   if not counts[host] then
     counts[host] = 0
     ids[host] = {}

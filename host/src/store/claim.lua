@@ -17,7 +17,11 @@
 --   * ids over max_id_bytes and payloads over max_payload_bytes are dead-lettered
 --     at once with a reason, and never handed out.
 --   * every claimed task gets a unique token (INCRBY seq), a lease until
---     now + lease_ms and attempts + 1.
+--     now + lease_ms and the attempt number attempts + 1. The attempt rides
+--     in the tokens hash ("<token>:<attempt>[@<host id>]") while the lease
+--     holds; the attempts hash only records attempts that ended without an
+--     ack (a retry, a dead letter, or here a lease that expired), so a task
+--     that succeeds first time never writes it.
 -- All times come from this server's TIME, so hosts never compare their own clocks.
 
 local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -26,7 +30,8 @@ local limit = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local max_payload = tonumber(ARGV[3])
 local max_id = tonumber(ARGV[4])
--- The tokens hash records the holder: "<token>@<host id>"; fencing compares the token only.
+-- The tokens hash records the attempt and the holder: "<token>:<attempt>@<host id>";
+-- fencing compares the token only.
 local holder_suffix = (ARGV[5] and ARGV[5] ~= '') and ('@' .. ARGV[5]) or ''
 
 local t = redis.call('TIME')
@@ -65,6 +70,18 @@ if #expired > 0 then
     zpairs[2 * i] = id
   end
   each_chunk(zpairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
+  -- The lost run counts as an attempt (a handler that kills its host must
+  -- still end up dead-lettered after max_attempts).
+  local held = multi_get('HMGET', tokens, expired)
+  local spent = {}
+  for i, id in ipairs(expired) do
+    local attempt = held[i] and string.match(held[i], '^%d+:(%d+)')
+    if attempt then
+      spent[#spent + 1] = id
+      spent[#spent + 1] = attempt
+    end
+  end
+  each_chunk(spent, function(...) redis.call('HSET', attempts, ...) end)
   each_chunk(expired, function(...) redis.call('ZREM', leases, ...) end)
   each_chunk(expired, function(...) redis.call('HDEL', tokens, ...) end)
 end
@@ -126,7 +143,7 @@ if #ids > 0 then
   if #ok_ids > 0 then
     local first = redis.call('INCRBY', seq, #ok_ids) - #ok_ids + 1
     local prior = multi_get('HMGET', attempts, ok_ids)
-    local lease_pairs, token_pairs, attempt_pairs = {}, {}, {}
+    local lease_pairs, token_pairs = {}, {}
     for k, id in ipairs(ok_ids) do
       local token = first + k - 1
       local attempt = (tonumber(prior[k]) or 0) + 1
@@ -134,9 +151,7 @@ if #ids > 0 then
       lease_pairs[#lease_pairs + 1] = expiry_s
       lease_pairs[#lease_pairs + 1] = id
       token_pairs[#token_pairs + 1] = id
-      token_pairs[#token_pairs + 1] = token_s .. holder_suffix
-      attempt_pairs[#attempt_pairs + 1] = id
-      attempt_pairs[#attempt_pairs + 1] = attempt
+      token_pairs[#token_pairs + 1] = token_s .. ':' .. attempt .. holder_suffix
       local i = ok_idx[k]
       claimed[#claimed + 1] = id
       claimed[#claimed + 1] = payloads[i]
@@ -146,7 +161,6 @@ if #ids > 0 then
     end
     each_chunk(lease_pairs, function(...) redis.call('ZADD', leases, ...) end)
     each_chunk(token_pairs, function(...) redis.call('HSET', tokens, ...) end)
-    each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
   end
 end
 

@@ -14,7 +14,7 @@ local expiry = string.format('%.0f', now + tonumber(ARGV[1]))
 local results = {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local held = redis.call('HGET', tokens, id) -- "<token>" or "<token>@<host id>"
+  local held = redis.call('HGET', tokens, id) -- "<token>:<attempt>[@<host id>]"
   if held and string.match(held, '^%d+') == token and redis.call('ZSCORE', leases, id) then
     redis.call('ZADD', leases, 'XX', expiry, id)
     results[#results + 1] = 1

@@ -1,26 +1,24 @@
 -- release: graceful shutdown; hand leased tasks back so any host can run them now.
 --
--- KEYS: 1 leases, 2 tokens, 3 due, 4 attempts
+-- KEYS: 1 leases, 2 tokens, 3 due
 -- ARGV: id, token pairs
 -- Returns: how many tasks were handed back.
 -- Guarantees: fenced (a stale token changes nothing); the task is due at once
--- (ZADD NX: a client schedule wins); the unfinished attempt is not counted.
+-- (ZADD NX: a client schedule wins); the unfinished attempt is not counted
+-- (it only lived in the tokens hash, which forgets it here).
 
-local leases, tokens, due, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local leases, tokens, due = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('TIME')
 local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 
 local released = 0
 for i = 1, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local held = redis.call('HGET', tokens, id) -- "<token>" or "<token>@<host id>"
+  local held = redis.call('HGET', tokens, id) -- "<token>:<attempt>[@<host id>]"
   if held and string.match(held, '^%d+') == token then
     redis.call('ZREM', leases, id)
     redis.call('HDEL', tokens, id)
     redis.call('ZADD', due, 'NX', now, id)
-    if redis.call('HINCRBY', attempts, id, -1) <= 0 then
-      redis.call('HDEL', attempts, id)
-    end
     released = released + 1
   end
 end

@@ -13,9 +13,11 @@
 --     the id is not due again (a client re-scheduled it while it ran: that
 --     schedule and its payload stay); follow-ups go into the outbox in the
 --     same atomic step, under entry ids "<type>:<token>:<n>" unique forever.
---   * retry: due again at now + delay_ms, ZADD NX so a client schedule wins.
---   * dead: dead-lettered unless a client re-scheduled it during the run; then
---     the client wins and the task starts over (attempts reset).
+--   * retry: due again at now + delay_ms, ZADD NX so a client schedule wins;
+--     the attempt is recorded in attempts (claim counts on from it).
+--   * dead: dead-lettered with its attempt count unless a client re-scheduled
+--     it during the run; then the client wins and the task starts over
+--     (attempts reset).
 --   * counters: succeeded, failed (failed attempts), retried, dead.
 --   * events (when maxlen > 0): one XADD MAXLEN ~ per committed outcome, in the
 --     same atomic step, with outcome succeeded | retried | dead | rescheduled
@@ -72,13 +74,18 @@ while i <= #ARGV do
 end
 if #starts == 0 then return {} end
 
-local held = multi_get('HMGET', tokens, ids) -- "<token>" or "<token>@<host id>"
+local held = multi_get('HMGET', tokens, ids) -- "<token>:<attempt>[@<host id>]"
 local due_scores = multi_get('ZMSCORE', due, ids)
+
+-- The attempt the claim recorded with the token (the caller's copy is the fallback).
+local function held_attempt(h, given)
+  return string.match(h, '^%d+:(%d+)') or given
+end
 
 local results = {}
 local settled_ids = {}
 local drop_attempts, drop_errors, drop_payload = {}, {}, {}
-local error_pairs, retry_pairs, dead_pairs, outbox_pairs = {}, {}, {}, {}
+local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}, {}, {}, {}
 local succeeded, failed, retried, dead_n = 0, 0, 0, 0
 local pending_events = {}
 
@@ -115,6 +122,8 @@ for k, at in ipairs(starts) do
     elseif kind == 'retry' then
       error_pairs[#error_pairs + 1] = id
       error_pairs[#error_pairs + 1] = task.err
+      attempt_pairs[#attempt_pairs + 1] = id
+      attempt_pairs[#attempt_pairs + 1] = held_attempt(h, task.attempt)
       failed = failed + 1
       retried = retried + 1
       if due_scores[k] then
@@ -136,6 +145,8 @@ for k, at in ipairs(starts) do
       else
         dead_pairs[#dead_pairs + 1] = now_s
         dead_pairs[#dead_pairs + 1] = id
+        attempt_pairs[#attempt_pairs + 1] = id
+        attempt_pairs[#attempt_pairs + 1] = held_attempt(h, task.attempt)
         dead_n = dead_n + 1
         outcome = 'dead'
       end
@@ -162,6 +173,7 @@ each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)
 each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
+each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
 each_chunk(retry_pairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
 each_chunk(dead_pairs, function(...) redis.call('ZADD', dead, ...) end)
 each_chunk(outbox_pairs, function(...) redis.call('HSET', outbox, ...) end)
