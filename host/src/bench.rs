@@ -146,22 +146,9 @@ impl SpawnedRedis {
     async fn start() -> Result<SpawnedRedis> {
         let dir = TempDir::new("redis")?;
         let socket = dir.path.join("redis.sock");
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", "0", "--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--unixsocket")
-            .arg(&socket)
-            .arg("--dir")
-            .arg(&dir.path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    anyhow::anyhow!("--spawn-redis needs redis-server installed (apt-get install redis-server)")
-                }
-                _ => anyhow::Error::new(e).context("cannot start redis-server"),
-            })?;
+        let mut cmd = std::process::Command::new("redis-server");
+        cmd.args(["--port", "0", "--daemonize", "no"]).arg("--unixsocket").arg(&socket);
+        let child = spawn_redis_server(cmd, &dir.path, "--spawn-redis")?;
         let mut spawned = SpawnedRedis { child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -209,21 +196,10 @@ impl SpawnedCluster {
         let mut cluster = SpawnedCluster { children: Vec::new(), ports: Vec::new(), dir };
         for _ in 0..Self::MASTERS {
             let port = free_cluster_port(&cluster.ports)?;
-            let child = std::process::Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
-                .arg("--dir")
-                .arg(&cluster.dir.path)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => {
-                        anyhow::anyhow!("--spawn-cluster needs redis-server installed (apt-get install redis-server)")
-                    }
-                    _ => anyhow::Error::new(e).context("cannot start redis-server"),
-                })?;
+            let mut cmd = std::process::Command::new("redis-server");
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"]);
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")]);
+            let child = spawn_redis_server(cmd, &cluster.dir.path, "--spawn-cluster")?;
             cluster.children.push(child);
             cluster.ports.push(port);
         }
@@ -269,6 +245,17 @@ impl Drop for SpawnedCluster {
             let _ = child.wait();
         }
     }
+}
+
+/// Starts a `redis-server` without persistence in `dir`; `flag` names the
+/// option that wanted it when the server is not installed.
+fn spawn_redis_server(mut cmd: std::process::Command, dir: &Path, flag: &str) -> Result<std::process::Child> {
+    cmd.args(["--save", "", "--appendonly", "no"]).arg("--dir").arg(dir);
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow::anyhow!("{flag} needs redis-server installed (apt-get install redis-server)"),
+        _ => anyhow::Error::new(e).context("cannot start redis-server"),
+    })
 }
 
 /// A free loopback port whose cluster bus port (+10000) is free too.

@@ -255,18 +255,25 @@ struct Scripts {
     stats: Script,
 }
 
+/// `store/<name>.lua` behind the shared helpers of `store/prelude.lua`.
+macro_rules! script {
+    ($name:literal) => {
+        Script::new(concat!(include_str!("store/prelude.lua"), include_str!(concat!("store/", $name, ".lua"))))
+    };
+}
+
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            claim: Script::new(include_str!("store/claim.lua")),
-            settle: Script::new(include_str!("store/settle.lua")),
-            extend: Script::new(include_str!("store/extend.lua")),
-            release: Script::new(include_str!("store/release.lua")),
-            deliver: Script::new(include_str!("store/deliver.lua")),
-            dead_requeue: Script::new(include_str!("store/dead_requeue.lua")),
-            dead_purge: Script::new(include_str!("store/dead_purge.lua")),
-            dead_list: Script::new(include_str!("store/dead_list.lua")),
-            stats: Script::new(include_str!("store/stats.lua")),
+            claim: script!("claim"),
+            settle: script!("settle"),
+            extend: script!("extend"),
+            release: script!("release"),
+            deliver: script!("deliver"),
+            dead_requeue: script!("dead_requeue"),
+            dead_purge: script!("dead_purge"),
+            dead_list: script!("dead_list"),
+            stats: script!("stats"),
         }
     }
 }

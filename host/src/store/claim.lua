@@ -34,32 +34,10 @@ local max_id = tonumber(ARGV[4])
 -- fencing compares the token only.
 local holder_suffix = (ARGV[5] and ARGV[5] ~= '') and ('@' .. ARGV[5]) or ''
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local now_s = string.format('%.0f', now)
 local expiry = now + lease_ms
 local expiry_s = string.format('%.0f', expiry)
-
--- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
--- 1000 arguments (even, so field/value and score/member pairs never split).
-local function each_chunk(items, fn)
-  local n = #items
-  local i = 1
-  while i <= n do
-    local j = math.min(i + 999, n)
-    fn(unpack(items, i, j))
-    i = j + 1
-  end
-end
-
-local function multi_get(cmd, key, ids)
-  local out = {}
-  each_chunk(ids, function(...)
-    local r = redis.call(cmd, key, ...)
-    for k = 1, #r do out[#out + 1] = r[k] end
-  end)
-  return out
-end
 
 -- 1. Reap expired leases back into due.
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)

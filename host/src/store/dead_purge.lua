@@ -8,23 +8,10 @@
 
 local dead, attempts, errors, due, payload = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-local ids
-if ARGV[1] == 'all' then
-  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
-else
-  ids = {}
-  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
-end
-
-local n = 0
-for _, id in ipairs(ids) do
-  if redis.call('ZREM', dead, id) == 1 then
-    redis.call('HDEL', attempts, id)
-    redis.call('HDEL', errors, id)
-    if not redis.call('ZSCORE', due, id) then
-      redis.call('HDEL', payload, id)
-    end
-    n = n + 1
+local taken = take_dead(dead, attempts, errors)
+for _, id in ipairs(taken) do
+  if not redis.call('ZSCORE', due, id) then
+    redis.call('HDEL', payload, id)
   end
 end
-return n
+return #taken

@@ -7,24 +7,13 @@
 -- payload stays. 'all' is bounded per call; the caller loops.
 
 local dead, attempts, errors, due = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local t = redis.call('TIME')
-local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = string.format('%.0f', now_ms())
 
-local ids
-if ARGV[1] == 'all' then
-  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[2]) - 1)
-else
-  ids = {}
-  for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
+local taken = take_dead(dead, attempts, errors)
+local zpairs = {}
+for _, id in ipairs(taken) do
+  zpairs[#zpairs + 1] = now
+  zpairs[#zpairs + 1] = id
 end
-
-local n = 0
-for _, id in ipairs(ids) do
-  if redis.call('ZREM', dead, id) == 1 then
-    redis.call('HDEL', attempts, id)
-    redis.call('HDEL', errors, id)
-    redis.call('ZADD', due, now, id)
-    n = n + 1
-  end
-end
-return n
+each_chunk(zpairs, function(...) redis.call('ZADD', due, ...) end)
+return #taken

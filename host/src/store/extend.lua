@@ -7,8 +7,7 @@
 -- re-creates a lease that was already reaped.
 
 local leases, tokens = KEYS[1], KEYS[2]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expiry = string.format('%.0f', now + tonumber(ARGV[1]))
 
 local results = {}

@@ -8,8 +8,7 @@
 -- (it only lived in the tokens hash, which forgets it here).
 
 local leases, tokens, due = KEYS[1], KEYS[2], KEYS[3]
-local t = redis.call('TIME')
-local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = string.format('%.0f', now_ms())
 
 local released = 0
 for i = 1, #ARGV, 2 do

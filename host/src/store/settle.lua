@@ -35,30 +35,8 @@ local events = KEYS[10]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local now_s = string.format('%.0f', now)
-
--- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
--- 1000 arguments (even, so field/value and score/member pairs never split).
-local function each_chunk(items, fn)
-  local n = #items
-  local i = 1
-  while i <= n do
-    local j = math.min(i + 999, n)
-    fn(unpack(items, i, j))
-    i = j + 1
-  end
-end
-
-local function multi_get(cmd, key, ids)
-  local out = {}
-  each_chunk(ids, function(...)
-    local r = redis.call(cmd, key, ...)
-    for k = 1, #r do out[#out + 1] = r[k] end
-  end)
-  return out
-end
 
 -- Where each task's arguments start (no table per task: most are plain acks).
 local starts, ids = {}, {}

@@ -5,8 +5,7 @@
 -- Returns: { due_now, due_total, in_flight, dead, succeeded|nil, failed|nil, retried|nil, dead_total|nil }
 -- Guarantees: "now" is this server's TIME, the same clock claims use.
 
-local t = redis.call('TIME')
-local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = string.format('%.0f', now_ms())
 local c = redis.call('HMGET', KEYS[4], 'succeeded', 'failed', 'retried', 'dead')
 return {
   redis.call('ZCOUNT', KEYS[1], '-inf', now),
