@@ -7,6 +7,7 @@
 //! binds it to a task type's limits and config, and [`Handler::run`] runs one
 //! task in a new `Store`, so nothing leaks from one task to the next.
 
+mod cache;
 mod check;
 mod outgoing;
 mod pipe;
@@ -79,7 +80,7 @@ const MAX_FOLLOWUP_PAYLOAD: usize = 1024 * 1024;
 /// Sizing of a [`Runtime`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeOptions {
-    /// Where compiled plugins are cached (wasmtime's own cache); `None` disables it.
+    /// Where compiled plugins are cached (see [`cache`]); `None` disables it.
     pub cache_dir: Option<PathBuf>,
     /// Most instances alive at once (the pool size): the runner's global concurrency.
     pub max_instances: u32,
@@ -107,6 +108,7 @@ struct RuntimeInner {
     engine: Engine,
     linker: Linker<HostState>,
     max_memory: u64,
+    cache: Option<cache::CompileCache>,
 }
 
 impl fmt::Debug for Runtime {
@@ -151,19 +153,7 @@ impl Runtime {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        if let Some(dir) = &opts.cache_dir {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create cache folder {}", dir.display()))?;
-            // wasmtime wants an absolute folder.
-            let dir = std::path::absolute(dir)
-                .with_context(|| format!("cannot resolve cache folder {}", dir.display()))?;
-            let mut cache = wasmtime::CacheConfig::new();
-            cache.with_directory(dir);
-            let cache = wasmtime::Cache::new(cache)
-                .map_err(wt)
-                .context("cannot set up the compilation cache")?;
-            config.cache(Some(cache));
-        }
+        let cache = opts.cache_dir.as_deref().map(cache::CompileCache::open).transpose()?;
         let engine = Engine::new(&config)
             .map_err(wt)
             .context("cannot create the wasmtime engine")?;
@@ -184,6 +174,7 @@ impl Runtime {
             engine,
             linker,
             max_memory,
+            cache,
         });
         spawn_epoch_ticker(Arc::downgrade(&inner))?;
         Ok(Runtime { inner })
@@ -233,7 +224,11 @@ impl Runtime {
         if let Some(problem) = not_a_component(bytes) {
             bail!("{}: {problem}", path.display());
         }
-        wasmtime::component::Component::new(&self.inner.engine, bytes).map_err(|e| {
+        let compiled = match &self.inner.cache {
+            Some(cache) => cache.load(&self.inner.engine, bytes),
+            None => wasmtime::component::Component::new(&self.inner.engine, bytes),
+        };
+        compiled.map_err(|e| {
             let reason = one_line(&format!("{e:#}"));
             anyhow::anyhow!(
                 "{}: invalid WebAssembly component: {reason}",

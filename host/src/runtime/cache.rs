@@ -1,0 +1,134 @@
+//! The on-disk cache of compiled plugins, loaded by mapping the file rather than reading it.
+//!
+//! A compiled interpreter (CPython, StarlingMonkey) is 30–40 MiB of machine
+//! code and data. Read into memory, all of it stays resident in every host;
+//! mapped from the cache file, the kernel keeps only the pages in use and can
+//! drop clean ones under pressure. Entries are keyed by the plugin's bytes and
+//! the engine's settings, written once (temp file + rename, so concurrent
+//! hosts never see half a file), touched on use, and pruned when unused for
+//! [`PRUNE_AFTER`].
+
+// `Component::deserialize_file` is unsafe because it runs whatever machine
+// code the file holds. The files here are written only by this module, from
+// `Engine::precompile_component`, into the host's own cache folder: the same
+// trust wasmtime's built-in cache places in its folder. A file that does not
+// match this engine is rejected by wasmtime and compiled again.
+#![allow(unsafe_code)]
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Entries not used for this long are removed when a runtime starts.
+pub const PRUNE_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A folder of compiled plugins for one engine configuration.
+#[derive(Debug, Clone)]
+pub struct CompileCache {
+    dir: PathBuf,
+}
+
+impl CompileCache {
+    /// Creates the folder if needed and removes entries unused for [`PRUNE_AFTER`].
+    pub fn open(dir: &Path) -> Result<CompileCache> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create cache folder {}", dir.display()))?;
+        let dir = std::path::absolute(dir).with_context(|| format!("cannot resolve cache folder {}", dir.display()))?;
+        let now = SystemTime::now();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let stale = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).unwrap_or_default() > PRUNE_AFTER);
+            if stale && path.extension().is_some_and(|e| e == "cwasm") {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        Ok(CompileCache { dir })
+    }
+
+    /// The compiled `bytes`, from the cache or compiled now (and cached).
+    /// `Err` carries wasmtime's error when `bytes` is not a valid component.
+    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+        let file = self.dir.join(format!("{}.cwasm", key(engine, bytes)));
+        if file.is_file() {
+            match map(engine, &file) {
+                Ok(component) => {
+                    touch(&file);
+                    return Ok(component);
+                }
+                Err(e) => tracing::warn!("compiling again: cache entry {} is unusable: {e:#}", file.display()),
+            }
+        }
+        let compiled = engine.precompile_component(bytes)?;
+        match self.store(&file, &compiled).and_then(|()| map(engine, &file)) {
+            Ok(component) => Ok(component),
+            Err(e) => {
+                tracing::warn!("compiled plugin kept in memory: cannot use the cache folder {}: {e:#}", self.dir.display());
+                // SAFETY: `compiled` was produced by `precompile_component` of this very engine just above.
+                unsafe { Component::deserialize(engine, &compiled) }
+            }
+        }
+    }
+
+    fn store(&self, file: &Path, compiled: &[u8]) -> wasmtime::Result<()> {
+        let tmp = self.dir.join(format!(".{}.{:x}.tmp", std::process::id(), rand::random::<u64>()));
+        let written = std::fs::write(&tmp, compiled).and_then(|()| std::fs::rename(&tmp, file));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        Ok(written?)
+    }
+}
+
+/// Maps a cache entry as a component.
+fn map(engine: &Engine, file: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: entries are written only by `CompileCache::store` from
+    // `precompile_component` (see the module note); wasmtime checks that the
+    // file was made for this engine's version and settings.
+    unsafe { Component::deserialize_file(engine, file) }
+}
+
+/// Marks an entry as used, so pruning keeps it.
+fn touch(file: &Path) {
+    if let Ok(f) = std::fs::File::options().append(true).open(file) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// The plugin's bytes and everything about the engine that compiled code depends on.
+fn key(engine: &Engine, bytes: &[u8]) -> String {
+    let mut settings = std::hash::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut settings);
+    let mut sha = Sha256::new();
+    sha.update(bytes);
+    sha.update(settings.finish().to_le_bytes());
+    sha.update(env!("CARGO_PKG_VERSION").as_bytes());
+    hex::encode(sha.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_entries_are_pruned_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old.cwasm");
+        let fresh = dir.path().join("fresh.cwasm");
+        let other = dir.path().join("notes.txt");
+        for f in [&old, &fresh, &other] {
+            std::fs::write(f, b"x").unwrap();
+        }
+        let long_ago = SystemTime::now() - PRUNE_AFTER - Duration::from_secs(60);
+        for f in [&old, &other] {
+            std::fs::File::options().append(true).open(f).unwrap().set_modified(long_ago).unwrap();
+        }
+        CompileCache::open(dir.path()).unwrap();
+        assert!(!old.exists(), "an entry unused for 30 days is removed");
+        assert!(fresh.exists());
+        assert!(other.exists(), "only .cwasm files are ours to remove");
+    }
+}
