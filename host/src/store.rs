@@ -970,23 +970,24 @@ fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {
     let next_due_ms = score(next()?)?;
     let next_lease_expiry_ms = score(next()?)?;
     let lease_expiry_ms = int(next()?)?;
+    let first_token = u64::try_from(int(next()?)?).context("negative token")?;
 
-    if claimed.len() % 5 != 0 || dead.len() % 2 != 0 {
+    if claimed.len() % 4 != 0 || dead.len() % 2 != 0 {
         bail!("odd list lengths");
     }
-    let mut tasks = Vec::with_capacity(claimed.len() / 5);
+    let mut tasks = Vec::with_capacity(claimed.len() / 4);
     let mut it = claimed.into_iter();
-    while let (Some(id), Some(payload), Some(attempt), Some(due), Some(token)) =
-        (it.next(), it.next(), it.next(), it.next(), it.next())
-    {
+    let mut token = first_token;
+    while let (Some(id), Some(payload), Some(attempt), Some(due)) = (it.next(), it.next(), it.next(), it.next()) {
         tasks.push(ClaimedTask {
             task_type: t.clone(),
             id: bytes(id)?,
             payload: opt_bytes(payload)?.unwrap_or_default(),
             attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
             due_ms: score(due)?.unwrap_or(0),
-            token: u64::try_from(int(token)?).context("negative token")?,
+            token,
         });
+        token += 1;
     }
     let mut dead_lettered = Vec::with_capacity(dead.len() / 2);
     let mut it = dead.into_iter();

@@ -3,10 +3,11 @@
 -- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 seq, 9 stats
 -- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes, 5 holder (host id, '' = none)
 -- Returns: { now_ms,
---            claimed: flat { id, payload|nil, attempt, due_score (string), token } per task,
+--            claimed: flat { id, payload|nil, attempt, due_score (string) } per task,
 --            dead_lettered: flat { id, reason } per task,
 --            next_due_score (string)|nil, next_lease_expiry (string)|nil,
---            lease_expiry_ms }
+--            lease_expiry_ms, first_token }: the claimed tasks' tokens are
+--            first_token, first_token + 1, ... in the order they are listed.
 -- Guarantees:
 --   * up to `limit` expired leases go back to due at `now` first; ZADD NX, so a
 --     schedule a client wrote meanwhile wins; their tokens die, attempts stay.
@@ -73,6 +74,7 @@ for i = 1, #rows, 2 do
 end
 
 local claimed, dead_out = {}, {}
+local first_token = 0
 if #ids > 0 then
   each_chunk(ids, function(...) redis.call('ZREM', due, ...) end)
 
@@ -120,7 +122,10 @@ if #ids > 0 then
 
   if #ok_ids > 0 then
     local first = redis.call('INCRBY', seq, #ok_ids) - #ok_ids + 1
-    local prior = multi_get('HMGET', attempts, ok_ids)
+    first_token = first
+    -- Usually empty: it holds only attempts that ended without an ack.
+    local prior = {}
+    if redis.call('EXISTS', attempts) == 1 then prior = multi_get('HMGET', attempts, ok_ids) end
     local lease_pairs, token_pairs = {}, {}
     for k, id in ipairs(ok_ids) do
       local token = first + k - 1
@@ -135,7 +140,6 @@ if #ids > 0 then
       claimed[#claimed + 1] = payloads[i]
       claimed[#claimed + 1] = attempt
       claimed[#claimed + 1] = scores[i]
-      claimed[#claimed + 1] = token_s
     end
     each_chunk(lease_pairs, function(...) redis.call('ZADD', leases, ...) end)
     each_chunk(token_pairs, function(...) redis.call('HSET', tokens, ...) end)
@@ -144,4 +148,4 @@ end
 
 local next_due = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')[2] or false
 local next_lease = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2] or false
-return { now, claimed, dead_out, next_due, next_lease, expiry }
+return { now, claimed, dead_out, next_due, next_lease, expiry, first_token }

@@ -147,8 +147,13 @@ end
 
 each_chunk(settled_ids, function(...) redis.call('ZREM', leases, ...) end)
 each_chunk(settled_ids, function(...) redis.call('HDEL', tokens, ...) end)
-each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
-each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
+-- Both are usually empty (they hold only failed attempts): one EXISTS instead of a call per chunk.
+if #drop_attempts > 0 and redis.call('EXISTS', attempts) == 1 then
+  each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
+end
+if #drop_errors > 0 and redis.call('EXISTS', errors) == 1 then
+  each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
+end
 each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)
 each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
 each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
