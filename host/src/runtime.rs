@@ -477,15 +477,11 @@ impl Handler {
         if let Some(refused) = self.refuse_oversize(task) {
             return refused;
         }
-        let stdout = CappedPipe::new(OUTPUT_CAP);
-        let stderr = CappedPipe::new(OUTPUT_CAP);
-        let state = self.host_state(task, &stdout, &stderr);
-        let pre = &self.component.inner.pre;
-        let mut store = Store::new(pre.engine(), state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
-
-        let outcome = pre
+        let (mut store, stdout, stderr) = self.new_store(task);
+        let outcome = self
+            .component
+            .inner
+            .pre
             .instantiate(&mut store)
             .and_then(|instance| instance.call_handle(&mut store, &wit_task(task)));
         let (out, out_dropped) = stdout.take();
@@ -501,6 +497,18 @@ impl Handler {
             Vec::new()
         };
         TaskRun { result, followups }
+    }
+
+    /// A fresh `Store` for `task` with its memory cap and deadline, and the
+    /// pipes that capture its stdout and stderr.
+    fn new_store(&self, task: &ClaimedTask) -> (Store<HostState>, CappedPipe, CappedPipe) {
+        let stdout = CappedPipe::new(OUTPUT_CAP);
+        let stderr = CappedPipe::new(OUTPUT_CAP);
+        let state = self.host_state(task, &stdout, &stderr);
+        let mut store = Store::new(self.component.inner.pre.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
+        (store, stdout, stderr)
     }
 
     /// A payload over `max_payload` fails permanently without running.
@@ -602,14 +610,8 @@ impl Handler {
         let mut w = match warm.take() {
             Some(w) if Arc::ptr_eq(&w.component, &self.component.inner) => w,
             _ => {
-                let stdout = CappedPipe::new(OUTPUT_CAP);
-                let stderr = CappedPipe::new(OUTPUT_CAP);
-                let state = self.host_state(task, &stdout, &stderr);
-                let pre = &self.component.inner.pre;
-                let mut store = Store::new(pre.engine(), state);
-                store.limiter(|s| &mut s.limiter);
-                store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
-                match pre.instantiate(&mut store) {
+                let (mut store, stdout, stderr) = self.new_store(task);
+                match self.component.inner.pre.instantiate(&mut store) {
                     Ok(instance) => WarmInstance {
                         store,
                         instance,
