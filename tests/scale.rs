@@ -704,5 +704,5 @@ fn cluster_over_tls_with_a_private_ca_file() {
     let untrusted = dir.path().join("untrusted.toml");
     std::fs::write(&untrusted, format!("[redis]\nurl = \"{url}\"\n")).unwrap();
     let (ok, _, err) = hourglass(&untrusted, &["stats"], &[]);
-    assert_certificate_error(ok, &err, &url["rediss+cluster://".len()..].split(',').next().unwrap().to_owned());
+    assert_certificate_error(ok, &err, url["rediss+cluster://".len()..].split(',').next().unwrap());
 }

@@ -214,17 +214,28 @@ pub(crate) struct DeadForm {
     confirm: Option<String>,
 }
 
+/// A refused or malformed dashboard request: its status and reason.
+type Refused = (StatusCode, String);
+/// The type a dead-letter action applies to, and its ids (`None`: all of the type).
+type DeadTarget = (TaskType, Option<Vec<Vec<u8>>>);
+
+/// The target of a dead-letter action, once the request is authorized and its form parsed.
+fn authorized_target(state: &AdminState, headers: &HeaderMap, form: &DeadForm) -> Result<DeadTarget, Refused> {
+    authorize(state, headers, form.token.as_deref())?;
+    target(form)
+}
+
 /// Refuses a mutating request without the configured token, or from another site's page.
-fn authorize(state: &AdminState, headers: &HeaderMap, form_token: Option<&str>) -> Result<(), Response> {
+fn authorize(state: &AdminState, headers: &HeaderMap, form_token: Option<&str>) -> Result<(), Refused> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if header("sec-fetch-site") == Some("cross-site") {
-        return Err((StatusCode::FORBIDDEN, "cross-site requests are refused\n").into_response());
+        return Err((StatusCode::FORBIDDEN, "cross-site requests are refused\n".to_owned()));
     }
     if let (Some(origin), Some(host)) = (header("origin"), header("host"))
         && origin != "null"
         && origin.split_once("://").map(|(_, rest)| rest) != Some(host)
     {
-        return Err((StatusCode::FORBIDDEN, "cross-site requests are refused\n").into_response());
+        return Err((StatusCode::FORBIDDEN, "cross-site requests are refused\n".to_owned()));
     }
     let Some(expected) = &state.token else {
         return Ok(());
@@ -234,8 +245,7 @@ fn authorize(state: &AdminState, headers: &HeaderMap, form_token: Option<&str>) 
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         Ok(())
     } else {
-        Err((StatusCode::UNAUTHORIZED, "this admin server needs its token (form field `token` or `Authorization: Bearer`)\n")
-            .into_response())
+        Err((StatusCode::UNAUTHORIZED, "this admin server needs its token (form field `token` or `Authorization: Bearer`)\n".to_owned()))
     }
 }
 
@@ -244,13 +254,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Parses the form's type and ids; the ids are `None` for "all of the type".
-fn target(form: &DeadForm) -> Result<(TaskType, Option<Vec<Vec<u8>>>), Response> {
-    let t: TaskType =
-        form.task_type.parse().map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response())?;
+fn target(form: &DeadForm) -> Result<DeadTarget, Refused> {
+    let t: TaskType = form.task_type.parse().map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
     let ids = match form.id_hex.as_deref().filter(|h| !h.is_empty()) {
         None => None,
         Some(h) => {
-            Some(vec![hex::decode(h).map_err(|_| (StatusCode::BAD_REQUEST, "id_hex is not hex\n").into_response())?])
+            Some(vec![hex::decode(h).map_err(|_| (StatusCode::BAD_REQUEST, "id_hex is not hex\n".to_owned()))?])
         }
     };
     Ok((t, ids))
@@ -273,12 +282,9 @@ fn form_urlencoded_byte(s: &str) -> impl Iterator<Item = String> + '_ {
 
 /// `POST /dead/requeue`: `type`, optional `id_hex`, `token` when configured.
 async fn requeue(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<DeadForm>) -> Response {
-    if let Err(refused) = authorize(&state, &headers, form.token.as_deref()) {
-        return refused;
-    }
-    let (t, ids) = match target(&form) {
+    let (t, ids) = match authorized_target(&state, &headers, &form) {
         Ok(x) => x,
-        Err(bad) => return bad,
+        Err(refused) => return refused.into_response(),
     };
     match state.store.dead_requeue(&t, ids.as_deref()).await {
         Ok(n) => {
@@ -291,12 +297,9 @@ async fn requeue(State(state): State<AdminState>, headers: HeaderMap, Form(form)
 
 /// `POST /dead/purge`: like re-queue, and `confirm=yes`.
 async fn purge(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<DeadForm>) -> Response {
-    if let Err(refused) = authorize(&state, &headers, form.token.as_deref()) {
-        return refused;
-    }
-    let (t, ids) = match target(&form) {
+    let (t, ids) = match authorized_target(&state, &headers, &form) {
         Ok(x) => x,
-        Err(bad) => return bad,
+        Err(refused) => return refused.into_response(),
     };
     if form.confirm.as_deref() != Some("yes") {
         return (StatusCode::BAD_REQUEST, "a purge deletes tasks for good: confirm it with confirm=yes\n")
