@@ -82,13 +82,14 @@ async fn claims_due_tasks_oldest_first_and_skips_future_ones() {
     assert_eq!(a.task_type, t);
     assert_eq!(first.tasks[1].payload, b"", "a missing payload is empty");
     assert_ne!(a.token, first.tasks[1].token);
-    assert_eq!(first.next_due_ms, Some(now - 1000), "b is still due");
-    assert_eq!(first.next_lease_expiry_ms, Some(first.lease_expiry_ms));
+    // A full claim tells the caller nothing about what is next: it claims again at once.
+    assert_eq!((first.next_due_ms, first.next_lease_expiry_ms), (None, None), "b is still due, but the claim was full");
     assert!(first.lease_expiry_ms >= first.now_ms + 30_000);
 
     let second = s.claim(&t, &limits(10, Duration::from_secs(30))).await.unwrap();
     assert_eq!(ids(&second.tasks), vec![b"b".to_vec()]);
     assert_eq!(second.next_due_ms, Some(now + 600_000));
+    assert_eq!(second.next_lease_expiry_ms, Some(first.lease_expiry_ms), "the earliest lease, the first claim's");
 
     let third = s.claim(&t, &limits(10, Duration::from_secs(30))).await.unwrap();
     assert!(third.tasks.is_empty(), "the future task is not claimed");

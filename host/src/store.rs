@@ -135,9 +135,10 @@ pub struct Claim {
     pub tasks: Vec<ClaimedTask>,
     /// Tasks dead-lettered at claim (oversize id or payload), with the reason.
     pub dead_lettered: Vec<(Vec<u8>, String)>,
-    /// Earliest due time still in the due set (may be in the past when `max_tasks` was hit).
+    /// Earliest due time still in the due set; `None` also when the claim
+    /// took `max_tasks` tasks (more may be due: claim again).
     pub next_due_ms: Option<i64>,
-    /// Earliest lease expiry of this type (any host's).
+    /// Earliest lease expiry of this type (any host's); `None` also when the claim was full.
     pub next_lease_expiry_ms: Option<i64>,
     /// When the leases of `tasks` expire unless extended.
     pub lease_expiry_ms: i64,

@@ -36,7 +36,7 @@ local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
 local now = now_ms()
-local now_s = string.format('%.0f', now)
+local now_s = string.format('%d', now)
 
 -- Where each task's arguments start (no table per task: most are plain acks).
 local starts, ids = {}, {}
