@@ -169,7 +169,7 @@ mod measure {
     use hourglass::task::ClaimedTask;
 
     fn runtime(cache: &Path) -> Runtime {
-        // The host's defaults: 64 instances (runner.concurrency), 64 MiB (memory_limit).
+        // A 64-instance pool (the runner sizes it by runner.concurrency) and the default 64 MiB memory_limit.
         Runtime::new(RuntimeOptions {
             cache_dir: Some(cache.to_owned()),
             max_instances: 64,

@@ -157,9 +157,9 @@ pub struct RunnerConfig {
     pub plugins_dir: PathBuf,
     /// Folder for compiled plugins, so restarts do not recompile; relative to the config file.
     pub cache_dir: PathBuf,
-    /// Most handlers running at once, over all types.
+    /// Most tasks in hand at once (claimed and not yet settled), over all types.
     pub concurrency: usize,
-    /// Most tasks one claim takes from Redis.
+    /// Most tasks one claim takes from Redis (never more than a quarter of the type's `concurrency`).
     pub batch_size: usize,
     /// How long a claimed task is leased before another host may take it (extended while it runs).
     #[serde(with = "humantime_serde")]
@@ -181,7 +181,7 @@ impl Default for RunnerConfig {
         RunnerConfig {
             plugins_dir: PathBuf::from("plugins"),
             cache_dir: PathBuf::from(".hourglass/cache"),
-            concurrency: 128,
+            concurrency: 256,
             batch_size: 256,
             lease: Duration::from_secs(30),
             grace_period: Duration::from_secs(10),
@@ -198,7 +198,7 @@ impl Default for RunnerConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TypePolicy {
-    /// Most handlers of this type running at once.
+    /// Most tasks of this type in hand at once (claimed and not yet settled); one claim takes at most a quarter of it.
     pub concurrency: usize,
     /// Attempts before a failing task is dead-lettered (1 = never retry).
     pub max_attempts: u32,
@@ -240,7 +240,7 @@ pub struct TypePolicy {
 impl Default for TypePolicy {
     fn default() -> Self {
         TypePolicy {
-            concurrency: 64,
+            concurrency: 128,
             max_attempts: 5,
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),

@@ -199,8 +199,10 @@ type InFlight = Arc<Mutex<HashMap<(Vec<u8>, u64), Instant>>>;
 /// Per task type: its concurrency limit, running tasks and settle queue.
 struct TypeState {
     semaphore: Arc<Semaphore>,
+    /// Most tasks one claim takes: see [`claim_size`].
+    claim_size: usize,
     in_flight: InFlight,
-    settle_tx: Mutex<Option<mpsc::UnboundedSender<(Settlement, Permits)>>>,
+    settle_tx: Mutex<Option<mpsc::UnboundedSender<Finished>>>,
     settler: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The worker ended because the type lost its plugin.
     stopped: AtomicBool,
@@ -210,13 +212,23 @@ struct TypeState {
 /// The global and per-type concurrency slots one task holds until it is settled.
 type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
+/// An outcome queued for the settler, with the slots it frees once stored and
+/// how many outcomes of the same claim are still to come.
+struct Finished {
+    settlement: Settlement,
+    permits: Permits,
+    claim_unreported: Arc<AtomicUsize>,
+}
+
 impl TypeState {
     fn new(runner: &Runner, task_type: &TaskType, config: &Config) -> TypeState {
         let (tx, rx) = mpsc::unbounded_channel();
         let in_flight = InFlight::default();
         let metrics = crate::telemetry::TypeMetrics::new(task_type);
+        let concurrency = config.policy(task_type).concurrency;
         let state = TypeState {
-            semaphore: Arc::new(Semaphore::new(config.policy(task_type).concurrency)),
+            semaphore: Arc::new(Semaphore::new(concurrency)),
+            claim_size: claim_size(runner.batch_size, concurrency),
             in_flight: in_flight.clone(),
             settle_tx: Mutex::new(Some(tx)),
             settler: Mutex::new(None),
@@ -261,7 +273,7 @@ impl Runner {
             let Some(mut permits) = self.acquire(&state, 1).await else {
                 break;
             };
-            permits.extend(self.try_acquire(&state, self.batch_size - 1));
+            permits.extend(self.try_acquire(&state, state.claim_size - 1));
 
             // Registered before the claim, so a notification during it is not lost.
             let notified = wakeup.notified();
@@ -393,6 +405,7 @@ impl Runner {
             queue: Mutex::new(tasks.into()),
             running: Mutex::new(Vec::new()),
             finished: AtomicUsize::new(0),
+            unreported: Arc::new(AtomicUsize::new(n)),
             entry: entry.clone(),
             state: state.clone(),
             observer: self.observer.clone(),
@@ -441,34 +454,43 @@ impl Runner {
         task_type: TaskType,
         in_flight: InFlight,
         metrics: crate::telemetry::TypeMetrics,
-        mut rx: mpsc::UnboundedReceiver<(Settlement, Permits)>,
+        mut rx: mpsc::UnboundedReceiver<Finished>,
     ) {
         let mut batch = Vec::new();
         let mut permits = Vec::new();
-        while let Some((s, p)) = rx.recv().await {
-            batch.push(s);
-            permits.push(p);
-            // Take what is queued; while more of this type's tasks are still
+        // The claims whose outcomes are in `batch`.
+        let mut claims: Vec<Arc<AtomicUsize>> = Vec::new();
+        let take = |f: Finished, batch: &mut Vec<Settlement>, permits: &mut Vec<Permits>, claims: &mut Vec<Arc<AtomicUsize>>| {
+            batch.push(f.settlement);
+            permits.push(f.permits);
+            if !claims.iter().any(|c| Arc::ptr_eq(c, &f.claim_unreported)) {
+                claims.push(f.claim_unreported);
+            }
+        };
+        while let Some(first) = rx.recv().await {
+            take(first, &mut batch, &mut permits, &mut claims);
+            // Take what is queued; while the claims in hand still have tasks
             // running, linger briefly for them, so that one script call
-            // settles a claim's worth of tasks rather than one or two.
+            // settles whole claims rather than one or two tasks. Later
+            // claims are not waited for: their slots are what the next
+            // claim is made of, so merging them would stall the pipeline.
             let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
             while batch.len() < SETTLE_MAX {
                 let next = match rx.try_recv() {
                     Ok(next) => Some(next),
                     Err(mpsc::error::TryRecvError::Disconnected) => None,
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        let running = in_flight.lock().unwrap_or_else(|p| p.into_inner()).len();
-                        if running <= batch.len() {
+                        if claims.iter().all(|c| c.load(Ordering::Acquire) == 0) {
                             None
                         } else {
                             tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
                         }
                     }
                 };
-                let Some((s, p)) = next else { break };
-                batch.push(s);
-                permits.push(p);
+                let Some(next) = next else { break };
+                take(next, &mut batch, &mut permits, &mut claims);
             }
+            claims.clear();
             let mut backoff = Duration::from_millis(50);
             let results = loop {
                 let events = self.registry.config().events_maxlen(&task_type);
@@ -560,6 +582,16 @@ impl Runner {
     }
 }
 
+/// Most tasks one claim of a type takes: `batch_size`, but no more than a
+/// quarter of the type's slots. A claim's slots come back only when its
+/// tasks are settled, so a claim that takes every slot leaves Redis idle
+/// while the tasks run and the host idle while Redis claims and settles;
+/// with quarters, up to four claims overlap (one being claimed, some
+/// running, one being settled).
+fn claim_size(batch_size: usize, type_concurrency: usize) -> usize {
+    batch_size.min(type_concurrency / 4).max(1)
+}
+
 /// Most outcomes one settle call writes.
 const SETTLE_MAX: usize = 512;
 /// How long the settler waits for more outcomes of running tasks before writing what it has.
@@ -581,6 +613,9 @@ struct Batch {
     running: Mutex<Vec<Running>>,
     /// Tasks whose outcome is queued for settling.
     finished: AtomicUsize,
+    /// Tasks whose outcome is not yet queued (counted down just before it
+    /// is, so the settler never lingers for an outcome already in its queue).
+    unreported: Arc<AtomicUsize>,
     task_type: TaskType,
     entry: Entry,
     state: Arc<TypeState>,
@@ -651,8 +686,9 @@ impl Batch {
 
     /// Queues an outcome for the settler (which frees the permits once it is stored).
     fn send(&self, settlement: Settlement, permits: Permits) {
+        self.unreported.fetch_sub(1, Ordering::AcqRel);
         if let Some(tx) = self.state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = tx.send((settlement, permits));
+            let _ = tx.send(Finished { settlement, permits, claim_unreported: self.unreported.clone() });
         }
         self.finished.fetch_add(1, Ordering::Release);
     }
@@ -754,4 +790,17 @@ async fn watch_signals(shutdown: CancellationToken) {
     tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
     warn!("second signal: exiting now; leases of running tasks will expire and be re-delivered");
     std::process::exit(130);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_size;
+
+    #[test]
+    fn a_claim_takes_a_quarter_of_the_type_slots_at_most() {
+        assert_eq!(claim_size(256, 128), 32, "the defaults: four claims of 32 overlap");
+        assert_eq!(claim_size(10, 128), 10, "batch_size still caps it");
+        assert_eq!(claim_size(256, 3), 1, "a tiny type still claims");
+        assert_eq!(claim_size(256, 1), 1);
+    }
 }
