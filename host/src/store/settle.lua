@@ -55,6 +55,11 @@ if #starts == 0 then return {} end
 local held = multi_get('HMGET', tokens, ids) -- "<token>:<attempt>[@<host id>]"
 local due_scores = multi_get('ZMSCORE', due, ids)
 
+-- Both usually do not exist (they hold only failed attempts): one EXISTS
+-- each, instead of collecting ids to drop from them.
+local has_attempts = redis.call('EXISTS', attempts) == 1
+local has_errors = redis.call('EXISTS', errors) == 1
+
 -- The attempt the claim recorded with the token (the caller's copy is the fallback).
 local function held_attempt(h, given)
   return string.match(h, '^%d+:(%d+)') or given
@@ -75,8 +80,8 @@ for k, at in ipairs(starts) do
   elseif kind == 'a' then
     results[k] = 1
     settled_ids[#settled_ids + 1] = id
-    drop_attempts[#drop_attempts + 1] = id
-    drop_errors[#drop_errors + 1] = id
+    if has_attempts then drop_attempts[#drop_attempts + 1] = id end
+    if has_errors then drop_errors[#drop_errors + 1] = id end
     if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
     succeeded = succeeded + 1
   else
@@ -88,8 +93,8 @@ for k, at in ipairs(starts) do
     settled_ids[#settled_ids + 1] = id
     local outcome, retry_at = nil, nil
     if kind == 'ack' then
-      drop_attempts[#drop_attempts + 1] = id
-      drop_errors[#drop_errors + 1] = id
+      if has_attempts then drop_attempts[#drop_attempts + 1] = id end
+      if has_errors then drop_errors[#drop_errors + 1] = id end
       if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
       for f = 0, task.n_follow - 1 do
         outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. token .. ':' .. f
@@ -118,7 +123,7 @@ for k, at in ipairs(starts) do
       error_pairs[#error_pairs + 1] = task.err
       failed = failed + 1
       if due_scores[k] then
-        drop_attempts[#drop_attempts + 1] = id
+        if has_attempts then drop_attempts[#drop_attempts + 1] = id end
         outcome = 'rescheduled'
       else
         dead_pairs[#dead_pairs + 1] = now_s
@@ -147,13 +152,8 @@ end
 
 each_chunk(settled_ids, function(...) redis.call('ZREM', leases, ...) end)
 each_chunk(settled_ids, function(...) redis.call('HDEL', tokens, ...) end)
--- Both are usually empty (they hold only failed attempts): one EXISTS instead of a call per chunk.
-if #drop_attempts > 0 and redis.call('EXISTS', attempts) == 1 then
-  each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
-end
-if #drop_errors > 0 and redis.call('EXISTS', errors) == 1 then
-  each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
-end
+each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
+each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)
 each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
 each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
