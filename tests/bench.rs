@@ -47,6 +47,18 @@ fn burst_runs_every_task_once() {
 }
 
 #[test]
+fn burst_runs_with_the_config_files_concurrency() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bench.toml");
+    std::fs::write(&config, "[runner]\nconcurrency = 40\nbatch_size = 8\n[defaults]\nconcurrency = 20\n").unwrap();
+    let runs = bench(None, &["--config", config.to_str().unwrap(), "burst", "--tasks", "2000"]);
+    assert_eq!((&runs[0]["concurrency"], &runs[0]["type_concurrency"], &runs[0]["batch_size"]), (&40.into(), &20.into(), &8.into()));
+    assert_clean(&runs[0], &["tasks_per_s"]);
+    let runs = bench(None, &["--config", config.to_str().unwrap(), "burst", "--tasks", "2000", "--concurrency", "64"]);
+    assert_eq!((&runs[0]["concurrency"], &runs[0]["type_concurrency"]), (&64.into(), &64.into()), "the flag wins");
+}
+
+#[test]
 fn burst_with_instance_reuse_on_a_spawned_redis() {
     let runs = bench(None, &["burst", "--tasks", "2000", "--reuse", "16"]);
     assert_eq!(runs[0]["instance_reuse"], 16);

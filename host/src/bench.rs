@@ -57,10 +57,10 @@ pub struct BenchArgs {
     /// Let one instance serve up to N consecutive tasks (`instance_reuse`) [default: a fresh instance per task].
     #[arg(long, value_name = "N")]
     pub reuse: Option<u32>,
-    /// Global and per-type concurrency of the host [default: runner.toml's defaults].
+    /// Global and per-type concurrency of the host [default: the config's `[runner]` and `[defaults]` concurrency].
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
-    /// Most tasks per claim [default: runner.toml's default].
+    /// Most tasks per claim [default: the config's `[runner] batch_size`].
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
     /// Hosts sharing the work, each with its own engine, Redis connection and host id (in this process).
@@ -102,12 +102,16 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 }
 
 /// Runs `hourglass bench`; `redis_url` is `--redis` or the config's.
-pub async fn run(args: BenchArgs, redis_url: String) -> Result<()> {
+///
+/// The host runs with `config`'s `[runner]` and `[defaults]` (so a bench
+/// measures your settings), on the bench's own plugin folder, types and key
+/// prefix, without the admin server.
+pub async fn run(args: BenchArgs, config: Config, redis_url: String) -> Result<()> {
     let plugin = find_plugin(args.plugin.as_deref())?;
     let spawned = if args.spawn_redis { Some(SpawnedRedis::start().await?) } else { None };
     let cluster = if args.spawn_cluster { Some(SpawnedCluster::start().await?) } else { None };
     let url = spawned.as_ref().map(SpawnedRedis::url).or_else(|| cluster.as_ref().map(SpawnedCluster::url)).unwrap_or(redis_url);
-    let bench = Bench::new(args, url, plugin).await?;
+    let bench = Bench::new(args, config, url, plugin).await?;
     let result = bench.run_all().await;
     bench.cleanup().await;
     drop(spawned);
@@ -482,6 +486,8 @@ impl Host {
 
 struct Bench {
     args: BenchArgs,
+    /// What the host runs with, before the bench's own overrides.
+    base_config: Config,
     url: String,
     plugin: PathBuf,
     store: Store,
@@ -493,7 +499,7 @@ struct Bench {
 }
 
 impl Bench {
-    async fn new(args: BenchArgs, url: String, plugin: PathBuf) -> Result<Bench> {
+    async fn new(args: BenchArgs, base_config: Config, url: String, plugin: PathBuf) -> Result<Bench> {
         let prefix: KeyPrefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
         let store = Store::connect(&url, &prefix).await?;
         let conn = store.conn();
@@ -501,6 +507,7 @@ impl Bench {
         let task_types = bench_types(&store, usize::from(args.types)).await?;
         let bench = Bench {
             args,
+            base_config,
             url,
             plugin,
             store,
@@ -553,9 +560,26 @@ impl Bench {
         let _ = out.flush();
     }
 
+    /// The host's global concurrency: `--concurrency`, else the config's.
+    fn concurrency(&self) -> usize {
+        self.args.concurrency.unwrap_or(self.base_config.runner.concurrency)
+    }
+
+    /// Each bench type's concurrency: `--concurrency`, else the config's `[defaults]`.
+    fn type_concurrency(&self) -> usize {
+        self.args.concurrency.unwrap_or(self.base_config.defaults.concurrency)
+    }
+
+    fn batch_size(&self) -> usize {
+        self.args.batch_size.unwrap_or(self.base_config.runner.batch_size)
+    }
+
     fn common(&self) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
         m.insert("instance_reuse".into(), json!(self.args.reuse.unwrap_or(0)));
+        m.insert("concurrency".into(), json!(self.concurrency()));
+        m.insert("type_concurrency".into(), json!(self.type_concurrency()));
+        m.insert("batch_size".into(), json!(self.batch_size()));
         m.insert("hosts".into(), json!(self.args.hosts));
         m.insert("types".into(), json!(self.task_types.len()));
         m.insert("redis".into(), json!(if self.store.target().is_cluster() { "cluster" } else { "single" }));
@@ -591,20 +615,17 @@ impl Bench {
                 std::fs::copy(file, plugins.join(name))?;
             }
         }
-        let mut config = Config::default();
+        let mut config = self.base_config.clone();
+        config.admin.enabled = false;
         config.redis.url = self.url.clone();
         config.redis.prefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
         config.runner.plugins_dir = plugins.clone();
         config.runner.cache_dir = std::env::temp_dir().join("hourglass-bench-cache");
         config.runner.grace_period = Duration::from_secs(5);
-        if let Some(c) = self.args.concurrency {
-            config.runner.concurrency = c;
-        }
-        if let Some(b) = self.args.batch_size {
-            config.runner.batch_size = b;
-        }
+        config.runner.concurrency = self.concurrency();
+        config.runner.batch_size = self.batch_size();
         let type_config = TypeConfig {
-            concurrency: self.args.concurrency,
+            concurrency: Some(self.type_concurrency()),
             instance_reuse: self.args.reuse,
             plugin: Some(PathBuf::from(format!("{TYPE}.wasm"))),
             ..TypeConfig::default()

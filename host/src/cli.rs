@@ -211,7 +211,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
         Command::Bench(args) => {
-            crate::bench::run(args, url).await?;
+            crate::bench::run(args, config, url).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Schedule(args) => {
