@@ -181,7 +181,7 @@ impl Default for RunnerConfig {
         RunnerConfig {
             plugins_dir: PathBuf::from("plugins"),
             cache_dir: PathBuf::from(".hourglass/cache"),
-            concurrency: 256,
+            concurrency: 512,
             batch_size: 256,
             lease: Duration::from_secs(30),
             grace_period: Duration::from_secs(10),
@@ -240,7 +240,7 @@ pub struct TypePolicy {
 impl Default for TypePolicy {
     fn default() -> Self {
         TypePolicy {
-            concurrency: 128,
+            concurrency: 256,
             max_attempts: 5,
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),

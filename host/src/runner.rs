@@ -798,7 +798,8 @@ mod tests {
 
     #[test]
     fn a_claim_takes_a_quarter_of_the_type_slots_at_most() {
-        assert_eq!(claim_size(256, 128), 32, "the defaults: four claims of 32 overlap");
+        assert_eq!(claim_size(256, 256), 64, "the defaults: four claims of 64 overlap");
+        assert_eq!(claim_size(256, 128), 32);
         assert_eq!(claim_size(10, 128), 10, "batch_size still caps it");
         assert_eq!(claim_size(256, 3), 1, "a tiny type still claims");
         assert_eq!(claim_size(256, 1), 1);
