@@ -139,6 +139,23 @@ fn bad_config_names_file_key_and_line() {
 }
 
 #[test]
+fn an_instance_pool_too_large_to_reserve_names_the_setting() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.toml");
+    // 100,000 instances would reserve far more address space than a 64-bit process has.
+    std::fs::write(&path, "[runner]\nconcurrency = 100000\n").unwrap();
+    let plugins = dir.path().to_str().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
+    cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "error").current_dir(dir.path());
+    let out = cmd.args(["--redis", &redis.url(), "--config", path.to_str().unwrap(), "run", "--plugins", plugins]).output().unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("pool of 100000 instances") && err.contains("runner.concurrency"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
 fn env_redis_url_is_used_and_flag_wins() {
     let redis = RedisServer::start();
     let out = Command::new(env!("CARGO_BIN_EXE_hourglass"))

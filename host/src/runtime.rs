@@ -156,7 +156,14 @@ impl Runtime {
         let cache = opts.cache_dir.as_deref().map(cache::CompileCache::open).transpose()?;
         let engine = Engine::new(&config)
             .map_err(wt)
-            .context("cannot create the wasmtime engine")?;
+            .with_context(|| {
+                // Each pooled memory reserves its own address space (about 4 GiB), so very
+                // large pools, or many engines in one process, can run out of it.
+                format!(
+                    "cannot create the wasmtime engine with a pool of {max_instances} instances \
+                     (runner.concurrency; a smaller one reserves less address space)"
+                )
+            })?;
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
