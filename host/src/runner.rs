@@ -456,41 +456,28 @@ impl Runner {
         metrics: crate::telemetry::TypeMetrics,
         mut rx: mpsc::UnboundedReceiver<Finished>,
     ) {
-        let mut batch = Vec::new();
-        let mut permits = Vec::new();
-        // The claims whose outcomes are in `batch`.
-        let mut claims: Vec<Arc<AtomicUsize>> = Vec::new();
-        let take = |f: Finished, batch: &mut Vec<Settlement>, permits: &mut Vec<Permits>, claims: &mut Vec<Arc<AtomicUsize>>| {
-            batch.push(f.settlement);
-            permits.push(f.permits);
-            if !claims.iter().any(|c| Arc::ptr_eq(c, &f.claim_unreported)) {
-                claims.push(f.claim_unreported);
-            }
-        };
+        let mut gathered = Gathered::default();
         while let Some(first) = rx.recv().await {
-            take(first, &mut batch, &mut permits, &mut claims);
+            gathered.push(first);
             // Take what is queued; while the claims in hand still have tasks
             // running, linger briefly for them, so that one script call
             // settles whole claims rather than one or two tasks. Later
             // claims are not waited for: their slots are what the next
             // claim is made of, so merging them would stall the pipeline.
             let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
-            while batch.len() < SETTLE_MAX {
+            while gathered.batch.len() < SETTLE_MAX {
                 let next = match rx.try_recv() {
                     Ok(next) => Some(next),
                     Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    Err(mpsc::error::TryRecvError::Empty) if gathered.claims_reported() => None,
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        if claims.iter().all(|c| c.load(Ordering::Acquire) == 0) {
-                            None
-                        } else {
-                            tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
-                        }
+                        tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
                     }
                 };
                 let Some(next) = next else { break };
-                take(next, &mut batch, &mut permits, &mut claims);
+                gathered.push(next);
             }
-            claims.clear();
+            let Gathered { batch, permits, .. } = std::mem::take(&mut gathered);
             let mut backoff = Duration::from_millis(50);
             let results = loop {
                 let events = self.registry.config().events_maxlen(&task_type);
@@ -525,8 +512,7 @@ impl Runner {
                     map.remove(&(s.id.clone(), s.token));
                 }
             }
-            batch.clear();
-            permits.clear(); // frees the concurrency slots only now that the outcome is stored
+            drop(permits); // frees the concurrency slots only now that the outcome is stored
         }
     }
 
@@ -579,6 +565,30 @@ impl Runner {
         if self.redis_down.swap(false, Ordering::Relaxed) {
             info!("Redis is reachable again; resuming");
         }
+    }
+}
+
+/// Outcomes the settler has taken from its queue for one script call.
+#[derive(Default)]
+struct Gathered {
+    batch: Vec<Settlement>,
+    permits: Vec<Permits>,
+    /// Unreported-outcome counters of the claims in `batch`, each once.
+    claims: Vec<Arc<AtomicUsize>>,
+}
+
+impl Gathered {
+    fn push(&mut self, finished: Finished) {
+        self.batch.push(finished.settlement);
+        self.permits.push(finished.permits);
+        if !self.claims.iter().any(|c| Arc::ptr_eq(c, &finished.claim_unreported)) {
+            self.claims.push(finished.claim_unreported);
+        }
+    }
+
+    /// Every outcome of the claims in hand is queued (and so taken or about to be).
+    fn claims_reported(&self) -> bool {
+        self.claims.iter().all(|c| c.load(Ordering::Acquire) == 0)
     }
 }
 
