@@ -1,13 +1,21 @@
 # The two quick-start commands, and the pieces they are made of.
-# `make run` builds the example plugins and starts the host on runner.toml;
-# `make test` builds the plugins and runs every test.
-.PHONY: run test plugins polyglot check
+# `make run` checks for redis-server and the wasm32-wasip2 target (installing
+#   them when run as root), builds the example plugins and starts the host on runner.toml;
+# `make test` does the same set-up for every test's needs (see .ci/setup), builds
+#   the plugins and runs every test.
+.PHONY: run test plugins polyglot check setup setup-run
 
-run: plugins
+run: setup-run plugins
 	cargo run -p hourglass -- run
 
-test: plugins
+test: setup plugins
 	cargo test --workspace
+
+setup:
+	@bash .ci/setup
+
+setup-run:
+	@bash .ci/setup --run
 
 plugins:
 	bash plugins/build.sh

@@ -9,6 +9,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 target="wasm32-wasip2"
 out="$here/target/$target/release"
 
+# A machine with rustup but without the target gets it on the first build.
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$target"; then
+    echo "adding the Rust target $target (first build only)" >&2
+    rustup target add "$target"
+fi
+
 # An explicit target dir, so a CARGO_TARGET_DIR set for the host does not move the outputs.
 cargo build --manifest-path "$here/Cargo.toml" --target "$target" --release --target-dir "$here/target"
 

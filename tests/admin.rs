@@ -5,8 +5,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -14,88 +13,12 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use serde_json::{Value, json};
-use support::{Host, RedisServer, now_ms, plugin, schedule_now as schedule, stat, test_plugin, wait_for, zcard};
+use support::{Host, RedisServer, admin_addr, get, http, now_ms, plugin, post, sample, schedule_now as schedule, stat, test_plugin, wait_for, zcard};
 
 const LONG: Duration = Duration::from_secs(60);
 const ADMIN: &str = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n";
 
 /// The admin address the host logged at start (it listens on port 0).
-fn admin_addr(host: &Host) -> String {
-    let log = host.log();
-    let at = log.find("admin server listening: http://").unwrap_or_else(|| panic!("no admin address in:\n{log}"));
-    let rest = &log[at + "admin server listening: http://".len()..];
-    rest[..rest.find('/').unwrap()].to_owned()
-}
-
-/// A response of the tiny HTTP client below.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: String,
-}
-
-/// One HTTP/1.1 request with `Connection: close`; enough for these tests, no dependency.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Response {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(LONG)).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if method == "POST" {
-        req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
-    }
-    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let body = if headers.get("transfer-encoding").is_some_and(|v| v == "chunked") {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    Response { status, headers, body }
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
-}
-
-fn get(addr: &str, path: &str) -> Response {
-    http(addr, "GET", path, &[], "")
-}
-
-fn post(addr: &str, path: &str, form: &str) -> Response {
-    http(addr, "POST", path, &[], form)
-}
-
-/// The value of one Prometheus sample: `name` with every `labels` pair (`type="noop"`), if exposed.
-fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    metrics.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (series, value) = l.rsplit_once(' ')?;
-        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-        (metric == name && labels.iter().all(|p| rest.contains(p))).then(|| value.parse().ok())?
-    })
-}
-
 #[test]
 fn endpoints_answer_with_the_right_content_and_status() {
     let redis = RedisServer::start();
@@ -215,6 +138,13 @@ fn mutations_need_the_token_when_one_is_configured() {
     assert_eq!(post(&addr, "/dead/requeue", &format!("type=mail&id_hex={m1}")).status, 401);
     assert_eq!(post(&addr, "/dead/requeue", &format!("type=mail&id_hex={m1}&token=wrong-token-123")).status, 401);
     assert_eq!(post(&addr, "/dead/purge", &format!("type=mail&id_hex={m1}&confirm=yes")).status, 401);
+    assert_eq!(post(&addr, "/task/requeue", &format!("type=mail&id_hex={m1}")).status, 401);
+    support::zadd(&mut conn, "mail", "m-later", now_ms() + 3_600_000);
+    for (action, extra) in [("run-now", ""), ("postpone", "&by=5m"), ("cancel", "&confirm=yes")] {
+        let r = post(&addr, &format!("/task/{action}"), &format!("type=mail&id_hex={}{extra}", hex("m-later")));
+        assert_eq!(r.status, 401, "{action}");
+    }
+    assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 1, "a refused request changed something");
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:dead"), 1, "a refused request changed something");
 
     let bearer = http(
@@ -678,4 +608,211 @@ fn dashboard_in_a_real_browser_requeues_a_dead_task_that_then_succeeds() {
     }
     assert_eq!(stat(&mut conn, "mail", "succeeded"), 1);
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:dead"), 0);
+}
+
+/// The backlog gauges follow the due set of a type no host serves (so nothing
+/// claims its tasks): each sample matches `ZCOUNT` within one sampling period.
+#[test]
+fn backlog_gauges_follow_the_due_set() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("noop", plugin("noop"))], ADMIN);
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    let now = now_ms();
+    for i in 0..3 {
+        support::zadd(&mut conn, "report", &format!("late-{i}"), now - 60_000 - i);
+    }
+    for i in 0..2 {
+        support::zadd(&mut conn, "report", &format!("later-{i}"), now + 3_600_000);
+    }
+    let gauges = |metrics: &str| {
+        let g = |name| sample(metrics, name, &["type=\"report\""]);
+        (g("hourglass_tasks_due"), g("hourglass_tasks_scheduled"), g("hourglass_oldest_due_age_seconds"))
+    };
+    let count = |conn: &mut redis::Connection, min: &str, max: &str| -> f64 {
+        let n: u64 = redis::cmd("ZCOUNT").arg("hourglass:{report}:due").arg(min).arg(max).query(conn).unwrap();
+        n as f64
+    };
+    assert_eq!((count(&mut conn, "-inf", &now.to_string()), count(&mut conn, &format!("({now}"), "+inf")), (3.0, 2.0));
+    let (_, _, age) = wait_for("the gauges to match the due set", LONG, || {
+        let (due, later, age) = gauges(&get(&addr, "/metrics").body);
+        (due == Some(3.0) && later == Some(2.0)).then(|| (due, later, age.expect("the age gauge with the others")))
+    });
+    // The oldest is 60.002 s old when written, and only gets older.
+    assert!(age >= 60.0, "oldest due age {age}");
+
+    // The next samples see a change: two more due, one scheduled one brought forward, then all gone.
+    support::zadd(&mut conn, "report", "late-3", now_ms());
+    support::zadd(&mut conn, "report", "later-0", now_ms());
+    wait_for("the gauges to follow", LONG, || {
+        let (due, later, _) = gauges(&get(&addr, "/metrics").body);
+        (due == Some(5.0) && later == Some(1.0)).then_some(())
+    });
+    let _: () = redis::cmd("DEL").arg("hourglass:{report}:due").query(&mut conn).unwrap();
+    wait_for("the gauges to drop to 0", LONG, || {
+        (gauges(&get(&addr, "/metrics").body) == (Some(0.0), Some(0.0), Some(0.0))).then_some(())
+    });
+    // A served type's gauges exist too (its tasks are claimed at once: nothing waits).
+    let metrics = get(&addr, "/metrics").body;
+    assert_eq!(sample(&metrics, "hourglass_tasks_due", &["type=\"noop\""]), Some(0.0), "{metrics}");
+    assert!(metrics.contains("# TYPE hourglass_oldest_due_age_seconds gauge"), "{metrics}");
+
+    // Every metric the Kubernetes files and their README name is one this host serves.
+    let deploy = support::workspace_root().join("deploy");
+    let mut named = Vec::new();
+    for file in ["keda-scaledobject.yaml", "servicemonitor.yaml", "hourglass.yaml", "README.md"] {
+        let text = std::fs::read_to_string(deploy.join(file)).unwrap();
+        for (at, _) in text.match_indices("hourglass_") {
+            let name: String = text[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            // `hourglass_*` names them all, not one.
+            if !name.ends_with('_') {
+                named.push((file, name));
+            }
+        }
+    }
+    assert!(named.iter().any(|(f, n)| *f == "keda-scaledobject.yaml" && n == "hourglass_tasks_due"), "{named:?}");
+    for (file, name) in named {
+        assert!(metrics.contains(&format!("# TYPE {name} ")), "deploy/{file} names {name}, which /metrics does not serve");
+    }
+}
+
+/// The task page: found from the search box, it shows each state with the
+/// actions that fit it, and each action moves only a task in the state it is for.
+#[test]
+fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("mail", test_plugin("chaos"))],
+        &format!("{ADMIN}[types.mail]\nmax_attempts = 1\ntimeout = \"60s\"\n"),
+    );
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    assert!(get(&addr, "/").body.contains("<form method=get action=/task class=search"), "the search box");
+    let page = |id: &str| get(&addr, &format!("/task?type=mail&id={id}"));
+    let score = |conn: &mut redis::Connection, id: &str| -> Option<i64> { conn.zscore("hourglass:{mail}:due", id).unwrap() };
+
+    // Scheduled: run now, postpone and cancel are offered.
+    let in_an_hour = now_ms() + 3_600_000;
+    support::payload(&mut conn, "mail", "later", "ok");
+    support::zadd(&mut conn, "mail", "later", in_an_hour);
+    let r = page("later");
+    assert_eq!(r.status, 200, "{}", r.body);
+    for needle in ["data-state=scheduled", "scheduled for", "2 bytes, text: ok", "data-action=run-now", "data-action=postpone", "data-action=cancel"] {
+        assert!(r.body.contains(needle), "task page lacks {needle:?}:\n{}", r.body);
+    }
+    assert!(!r.body.contains("data-action=requeue"));
+    let later = hex("later");
+
+    // Postpone adds to its due time; a bad duration is refused and writes nothing.
+    assert_eq!(post(&addr, "/task/postpone", &format!("type=mail&id_hex={later}&by=soon")).status, 400);
+    assert_eq!(post(&addr, "/task/postpone", &format!("type=mail&id_hex={later}&by=0s")).status, 400);
+    assert_eq!(score(&mut conn, "later"), Some(in_an_hour));
+    let r = post(&addr, "/task/postpone", &format!("type=mail&id_hex={later}&by=5m"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.headers["location"].starts_with(&format!("/task?type=mail&id_hex={later}&msg=mail%2Flater%3A+postponed+by+5m")), "{:?}", r.headers);
+    assert_eq!(score(&mut conn, "later"), Some(in_an_hour + 300_000));
+
+    // Run now: it runs (the chaos payload "ok" succeeds) and is then gone.
+    let r = post(&addr, "/task/run-now", &format!("type=mail&id_hex={later}"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    wait_for("the task run now to succeed", LONG, || (stat(&mut conn, "mail", "succeeded") == 1).then_some(()));
+    let r = page("later");
+    assert!(r.body.contains("data-state=unknown") && r.body.contains("unknown: not scheduled, running or dead"), "{}", r.body);
+    // Run now and postpone of a task no longer scheduled write nothing: no task is re-created.
+    for (action, extra) in [("run-now", ""), ("postpone", "&by=5m")] {
+        let r = post(&addr, &format!("/task/{action}"), &format!("type=mail&id_hex={later}{extra}"));
+        assert!(r.headers["location"].contains("was+not+moved"), "{action}: {:?}", r.headers);
+    }
+    assert_eq!(score(&mut conn, "later"), None);
+
+    // Cancel needs its confirmation, then removes the task and its payload.
+    support::payload(&mut conn, "mail", "doomed", "ok");
+    support::zadd(&mut conn, "mail", "doomed", in_an_hour);
+    assert_eq!(post(&addr, "/task/cancel", &format!("type=mail&id_hex={}", hex("doomed"))).status, 400);
+    assert_eq!(score(&mut conn, "doomed"), Some(in_an_hour));
+    let r = post(&addr, "/task/cancel", &format!("type=mail&id_hex={}&confirm=yes", hex("doomed")));
+    assert!(r.headers["location"].contains("cancelled"), "{:?}", r.headers);
+    assert_eq!(score(&mut conn, "doomed"), None);
+    let body: Option<String> = conn.hget("hourglass:{mail}:payload", "doomed").unwrap();
+    assert_eq!(body, None);
+
+    // Running: shown with its host and attempt, with only a Cancel button; run now leaves it alone.
+    schedule(&mut conn, "mail", "busy", "sleep:30000");
+    let r = wait_for("the task to run", LONG, || Some(page("busy")).filter(|r| r.body.contains("data-state=running")));
+    assert!(r.body.contains("running on host ") && r.body.contains(", attempt 1, lease until "), "{}", r.body);
+    assert!(r.body.contains("data-action=cancel") && !r.body.contains("data-action=run-now"), "{}", r.body);
+    let r = post(&addr, "/task/run-now", &format!("type=mail&id_hex={}", hex("busy")));
+    assert!(r.headers["location"].contains("was+not+moved"), "{:?}", r.headers);
+    assert_eq!(score(&mut conn, "busy"), None, "a running task was put back in due");
+    // Its Cancel stops the handler (30 s of sleep) and records it as cancelled, not retried.
+    let r = post(&addr, "/task/cancel", &format!("type=mail&id_hex={}&confirm=yes", hex("busy")));
+    assert!(r.headers["location"].contains("cancelled+while+running"), "{:?}", r.headers);
+    wait_for("the running task to be cancelled", LONG, || (stat(&mut conn, "mail", "cancelled") == 1).then_some(()));
+    let r = page("busy");
+    assert!(r.body.contains("data-state=unknown"), "a cancelled task is gone: {}", r.body);
+    assert_eq!(score(&mut conn, "busy"), None, "a cancelled task was retried");
+
+    // Dead: re-queue is offered, and runs it again.
+    schedule(&mut conn, "mail", "bad", "error:smtp down");
+    wait_for("the task to die", LONG, || (zcard(&mut conn, "hourglass:{mail}:dead") == 1).then_some(()));
+    let r = page("bad");
+    assert!(r.body.contains("data-state=dead") && r.body.contains("smtp down") && r.body.contains("data-action=requeue"), "{}", r.body);
+    assert!(!r.body.contains("data-action=cancel") && !r.body.contains("data-action=run-now"));
+    let r = post(&addr, "/task/requeue", &format!("type=mail&id_hex={}", hex("bad")));
+    assert!(r.headers["location"].contains("re-queued"), "{:?}", r.headers);
+    wait_for("the re-queued task to die again", LONG, || (stat(&mut conn, "mail", "dead") == 2).then_some(()));
+    let r = post(&addr, "/task/requeue", &format!("type=mail&id_hex={}", hex("later")));
+    assert!(r.headers["location"].contains("not+re-queued"), "{:?}", r.headers);
+
+    // Ids are any bytes: the page takes them as hex too.
+    let id: &[u8] = &[0xff, 0x00];
+    let _: () = conn.zadd("hourglass:{mail}:due", id, in_an_hour).unwrap();
+    let r = get(&addr, "/task?type=mail&id_hex=ff00");
+    assert!(r.body.contains("data-state=scheduled") && r.body.contains("value=\"ff00\""), "{}", r.body);
+
+    // Bad input, GETs and other sites' pages change nothing.
+    assert_eq!(get(&addr, "/task?type=Bad&id=x").status, 400);
+    assert_eq!(get(&addr, "/task?type=mail&id_hex=zz").status, 400);
+    assert_eq!(get(&addr, "/task/run-now?type=mail&id_hex=ff00").status, 405);
+    let r = http(&addr, "POST", "/task/run-now", &[("Origin", "http://evil.example")], "type=mail&id_hex=ff00");
+    assert_eq!(r.status, 403);
+    assert_eq!(post(&addr, "/task/run-now", "type=mail&id_hex=").status, 400);
+    let left: Option<i64> = conn.zscore("hourglass:{mail}:due", id).unwrap();
+    assert_eq!(left, Some(in_an_hour));
+}
+
+#[test]
+fn dashboard_in_a_real_browser_finds_a_task_and_runs_it_now() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("mail", test_plugin("chaos"))], ADMIN);
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    support::payload(&mut conn, "mail", "w-1", "ok");
+    support::zadd(&mut conn, "mail", "w-1", now_ms() + 3_600_000);
+
+    let mut browser = Browser::launch();
+    browser.goto(&format!("http://{addr}/"));
+    browser.wait_until("the search box", "!!document.querySelector('form.search input[name=id]')");
+    // Type into the search box as a person would, then press its button.
+    browser.eval("document.querySelector('form.search input[name=type]').value = 'mail'");
+    browser.click("form.search input[name=id]");
+    browser.call("Input.insertText", json!({"text": "w-1"}));
+    browser.click("form.search button");
+    browser.wait_until(
+        "the task page of w-1, scheduled",
+        r#"(() => location.pathname === '/task' && !!document.querySelector('#task[data-state=scheduled]')
+                  && document.getElementById('headline').innerText.startsWith('scheduled for'))()"#,
+    );
+    if let Some(path) = std::env::var_os("HOURGLASS_SCREENSHOT") {
+        browser.screenshot(Path::new(&format!("{}-task.png", path.to_string_lossy())));
+    }
+    browser.click("button[data-action=run-now]");
+    browser.wait_until(
+        "the run-now message and the task gone after it succeeded",
+        r#"(() => { const msg = document.getElementById('msg');
+                    return !!msg && msg.innerText.includes('run now')
+                        && !!document.querySelector('#task[data-state=unknown]'); })()"#,
+    );
+    assert_eq!(stat(&mut conn, "mail", "succeeded"), 1);
 }

@@ -58,6 +58,42 @@ fn schedule_in_and_at_with_payloads() {
 }
 
 #[test]
+fn schedule_dedupe_and_debounce_flags_keep_or_move_the_due_time() {
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    let at = |ms: &str, flag: &[&str], payload: &str| {
+        let mut args = vec!["schedule", "alarm", "dev-1", "--at", ms, "--payload", payload];
+        args.extend_from_slice(flag);
+        let out = hourglass(Some(&redis), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let due = |conn: &mut redis::Connection| -> i64 { conn.zscore("hourglass:{alarm}:due", "dev-1").unwrap() };
+    let body = |conn: &mut redis::Connection| -> String { conn.hget("hourglass:{alarm}:payload", "dev-1").unwrap() };
+    assert!(at("2000000000000", &["--if-absent"], "first").starts_with("scheduled"));
+    // --if-absent keeps the first schedule, payload included.
+    assert!(at("2000000005000", &["--if-absent"], "second").starts_with("kept alarm/dev-1 as it was"));
+    assert_eq!((due(&mut conn), body(&mut conn)), (2_000_000_000_000, "first".to_owned()));
+    // --only-later: a heartbeat can only postpone the alarm.
+    assert!(at("1999999999000", &["--only-later"], "earlier").starts_with("kept"));
+    assert!(at("2000000009000", &["--only-later"], "later").starts_with("scheduled"));
+    assert_eq!((due(&mut conn), body(&mut conn)), (2_000_000_009_000, "later".to_owned()));
+    // --only-earlier: only brings it forward.
+    assert!(at("2000000010000", &["--only-earlier"], "x").starts_with("kept"));
+    assert!(at("2000000001000", &["--only-earlier"], "sooner").starts_with("scheduled"));
+    assert_eq!(due(&mut conn), 2_000_000_001_000);
+    // Without a flag it is an upsert; two flags at once are refused.
+    at("2000000002000", &[], "upsert");
+    assert_eq!(due(&mut conn), 2_000_000_002_000);
+    let out = hourglass(Some(&redis), &["schedule", "alarm", "dev-1", "--in", "1s", "--if-absent", "--only-later"]);
+    assert_eq!(out.status.code(), Some(2));
+    // --wait-replicas on a server without replicas: fewer than asked acknowledge, exit 1.
+    let out = hourglass(Some(&redis), &["schedule", "alarm", "dev-2", "--in", "1h", "--wait-replicas", "1", "--wait-timeout", "100ms"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("only 0 of 1 replicas acknowledged the write within 100ms"), "{}", stderr(&out));
+}
+
+#[test]
 fn cancel_stats_and_dead_commands() {
     let redis = RedisServer::start();
     assert!(hourglass(Some(&redis), &["schedule", "t", "a", "--in", "1h"]).status.success());
@@ -74,7 +110,7 @@ fn cancel_stats_and_dead_commands() {
     assert!(out.status.success());
     let out = hourglass(Some(&redis), &["cancel", "t", "a"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("not scheduled"));
+    assert!(stderr(&out).contains("t/a is neither scheduled nor running"), "{}", stderr(&out));
 
     // Make a dead task the way the host does, then list, requeue and purge it.
     let mut conn = redis.client();
@@ -174,4 +210,125 @@ fn env_redis_url_is_used_and_flag_wins() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn show_tells_where_a_task_is() {
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    let show = |args: &[&str]| {
+        let mut all = vec!["show"];
+        all.extend_from_slice(args);
+        hourglass(Some(&redis), &all)
+    };
+
+    // Scheduled, with a text payload.
+    assert!(hourglass(Some(&redis), &["schedule", "t", "later", "--in", "1h", "--payload", "{\"order_id\": 42}"]).status.success());
+    let out = show(&["t", "later"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("t/later: scheduled for 20") && text.contains(" (in "), "{text}");
+    assert!(text.contains("payload: 16 bytes, text: {\"order_id\": 42}\n"), "{text}");
+    assert!(text.contains("attempts so far: 0"), "{text}");
+
+    // Due and waiting (no host serves t), with a long payload cut to 200 characters.
+    let long = "x".repeat(1000);
+    assert!(hourglass(Some(&redis), &["schedule", "t", "waiting", "--at", "1700000000000", "--payload", &long]).status.success());
+    let text = stdout(&show(&["t", "waiting"]));
+    assert!(text.contains("due since 2023-11-14T22:13:20Z") && text.contains("waiting for a host"), "{text}");
+    assert!(text.contains(&format!("1000 bytes, text: {} …", "x".repeat(200))), "{text}");
+
+    // Running: leased as a claim leaves it (attempt 2 of a task that failed once), to host h-1.
+    let until = now_ms() + 30_000;
+    let _: () = conn.zadd("hourglass:{t}:leases", "busy", until).unwrap();
+    let _: () = conn.hset("hourglass:{t}:tokens", "busy", "7:2@h-1").unwrap();
+    let _: () = conn.hset("hourglass:{t}:attempts", "busy", 1).unwrap();
+    let _: () = conn.hset("hourglass:{t}:errors", "busy", "smtp down").unwrap();
+    let text = stdout(&show(&["t", "busy"]));
+    assert!(text.starts_with("t/busy: running on host h-1, attempt 2, lease until "), "{text}");
+    assert!(text.contains("attempts so far: 1 ended") && text.contains("last error: smtp down"), "{text}");
+    assert!(text.contains("payload: none"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&show(&["t", "busy", "--json"]).stdout).unwrap();
+    assert_eq!(json["state"], "running");
+    assert_eq!(json["running"]["host"], "h-1");
+    assert_eq!(json["running"]["attempt"], 2);
+    assert_eq!(json["running"]["lease_until_ms"], until);
+    assert_eq!(json["last_error"], "smtp down");
+
+    // Dead, with a binary id and a binary payload: --id-hex finds it, the payload is shown as hex.
+    let id: &[u8] = &[0xff, 0x00, b'k'];
+    let _: () = conn.zadd("hourglass:{t}:dead", id, 1_700_000_000_000i64).unwrap();
+    let _: () = conn.hset("hourglass:{t}:errors", id, "permanent: bad card").unwrap();
+    let _: () = conn.hset("hourglass:{t}:attempts", id, 5).unwrap();
+    let _: () = conn.hset("hourglass:{t}:payload", id, &[0u8, 1, 2, 250][..]).unwrap();
+    let out = show(&["t", "--id-hex", "ff006b"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("dead since 2023-11-14T22:13:20Z"), "{text}");
+    assert!(text.contains("attempts so far: 5") && text.contains("last error: permanent: bad card"), "{text}");
+    assert!(text.contains("payload: 4 bytes, binary: 000102fa\n"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&show(&["t", "--id-hex", "ff006b", "--json"]).stdout).unwrap();
+    assert_eq!((json["state"].as_str(), json["id_hex"].as_str(), json["died_ms"].as_i64()), (Some("dead"), Some("ff006b"), Some(1_700_000_000_000)));
+    assert_eq!(json["payload"]["hex"], "000102fa");
+
+    // Unknown: says so, exits 1, and the JSON says so too.
+    let out = show(&["t", "nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("t/nowhere: unknown"), "{}", stdout(&out));
+    let out = show(&["t", "nowhere", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["state"], "unknown");
+
+    // Bad input: one line naming the culprit; a key of the wrong type is named with its fix.
+    let out = show(&["t", "--id-hex", "zz"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("zz"), "{}", stderr(&out));
+    assert_eq!(show(&["t"]).status.code(), Some(2), "an id is needed");
+    let _: () = conn.set("hourglass:{broken}:dead", "oops").unwrap();
+    let out = show(&["broken", "x"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("hourglass:{broken}:dead holds a string"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// The `runner.toml` block of a ConfigMap in a manifest: the lines under
+/// `  runner.toml: |`, indented four spaces (a YAML literal block).
+fn configmap_runner_toml(manifest: &str) -> String {
+    let mut lines = manifest.lines().skip_while(|l| l.trim_end() != "  runner.toml: |").skip(1);
+    let mut out = String::new();
+    for line in lines.by_ref() {
+        if !line.trim().is_empty() && !line.starts_with("    ") {
+            break;
+        }
+        out.push_str(line.strip_prefix("    ").unwrap_or(""));
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_kubernetes_configmap_parses_with_the_hosts_own_parser() {
+    let path = support::workspace_root().join("deploy/hourglass.yaml");
+    let manifest = std::fs::read_to_string(&path).unwrap();
+    let text = configmap_runner_toml(&manifest);
+    assert!(text.contains("[admin]"), "no runner.toml block found in {}", path.display());
+    let config = hourglass::config::Config::parse(&text, "deploy/hourglass.yaml runner.toml").unwrap_or_else(|e| panic!("{e:#}"));
+    // What the Deployment relies on: probes and scrapes on 9090 of the pod IP, a
+    // drain that ends before the kubelet's SIGKILL, folders on the mounted volumes.
+    assert!(config.admin.enabled && config.admin.listen.port() == 9090 && !config.admin.listen.ip().is_loopback());
+    assert!(manifest.contains("containerPort: 9090"));
+    let kill_after: u64 = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds: "))
+        .and_then(|v| v.parse().ok())
+        .expect("terminationGracePeriodSeconds");
+    assert!(config.runner.grace_period < std::time::Duration::from_secs(kill_after), "grace_period must end before SIGKILL");
+    assert!(!config.redis.managed);
+    for dir in [&config.runner.plugins_dir, &config.runner.cache_dir] {
+        assert!(manifest.contains(&format!("mountPath: {}", dir.display())), "{} is not a mounted volume", dir.display());
+    }
+    // The parser is the one that refuses unknown keys: a typo in the block would fail here.
+    let typo = text.replace("grace_period", "grace_periode");
+    assert!(hourglass::config::Config::parse(&typo, "x").is_err());
 }

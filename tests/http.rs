@@ -16,7 +16,7 @@ use hourglass::config::{Config, TypePolicy};
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
 use redis::Commands;
-use support::{Host, RedisServer, capture_logs, now_ms, stat, wait_for};
+use support::{Host, RedisServer, RunNow, capture_logs, now_ms, stat, wait_for};
 
 const SECRET: &str = "s3cr3t-t0ken-never-logged";
 
@@ -215,7 +215,7 @@ fn webhook_delivers_the_payload_with_the_bearer_token_and_never_logs_it() {
     let (h, _dir) = webhook(&server, "");
     assert!(!format!("{h:?}").contains(SECRET), "Debug of a handler shows a secret: {h:?}");
     let payload = r#"{"event":"order.paid","order_id":42}"#;
-    let (run, logs) = capture_logs(|| h.run(&task("webhook", "w-1", payload, 1)));
+    let (run, logs) = capture_logs(|| h.run_now(&task("webhook", "w-1", payload, 1)));
     assert_eq!(run.result, Ok(()), "{logs}");
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
@@ -238,12 +238,12 @@ fn a_503_with_retry_after_then_200_retries_and_succeeds() {
         Reply::Status(200, vec![], b"ok".to_vec()),
     ]);
     let (h, _dir) = webhook(&server, "");
-    let first = h.run(&task("webhook", "w-2", "{}", 1));
+    let first = h.run_now(&task("webhook", "w-2", "{}", 1));
     assert_eq!(first.result, Err(Failure::RetryAfter(Duration::from_secs(7))));
-    let second = h.run(&task("webhook", "w-2", "{}", 2));
+    let second = h.run_now(&task("webhook", "w-2", "{}", 2));
     let msg = error_of(&second);
     assert!(msg.contains("429"), "{msg}");
-    let third = h.run(&task("webhook", "w-2", "{}", 3));
+    let third = h.run_now(&task("webhook", "w-2", "{}", 3));
     assert_eq!(third.result, Ok(()));
     assert_eq!(server.seen().len(), 3);
 }
@@ -252,7 +252,7 @@ fn a_503_with_retry_after_then_200_retries_and_succeeds() {
 fn a_400_is_a_permanent_failure() {
     let server = Server::start(vec![Reply::Status(400, vec![], b"unknown event".to_vec())]);
     let (h, _dir) = webhook(&server, "");
-    match h.run(&task("webhook", "w-3", "{}", 1)).result {
+    match h.run_now(&task("webhook", "w-3", "{}", 1)).result {
         Err(Failure::Permanent(m)) => assert!(m.contains("400") && m.contains("unknown event"), "{m}"),
         other => panic!("expected a permanent failure, got {other:?}"),
     }
@@ -269,7 +269,7 @@ fn a_host_not_on_the_list_is_refused_without_a_connection() {
         other.url()
     );
     let h = handler_from_toml("webhook", "webhook", &table);
-    let (run, logs) = capture_logs(|| h.run(&task("webhook", "w-4", "{}", 1)));
+    let (run, logs) = capture_logs(|| h.run_now(&task("webhook", "w-4", "{}", 1)));
     let msg = error_of(&run);
     assert!(msg.contains("not allowed") && msg.contains(&other.url()), "{msg}");
     assert!(!msg.contains("sig=abc"), "the query is kept out of error texts: {msg}");
@@ -280,7 +280,7 @@ fn a_host_not_on_the_list_is_refused_without_a_connection() {
 
     // No allow-list at all: no outbound HTTP.
     let h = handler_from_toml("webhook", "webhook", &format!("config = {{ url = \"{}/hook\" }}", other.url()));
-    assert!(error_of(&h.run(&task("webhook", "w-5", "{}", 1))).contains("not allowed"));
+    assert!(error_of(&h.run_now(&task("webhook", "w-5", "{}", 1))).contains("not allowed"));
 
     // Wildcards never reach loopback: `*` hosts and ports are not enough.
     let h = handler_from_toml(
@@ -288,14 +288,14 @@ fn a_host_not_on_the_list_is_refused_without_a_connection() {
         "webhook",
         &format!("allowed_outbound_hosts = [\"http://*:*\", \"*://*.localhost:*\"]\nconfig = {{ url = \"{}/hook\" }}", other.url()),
     );
-    assert!(error_of(&h.run(&task("webhook", "w-6", "{}", 1))).contains("not allowed"));
+    assert!(error_of(&h.run_now(&task("webhook", "w-6", "{}", 1))).contains("not allowed"));
     let port = other.addr.port();
     let h = handler_from_toml(
         "webhook",
         "webhook",
         &format!("allowed_outbound_hosts = [\"http://*:*\"]\nconfig = {{ url = \"http://localhost:{port}/hook\" }}"),
     );
-    assert!(error_of(&h.run(&task("webhook", "w-7", "{}", 1))).contains("not allowed"));
+    assert!(error_of(&h.run_now(&task("webhook", "w-7", "{}", 1))).contains("not allowed"));
 
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(other.connections(), 0, "a refused request reached the server");
@@ -307,7 +307,7 @@ fn a_slow_server_hits_the_http_timeout() {
     let server = Server::start(vec![Reply::Slow(Duration::from_secs(5))]);
     let (h, _dir) = webhook(&server, "http_timeout = \"300ms\"");
     let started = Instant::now();
-    let msg = error_of(&h.run(&task("webhook", "w-8", "{}", 1)));
+    let msg = error_of(&h.run_now(&task("webhook", "w-8", "{}", 1)));
     assert!(msg.contains("timed out"), "{msg}");
     assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
     assert_eq!(server.connections(), 1);
@@ -318,7 +318,7 @@ fn the_task_deadline_bounds_a_request_too() {
     let server = Server::start(vec![Reply::Slow(Duration::from_secs(5))]);
     let (h, _dir) = webhook(&server, "timeout = \"500ms\"\nhttp_timeout = \"30s\"");
     let started = Instant::now();
-    let msg = error_of(&h.run(&task("webhook", "w-9", "{}", 1)));
+    let msg = error_of(&h.run_now(&task("webhook", "w-9", "{}", 1)));
     assert!(msg.contains("timed out") || msg.contains("deadline"), "{msg}");
     assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
 }
@@ -332,13 +332,13 @@ fn an_oversized_response_is_cut_off_with_a_clear_error() {
     ]);
     let (h, _dir) = webhook(&server, "http_max_response = \"4KiB\"");
     // Streamed without a length: cut off while reading.
-    let msg = error_of(&h.run(&task("webhook", "w-10", "{}", 1)));
+    let msg = error_of(&h.run_now(&task("webhook", "w-10", "{}", 1)));
     assert!(msg.contains("cut off") && msg.contains("http_max_response"), "{msg}");
     // Announced by content-length: refused before reading.
-    let msg = error_of(&h.run(&task("webhook", "w-11", "{}", 1)));
+    let msg = error_of(&h.run_now(&task("webhook", "w-11", "{}", 1)));
     assert!(msg.contains("http_max_response"), "{msg}");
     // Under the limit: fine.
-    assert_eq!(h.run(&task("webhook", "w-12", "{}", 1)).result, Ok(()));
+    assert_eq!(h.run_now(&task("webhook", "w-12", "{}", 1)).result, Ok(()));
 }
 
 #[test]
@@ -350,7 +350,7 @@ fn order_timeout_calls_the_order_service_or_only_logs() {
         server.url()
     );
     let h = handler_from_toml("order.timeout", "order.timeout", &table);
-    let (run, logs) = capture_logs(|| h.run(&task("order.timeout", "o-1", r#"{"order_id":"A 17","amount":12.5}"#, 1)));
+    let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", "o-1", r#"{"order_id":"A 17","amount":12.5}"#, 1)));
     assert_eq!(run.result, Ok(()), "{logs}");
     let seen = server.seen();
     assert_eq!(seen[0].method, "POST");
@@ -358,11 +358,11 @@ fn order_timeout_calls_the_order_service_or_only_logs() {
     let body: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
     assert_eq!(body["order_id"], "A 17");
     assert!(logs.contains("cancelled at the order service"), "{logs}");
-    match h.run(&task("order.timeout", "o-2", r#"{"order_id":7,"amount":1}"#, 1)).result {
+    match h.run_now(&task("order.timeout", "o-2", r#"{"order_id":7,"amount":1}"#, 1)).result {
         Err(Failure::Permanent(m)) => assert!(m.contains("404"), "{m}"),
         other => panic!("{other:?}"),
     }
-    match h.run(&task("order.timeout", "o-3", "not json", 1)).result {
+    match h.run_now(&task("order.timeout", "o-3", "not json", 1)).result {
         Err(Failure::Permanent(m)) => assert!(m.contains("invalid JSON"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -370,7 +370,7 @@ fn order_timeout_calls_the_order_service_or_only_logs() {
 
     // Without order_service it only logs (the quick start).
     let h = Handler::new(component("order.timeout"), "order.timeout", &TypePolicy::default(), Arc::default());
-    let (run, logs) = capture_logs(|| h.run(&task("order.timeout", "o-4", r#"{"order_id":"B1","amount":3}"#, 1)));
+    let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", "o-4", r#"{"order_id":"B1","amount":3}"#, 1)));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("B1") && logs.contains("log only"), "{logs}");
 }

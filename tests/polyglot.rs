@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, polyglot_plugin, stat, wait_for};
+use support::{Host, RedisServer, RunNow, now_ms, polyglot_plugin, stat, wait_for};
 
 /// Generous: the first run compiles the interpreter (tens of seconds on a busy machine).
 const LONG: Duration = Duration::from_secs(600);
@@ -198,10 +198,10 @@ mod measure {
     /// The smallest memory_limit (MiB) under which one task succeeds.
     fn min_memory(rt: &Runtime, path: &Path, task_type: &str, payload: &[u8]) -> u64 {
         let (mut lo, mut hi) = (1u64, 64u64); // lo fails (or untested), hi succeeds
-        assert!(handler(rt, path, task_type, ByteSize::mib(hi)).run(&task(task_type, payload)).result.is_ok());
+        assert!(handler(rt, path, task_type, ByteSize::mib(hi)).run_now(&task(task_type, payload)).result.is_ok());
         while hi - lo > 1 {
             let mid = (lo + hi) / 2;
-            let ok = handler(rt, path, task_type, ByteSize::mib(mid)).run(&task(task_type, payload)).result.is_ok();
+            let ok = handler(rt, path, task_type, ByteSize::mib(mid)).run_now(&task(task_type, payload)).result.is_ok();
             if ok { hi = mid } else { lo = mid }
         }
         hi
@@ -234,10 +234,10 @@ mod measure {
             let cached = t.elapsed();
             let h = Handler::new(component, task_type, &TypePolicy::default(), Arc::new(BTreeMap::new()));
             let task = task(task_type, payload);
-            assert!(h.run(&task).result.is_ok(), "{task_type} failed");
+            assert!(h.run_now(&task).result.is_ok(), "{task_type} failed");
             let t = Instant::now();
             for _ in 0..runs {
-                assert!(h.run(&task).result.is_ok());
+                assert!(h.run_now(&task).result.is_ok());
             }
             let per_task = t.elapsed() / runs;
             let mem = min_memory(&rt, &path, task_type, payload);

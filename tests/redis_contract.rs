@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use hourglass::config::KeyPrefix;
-use hourglass::store::{ClaimLimits, Outcome, SettleResult, Settlement, Store, encode_followup};
+use hourglass::store::{
+    Cancelled, ClaimLimits, Extended, Outcome, ScheduleMode, SettleResult, Settlement, Store, encode_followup,
+};
 use hourglass::task::{ClaimedTask, FollowUp};
 use hourglass::task_type::TaskType;
 use redis::Commands;
@@ -111,14 +113,14 @@ async fn postpone_and_cancel_with_raw_commands_and_the_api() {
     let _: () = c.zrem(&due, "cancelled").unwrap();
     assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
 
-    s.schedule(&t, b"api", now - 5, Some(b"p")).await.unwrap();
+    s.schedule(&t, b"api", now - 5, Some(b"p"), ScheduleMode::Upsert).await.unwrap();
     assert_eq!(hget(&mut c, &key("reminder", "payload"), b"api"), Some(b"p".to_vec()));
-    assert!(s.cancel(&t, b"api").await.unwrap());
-    assert!(!s.cancel(&t, b"api").await.unwrap());
+    assert_eq!(s.cancel(&t, b"api").await.unwrap(), Cancelled::Scheduled);
+    assert_eq!(s.cancel(&t, b"api").await.unwrap(), Cancelled::Unknown);
     assert_eq!(hget(&mut c, &key("reminder", "payload"), b"api"), None);
     assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
 
-    s.schedule(&t, b"api2", now - 5, None).await.unwrap();
+    s.schedule(&t, b"api2", now - 5, None, ScheduleMode::Upsert).await.unwrap();
     let claim = s.claim(&t, &ClaimLimits::default()).await.unwrap();
     assert_eq!(ids(&claim.tasks), vec![b"api2".to_vec()]);
 }
@@ -221,11 +223,11 @@ async fn extend_keeps_the_lease_past_its_original_expiry() {
     let task = claim.tasks[0].clone();
 
     let ok = s.extend(&t, &[(task.id.clone(), task.token)], 60_000).await.unwrap();
-    assert_eq!(ok, vec![true]);
+    assert_eq!(ok, vec![Extended::Extended]);
     let stale = s.extend(&t, &[(task.id.clone(), task.token + 1000)], 60_000).await.unwrap();
-    assert_eq!(stale, vec![false], "a wrong token cannot extend");
+    assert_eq!(stale, vec![Extended::Lost], "a wrong token cannot extend");
     let unknown = s.extend(&t, &[(b"nope".to_vec(), 1)], 60_000).await.unwrap();
-    assert_eq!(unknown, vec![false]);
+    assert_eq!(unknown, vec![Extended::Lost]);
 
     wait_past(&mut c, claim.lease_expiry_ms);
     let again = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
@@ -484,16 +486,16 @@ async fn followups_land_in_the_target_type_exactly_once() {
     assert_eq!(hget(&mut c, &dst_payload, b"i2"), None, "an empty follow-up payload clears the old one");
     let outbox: usize = c.hlen(key("order", "outbox")).unwrap();
     assert_eq!(outbox, 0);
-    assert_eq!(s.flush_outbox(&src).await.unwrap(), 0, "a second flush finds nothing");
+    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 0, "a second flush finds nothing");
 
     // Crash between deliver and the outbox HDEL: the entry is still there and runs again.
     let f3 = FollowUp { task_type: dst.clone(), id: b"i3".to_vec(), payload: b"x".to_vec(), due_ms: now };
     let _: () = c.hset(key("order", "outbox"), "order:999:0", encode_followup(&f3)).unwrap();
-    assert_eq!(s.flush_outbox(&src).await.unwrap(), 1);
+    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 1);
     assert_eq!(zscore(&mut c, &dst_due, b"i3"), Some(now));
     let _: () = c.zrem(&dst_due, "i3").unwrap(); // it ran and finished meanwhile
     let _: () = c.hset(key("order", "outbox"), "order:999:0", encode_followup(&f3)).unwrap();
-    assert_eq!(s.flush_outbox(&src).await.unwrap(), 1, "the leftover entry is cleared");
+    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 1, "the leftover entry is cleared");
     assert_eq!(zscore(&mut c, &dst_due, b"i3"), None, "but not delivered twice");
     let outbox: usize = c.hlen(key("order", "outbox")).unwrap();
     assert_eq!(outbox, 0);

@@ -211,6 +211,68 @@ fn redis_restart_mid_run_loses_nothing() {
 }
 
 #[test]
+fn after_a_redis_restart_keyspace_notifications_are_turned_on_again() {
+    // No persistence: a restarted server has forgotten the CONFIG SET, as a
+    // managed or container Redis does.
+    let mut redis = RedisServer::start();
+    let host = Host::start(&redis, &[("idle", plugin("noop"))], "");
+    host.wait_log("wake-up mode: keyspace notifications (enabled with CONFIG SET", LONG);
+    let flags = |redis: &RedisServer| redis.cli(&["CONFIG", "GET", "notify-keyspace-events"]);
+    assert!(flags(&redis).contains('K'), "{}", flags(&redis));
+    redis.restart(&[]);
+    host.wait_log("keyspace notifications re-subscribed after a reconnect (enabled with CONFIG SET", LONG);
+    let now = flags(&redis);
+    assert!(now.contains('K') && now.contains('z'), "notifications are off after the restart: {now}");
+    // And tasks scheduled after the restart run.
+    let mut conn = redis.client();
+    zadd(&mut conn, "idle", "after-restart", now_ms());
+    wait_for("the task after the restart", LONG, || (stat(&mut conn, "idle", "succeeded") == 1).then_some(()));
+    assert_eq!(host.log().matches("re-subscribed after a reconnect").count(), 1, "one line per reconnect");
+}
+
+#[test]
+fn a_first_start_serves_the_admin_server_first_and_logs_each_compile() {
+    let redis = RedisServer::start();
+    let plugins = [("noop", plugin("noop")), ("flaky", plugin("flaky")), ("chaos", test_plugin("chaos"))];
+    let mut host = Host::start_cold(&redis, &plugins, "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n");
+    let log = host.log();
+    let admin = log.find("admin server listening").expect("admin server started");
+    let first_compile = log.find("compiling ").expect("a compile was logged");
+    assert!(admin < first_compile, "the admin server started after the compiles:\n{log}");
+    for (name, _) in &plugins {
+        assert!(log.contains(&format!("{name}.wasm (first start; cached afterwards)…")), "{name}:\n{log}");
+    }
+    assert_eq!(log.matches("compiled ").count(), 3, "{log}");
+    // A restart maps the compiled plugins from the cache: no compile.
+    host.signal("TERM");
+    assert_eq!(host.wait_exit(LONG), Some(0));
+    let before = host.log().len();
+    host.spawn();
+    let restarted = &host.log()[before..];
+    assert!(!restarted.contains("compiling "), "compiled again after a restart:\n{restarted}");
+}
+
+#[test]
+fn plugins_are_counted_while_they_load() {
+    use hourglass::config::Config;
+    use hourglass::registry::Registry;
+    use hourglass::runtime::{Runtime, RuntimeOptions};
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["noop", "flaky"] {
+        std::fs::copy(plugin(name), dir.path().join(format!("{name}.wasm"))).unwrap();
+    }
+    let mut config = Config::default();
+    config.runner.plugins_dir = dir.path().to_owned();
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry = Registry::new(runtime, config).unwrap();
+    assert_eq!(registry.loading(), Some((0, 2)), "nothing loaded yet, two to go");
+    assert!(registry.types().is_empty());
+    registry.reload();
+    assert_eq!(registry.loading(), None);
+    assert_eq!(registry.types().len(), 2);
+}
+
+#[test]
 fn garbage_in_plugins_folder_leaves_the_host_serving() {
     let redis = RedisServer::start();
     let host = Host::start(&redis, &[("keep", plugin("noop"))], "");

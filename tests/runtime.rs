@@ -11,7 +11,7 @@ use bytesize::ByteSize;
 use hourglass::config::TypePolicy;
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
-use support::capture_logs;
+use support::{RunNow, capture_logs};
 
 /// One runtime for most tests, as in the host: many handlers, one engine.
 fn runtime() -> &'static Runtime {
@@ -70,7 +70,7 @@ fn run_chaos(payload: &str) -> TaskRun {
         &policy(Duration::from_secs(10), ByteSize::mib(64)),
         &[],
     );
-    h.run(&task("chaos", b"t-1", payload))
+    h.run_now(&task("chaos", b"t-1", payload))
 }
 
 fn error_of(run: &TaskRun) -> String {
@@ -89,7 +89,7 @@ fn noop_succeeds() {
     assert_eq!(component.hash().len(), 12);
     assert_eq!(component.path(), support::plugin("noop"));
     let h = Handler::new(component, "noop", &TypePolicy::default(), Arc::default());
-    let run = h.run(&task("noop", b"n-1", ""));
+    let run = h.run_now(&task("noop", b"n-1", ""));
     assert_eq!(run.result, Ok(()));
     assert!(run.followups.is_empty());
 }
@@ -150,7 +150,7 @@ fn infinite_loop_is_stopped_at_the_deadline() {
         &[],
     );
     let started = Instant::now();
-    let run = h.run(&task("chaos", b"t-loop", "loop"));
+    let run = h.run_now(&task("chaos", b"t-loop", "loop"));
     let took = started.elapsed();
     let msg = error_of(&run);
     assert_eq!(msg, "deadline of 1s exceeded");
@@ -169,7 +169,7 @@ fn memory_bomb_is_stopped_at_the_cap() {
         &policy(Duration::from_secs(10), ByteSize::mib(16)),
         &[],
     );
-    let msg = error_of(&h.run(&task("chaos", b"t-mem", "membomb")));
+    let msg = error_of(&h.run_now(&task("chaos", b"t-mem", "membomb")));
     assert!(msg.contains("memory limit of 16.0 MiB exceeded"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");
     assert_eq!(run_chaos("ok").result, Ok(()));
@@ -224,7 +224,7 @@ fn guest_logs_keep_level_and_fields() {
     );
     let mut t = task("chaos", b"order-42", "log");
     t.attempt = 3;
-    let (run, logs) = capture_logs(|| h.run(&t));
+    let (run, logs) = capture_logs(|| h.run_now(&t));
     assert_eq!(run.result, Ok(()));
     for level in ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"] {
         let line = logs
@@ -278,7 +278,7 @@ fn device_offline_schedules_an_alert() {
         &TypePolicy::default(),
         Arc::default(),
     );
-    let (run, logs) = capture_logs(|| h.run(&task("device.offline", b"sensor-9", "")));
+    let (run, logs) = capture_logs(|| h.run_now(&task("device.offline", b"sensor-9", "")));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("WARN") && logs.contains("sensor-9"), "{logs}");
     assert_eq!(run.followups.len(), 1);
@@ -294,7 +294,7 @@ fn device_offline_schedules_an_alert() {
     );
     let mut t = task("device.alert", b"sensor-9", "");
     t.payload = run.followups[0].payload.clone();
-    assert_eq!(h.run(&t).result, Ok(()));
+    assert_eq!(h.run_now(&t).result, Ok(()));
 }
 
 #[test]
@@ -307,7 +307,7 @@ fn order_timeout_and_flaky_examples() {
         Arc::default(),
     );
     let (run, logs) = capture_logs(|| {
-        h.run(&task(
+        h.run_now(&task(
             "order.timeout",
             b"o-1",
             r#"{"order_id":"A17","amount":12.5}"#,
@@ -315,7 +315,7 @@ fn order_timeout_and_flaky_examples() {
     });
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("A17") && logs.contains("cancelled"), "{logs}");
-    match h.run(&task("order.timeout", b"o-2", "not json")).result {
+    match h.run_now(&task("order.timeout", b"o-2", "not json")).result {
         Err(Failure::Permanent(m)) => assert!(m.contains("invalid JSON"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -325,10 +325,10 @@ fn order_timeout_and_flaky_examples() {
     let mut t = task("flaky", b"f-1", r#"{"fail_times":2}"#);
     for attempt in 1..=2 {
         t.attempt = attempt;
-        assert!(matches!(h.run(&t).result, Err(Failure::Error(_))));
+        assert!(matches!(h.run_now(&t).result, Err(Failure::Error(_))));
     }
     t.attempt = 3;
-    assert_eq!(h.run(&t).result, Ok(()));
+    assert_eq!(h.run_now(&t).result, Ok(()));
 }
 
 #[test]
@@ -338,9 +338,9 @@ fn config_values_reach_the_plugin() {
         &TypePolicy::default(),
         &[("webhook", "http://example.test/hook")],
     );
-    let msg = error_of(&h.run(&task("chaos", b"c", "config:webhook")));
+    let msg = error_of(&h.run_now(&task("chaos", b"c", "config:webhook")));
     assert_eq!(msg, r#"config webhook=Some("http://example.test/hook")"#);
-    let msg = error_of(&h.run(&task("chaos", b"c", "config:missing")));
+    let msg = error_of(&h.run_now(&task("chaos", b"c", "config:missing")));
     assert_eq!(msg, "config missing=None");
 }
 
@@ -351,7 +351,7 @@ fn oversized_payload_fails_permanently_without_running() {
         ..TypePolicy::default()
     };
     let h = handler_with(chaos(), &p, &[]);
-    match h.run(&task("chaos", b"big", "ok but far too long")).result {
+    match h.run_now(&task("chaos", b"big", "ok but far too long")).result {
         Err(Failure::Permanent(m)) => assert!(m.contains("max_payload"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -456,7 +456,7 @@ fn a_second_runtime_loads_from_the_shared_cache() {
     let component = second.load(&support::test_plugin("chaos")).unwrap();
     let warm = started.elapsed();
     let h = Handler::new(component, "chaos", &TypePolicy::default(), Arc::default());
-    assert_eq!(h.run(&task("chaos", b"x", "ok")).result, Ok(()));
+    assert_eq!(h.run_now(&task("chaos", b"x", "ok")).result, Ok(()));
     eprintln!("chaos.wasm: cold load {cold:?}, cached load {warm:?}");
     let _ = std::fs::remove_dir_all(&cache);
 }
@@ -486,7 +486,7 @@ fn many_tasks_in_parallel_share_one_runtime() {
             std::thread::spawn(move || {
                 for j in 0..10 {
                     let payload = if (i + j) % 3 == 0 { "trap" } else { "ok" };
-                    let run = h.run(&task("chaos", format!("p-{i}-{j}").as_bytes(), payload));
+                    let run = h.run_now(&task("chaos", format!("p-{i}-{j}").as_bytes(), payload));
                     assert_eq!(run.result.is_ok(), payload == "ok", "{:?}", run.result);
                 }
             })

@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
@@ -177,15 +177,16 @@ fn graceful_shutdown_hands_leases_to_the_other_hosts_at_once() {
 
 /// The minimum a runner user needs, as the README documents it.
 const RUNNER_ACL: &[&str] = &[
-    "resetkeys", "~hourglass:*", "resetchannels", "&__keyspace@*__:hourglass:{*}:due", "-@all",
+    "resetkeys", "~hourglass:*", "resetchannels", "&__keyspace@*__:hourglass:{*}:due", "&hourglass:cancel", "-@all",
     // connection (`+client|setinfo` too on Redis 7.2+, where it exists)
     "+ping",
-    // scripts (and what they run)
-    "+evalsha", "+script|load", "+time", "+exists", "+get", "+set", "+incrby",
-    "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zmscore", "+zcard", "+zcount",
-    "+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hincrby", "+hstrlen", "+xadd",
-    // outside scripts: schedule/cancel (MULTI), outbox, stats, wake-ups
-    "+multi", "+exec", "+hscan", "+scan", "+psubscribe", "+punsubscribe",
+    // scripts (and what they run; TYPE checks every key before a script writes)
+    "+evalsha", "+script|load", "+time", "+type", "+exists", "+get", "+set", "+del", "+incrby", "+pttl", "+pexpire",
+    "+publish", "+zincrby",
+    "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zrevrangebyscore", "+zscore", "+zmscore", "+zcard", "+zcount",
+    "+hget", "+hmget", "+hset", "+hdel", "+hexists", "+hgetall", "+hincrby", "+hstrlen", "+xadd",
+    // outside scripts: outbox, stats, wake-ups, recurring schedules' index, schedule --wait-replicas
+    "+hscan", "+scan", "+psubscribe", "+punsubscribe", "+subscribe", "+unsubscribe", "+smembers", "+sadd", "+wait",
 ];
 
 #[test]
@@ -240,7 +241,7 @@ fn zadd_now(conn: &mut redis::Connection, task_type: &str, id: &str) {
 /// Redis Cluster nodes on loopback (plain TCP or TLS only), each also on a
 /// unix socket the test itself uses; killed on drop.
 struct Cluster {
-    nodes: Vec<(u16, Child)>,
+    nodes: Vec<(u16, hourglass::redis_server::RedisServer)>,
     masters: usize,
     /// The nodes speak TLS only (`rediss+cluster://`).
     tls: bool,
@@ -275,30 +276,29 @@ impl Cluster {
             }
         }
         for &port in &ports {
-            let mut cmd = Command::new("redis-server");
-            match certs {
+            let mut args: Vec<String> = Vec::new();
+            let tcp_port = match certs {
                 Some(certs) => {
-                    cmd.args(["--port", "0", "--tls-port", &port.to_string(), "--tls-cluster", "yes", "--tls-replication", "yes"]);
-                    cmd.args(certs.server_args());
+                    let tls = ["--tls-port", &port.to_string(), "--tls-cluster", "yes", "--tls-replication", "yes", "--bind", "127.0.0.1"];
+                    args.extend(tls.map(String::from));
+                    args.extend(certs.server_args());
+                    None
                 }
-                None => {
-                    cmd.args(["--port", &port.to_string()]);
-                }
-            }
-            let child = cmd
-                .args(["--bind", "127.0.0.1", "--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "2000"])
-                .args(["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"])
-                .args(["--appendfilename", &format!("aof-{port}"), "--appenddirname", &format!("aof-{port}")])
-                .arg("--unixsocket")
-                .arg(dir.path().join(format!("{port}.sock")))
-                .arg("--dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server");
-            nodes.push((port, child));
+                None => Some(port),
+            };
+            let cluster = ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "2000"];
+            args.extend(cluster.map(String::from));
+            args.extend(["--appendfilename", &format!("aof-{port}"), "--appenddirname", &format!("aof-{port}")].map(String::from));
+            let spec = hourglass::redis_server::ServerSpec {
+                dir: dir.path().to_owned(),
+                port: tcp_port,
+                socket: Some(format!("{port}.sock")),
+                appendfsync: Some("always"),
+                args,
+                ..Default::default()
+            };
+            let node = hourglass::redis_server::RedisServer::spawn(spec, "the cluster tests").unwrap_or_else(|e| panic!("{e:#}"));
+            nodes.push((port, node));
         }
         let cluster = Cluster { nodes, masters, tls: certs.is_some(), dir };
         for &port in &ports {
@@ -358,33 +358,19 @@ impl Cluster {
 
     /// Kills the node at `port` with SIGKILL: no goodbye, no last write to disk or replica.
     fn kill(&mut self, port: u16) {
-        let (_, child) = self.nodes.iter_mut().find(|(p, _)| *p == port).expect("a node of this cluster");
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let (_, node) = self.nodes.iter_mut().find(|(p, _)| *p == port).expect("a node of this cluster");
+        node.kill();
     }
 
     /// Masters (port, slot ranges), from `CLUSTER NODES` of a live node.
     fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
         let live = self.nodes.iter().map(|(p, _)| *p).find(|p| self.cli(*p, &["PING"]).trim() == "PONG").unwrap();
         let text = self.cli(live, &["CLUSTER", "NODES"]);
-        let mut out = Vec::new();
-        for line in text.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
-                continue;
-            }
-            let port: u16 = f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
-            let ranges = f[8..]
-                .iter()
-                .filter(|r| !r.starts_with('['))
-                .map(|r| match r.split_once('-') {
-                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
-                    None => (r.parse().unwrap(), r.parse().unwrap()),
-                })
-                .collect();
-            out.push((port, ranges));
-        }
-        out
+        hourglass::store::parse_cluster_nodes(&text)
+            .into_iter()
+            .filter(|n| n.master && !n.slots.is_empty())
+            .map(|n| (n.port, n.slots.iter().map(|r| (*r.start(), *r.end())).collect()))
+            .collect()
     }
 
     fn master_of(&self, key: &str) -> u16 {
@@ -409,14 +395,6 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.nodes {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 fn cstat(conn: &mut redis::cluster::ClusterConnection, task_type: &str) -> i64 {
     conn.hget::<_, _, Option<i64>>(format!("hourglass:{{{task_type}}}:stats"), "succeeded").unwrap().unwrap_or(0)

@@ -1,8 +1,9 @@
-//! The admin HTTP server: `/healthz`, `/readyz`, `/metrics` and the dashboard at `/`.
+//! The admin HTTP server: `/healthz`, `/readyz`, `/metrics`, the dashboard at `/` and one task at `/task`.
 //!
-//! Reads are plain GETs and never change anything. Re-queue and purge are
-//! POSTs; they need `[admin] token` when one is configured (mandatory when
-//! the server listens on a non-loopback address), and a purge needs
+//! Reads are plain GETs and never change anything. Re-queue, purge and the
+//! task page's actions (run now, postpone, cancel, re-queue) are POSTs; they
+//! need `[admin] token` when one is configured (mandatory when the server
+//! listens on a non-loopback address), and a purge or cancel needs
 //! `confirm=yes` as well. Cross-site form posts are refused.
 
 mod dashboard;
@@ -23,12 +24,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::health::Health;
 use crate::registry::Registry;
-use crate::store::Store;
+use crate::store::{Cancelled, Store};
 use crate::task_type::TaskType;
 
-/// How often the dashboard's rate history samples the counters in Redis.
-const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// How often the sampler reads every type's stats from Redis: the dashboard's
+/// rates and the backlog gauges (`hourglass_tasks_due` ...) are this fresh.
+/// One stats script call per type per period, whatever the number of tasks.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How far back the rates look.
 const RATE_WINDOW: Duration = Duration::from_secs(5 * 60);
 
@@ -55,6 +59,7 @@ impl Admin {
 pub(crate) struct AdminState {
     pub(crate) store: Store,
     pub(crate) registry: Registry,
+    pub(crate) health: Health,
     pub(crate) shutdown: CancellationToken,
     pub(crate) token: Option<String>,
     pub(crate) host: Arc<HostInfo>,
@@ -100,7 +105,13 @@ impl History {
 
 /// Starts the admin server when `[admin] enabled`; it serves until [`Admin::stop`].
 /// The metrics recorder is installed either way, so metrics are counted from the start.
-pub async fn start(config: &Config, store: &Store, registry: &Registry, shutdown: &CancellationToken) -> Result<Admin> {
+pub async fn start(
+    config: &Config,
+    store: &Store,
+    registry: &Registry,
+    health: &Health,
+    shutdown: &CancellationToken,
+) -> Result<Admin> {
     crate::telemetry::handle();
     let stop = CancellationToken::new();
     let admin = &config.admin;
@@ -114,6 +125,7 @@ pub async fn start(config: &Config, store: &Store, registry: &Registry, shutdown
     let state = AdminState {
         store: store.clone(),
         registry: registry.clone(),
+        health: health.clone(),
         shutdown: shutdown.clone(),
         token: admin.token.clone(),
         host: Arc::new(HostInfo {
@@ -146,18 +158,33 @@ fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/dead/requeue", post(requeue))
         .route("/dead/purge", post(purge))
+        .route("/type/pause", post(pause))
+        .route("/type/resume", post(resume))
+        .route("/task", get(dashboard::task_page))
+        .route("/task/run-now", post(task_run_now))
+        .route("/task/postpone", post(task_postpone))
+        .route("/task/cancel", post(task_cancel))
+        .route("/task/requeue", post(task_requeue))
         .with_state(state)
 }
 
-/// Samples the counters of every type, for the dashboard's rates.
+/// Samples the stats of every type: the counters for the dashboard's rates,
+/// the queue sizes for the backlog gauges. A type whose keys are all gone
+/// drops to 0 rather than keeping its last value.
 async fn sample(state: AdminState, stop: CancellationToken) {
+    let mut sampled: Vec<TaskType> = Vec::new();
     loop {
         if let Ok(types) = dashboard::all_types(&state).await {
-            for t in types {
-                if let Ok(s) = state.store.stats(&t).await {
-                    state.history.lock().unwrap_or_else(|p| p.into_inner()).record(&t, s.succeeded, s.failed);
+            for t in sampled.iter().filter(|t| !types.contains(t)) {
+                crate::telemetry::backlog(t, 0, 0, 0);
+            }
+            for t in &types {
+                if let Ok(s) = state.store.stats(t).await {
+                    crate::telemetry::backlog(t, s.due_now, s.scheduled_later, s.oldest_due_age_ms);
+                    state.history.lock().unwrap_or_else(|p| p.into_inner()).record(t, s.succeeded, s.failed);
                 }
             }
+            sampled = types;
         }
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -170,7 +197,9 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// 200 when Redis answers, plugins are loaded and the host is not shutting down; 503 otherwise.
+/// 200 when Redis answers, plugins are loaded, at least one type is not
+/// faulted and the host is not shutting down; 503 otherwise. Faulted types
+/// are listed either way: one type's bad data does not make the host unready.
 async fn readyz(State(state): State<AdminState>) -> Response {
     let mut problems = Vec::new();
     if state.shutdown.is_cancelled() {
@@ -182,14 +211,21 @@ async fn readyz(State(state): State<AdminState>) -> Response {
         Err(_) => problems.push("redis: no answer within 2s".to_owned()),
     }
     let types = state.registry.types();
-    if types.is_empty() {
+    if let Some((done, total)) = state.registry.loading() {
+        problems.push(format!("loading plugins {done}/{total}"));
+    } else if types.is_empty() {
         problems.push("plugins: none loaded".to_owned());
     }
+    let faults = state.health.faults();
+    if !types.is_empty() && types.iter().all(|t| faults.contains_key(t)) {
+        problems.push("every type is faulted".to_owned());
+    }
+    let faulted: String = faults.iter().map(|(t, why)| format!("faulted: {t}: {why}\n")).collect();
     if problems.is_empty() {
         let names: Vec<&str> = types.iter().map(TaskType::as_str).collect();
-        (StatusCode::OK, format!("ready\nredis: ok\nplugins: {}\n", names.join(", "))).into_response()
+        (StatusCode::OK, format!("ready\nredis: ok\nplugins: {}\n{faulted}", names.join(", "))).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready\n{}\n", problems.join("\n"))).into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready\n{}\n{faulted}", problems.join("\n"))).into_response()
     }
 }
 
@@ -310,6 +346,199 @@ async fn purge(State(state): State<AdminState>, headers: HeaderMap, Form(form): 
             warn!(task_type = %t, purged = n, "dead tasks purged from the dashboard");
             back_to(&t, &format!("purged {n} dead task(s) of {t}"))
         }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// The form of a pause or resume: a type, an optional length (`10m`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct PauseForm {
+    #[serde(rename = "type")]
+    task_type: String,
+    /// How long (`10m`, `1h`); absent or empty: until resumed.
+    #[serde(default, rename = "for")]
+    for_: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+/// `POST /type/pause`: `type`, optional `for`, `token` when configured.
+async fn pause(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<PauseForm>) -> Response {
+    if let Err(refused) = authorize(&state, &headers, form.token.as_deref()) {
+        return refused.into_response();
+    }
+    let t: TaskType = match form.task_type.parse() {
+        Ok(t) => t,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    let length = match form.for_.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
+        None => None,
+        Some(text) => match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => return (StatusCode::BAD_REQUEST, format!("for: not a duration like 10m or 1h: {text:?}\n")).into_response(),
+        },
+    };
+    match state.store.pause(&t, length).await {
+        Ok(ends) => {
+            warn!(task_type = %t, "type paused from the dashboard");
+            let until = ends.map_or("until resumed".to_owned(), |ms| format!("until {}", crate::cli::format_ms(ms)));
+            back_to(&t, &format!("paused {t} {until}"))
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// The query of the task page: a type and an id (text, or hex for any bytes).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct TaskQuery {
+    #[serde(rename = "type", default)]
+    pub(crate) task_type: String,
+    pub(crate) id: Option<String>,
+    pub(crate) id_hex: Option<String>,
+    pub(crate) msg: Option<String>,
+}
+
+/// The form of a task page action: one task, the token, and for a postpone how long.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TaskForm {
+    #[serde(rename = "type")]
+    task_type: String,
+    /// The task id as hex (exact for binary ids).
+    id_hex: String,
+    /// The admin token, when one is configured.
+    #[serde(default)]
+    token: Option<String>,
+    /// Postpone only: a duration such as `5m`.
+    #[serde(default)]
+    by: Option<String>,
+    /// Cancel only: must be `yes`.
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+/// Longest postponement the task page accepts: a typo like `5000d` is refused, not written.
+const MAX_POSTPONE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The task a task page action applies to, once the request is authorized and its form parsed.
+fn authorized_task(state: &AdminState, headers: &HeaderMap, form: &TaskForm) -> Result<(TaskType, Vec<u8>), Refused> {
+    authorize(state, headers, form.token.as_deref())?;
+    let t: TaskType = form.task_type.parse().map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
+    let id = hex::decode(&form.id_hex).map_err(|_| (StatusCode::BAD_REQUEST, "id_hex is not hex\n".to_owned()))?;
+    if id.is_empty() {
+        return Err((StatusCode::BAD_REQUEST, "id_hex is empty\n".to_owned()));
+    }
+    Ok((t, id))
+}
+
+/// Back to the task's page with a message.
+fn back_to_task(t: &TaskType, id: &[u8], message: &str) -> Response {
+    let mut url = format!("/task?type={}&id_hex={}&msg=", t.as_str(), hex::encode(id));
+    url.extend(form_urlencoded_byte(message));
+    Redirect::to(&url).into_response()
+}
+
+/// Names a task in messages and logs (ids are any bytes: control characters escaped).
+fn task_name(t: &TaskType, id: &[u8]) -> String {
+    format!("{t}/{}", crate::logging::clean_id(id))
+}
+
+/// `POST /task/run-now`: a scheduled task becomes due now; anything else is left alone.
+async fn task_run_now(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<TaskForm>) -> Response {
+    let (t, id) = match authorized_task(&state, &headers, &form) {
+        Ok(x) => x,
+        Err(refused) => return refused.into_response(),
+    };
+    moved(&t, &id, "run now", state.store.reschedule(&t, &id, None).await)
+}
+
+/// `POST /task/postpone`: a scheduled task moves `by` later than the later of its due time and now.
+async fn task_postpone(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<TaskForm>) -> Response {
+    let (t, id) = match authorized_task(&state, &headers, &form) {
+        Ok(x) => x,
+        Err(refused) => return refused.into_response(),
+    };
+    let by = form.by.as_deref().unwrap_or_default().trim();
+    let delay = match humantime::parse_duration(by) {
+        Ok(d) if !d.is_zero() && d <= MAX_POSTPONE => d,
+        _ => {
+            return (StatusCode::BAD_REQUEST, format!("postpone by {by:?}: give a duration from 1s to 366d, like 30s, 5m or 2h\n"))
+                .into_response();
+        }
+    };
+    moved(&t, &id, &format!("postponed by {}", humantime::format_duration(delay)), state.store.reschedule(&t, &id, Some(delay)).await)
+}
+
+/// The answer to a run-now or postpone: back to the task page, saying what happened.
+fn moved(t: &TaskType, id: &[u8], what: &str, result: Result<Option<i64>>) -> Response {
+    let name = task_name(t, id);
+    match result {
+        Ok(Some(due_ms)) => {
+            info!(task_type = %t, task_id = %crate::logging::clean_id(id), due_ms, "task {what} from the dashboard");
+            back_to_task(t, id, &format!("{name}: {what}, due at {}", crate::cli::format_ms(due_ms)))
+        }
+        Ok(None) => back_to_task(t, id, &format!("{name} was not moved: it is no longer scheduled (running, dead or gone)")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// `POST /type/resume`: `type`, `token` when configured.
+async fn resume(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<PauseForm>) -> Response {
+    if let Err(refused) = authorize(&state, &headers, form.token.as_deref()) {
+        return refused.into_response();
+    }
+    let t: TaskType = match form.task_type.parse() {
+        Ok(t) => t,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    match state.store.resume(&t).await {
+        Ok(true) => {
+            info!(task_type = %t, "type resumed from the dashboard");
+            back_to(&t, &format!("resumed {t}"))
+        }
+        Ok(false) => back_to(&t, &format!("{t} was not paused")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// `POST /task/cancel`: removes a scheduled task and its payload, or stops a running one; needs `confirm=yes`.
+async fn task_cancel(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<TaskForm>) -> Response {
+    let (t, id) = match authorized_task(&state, &headers, &form) {
+        Ok(x) => x,
+        Err(refused) => return refused.into_response(),
+    };
+    if form.confirm.as_deref() != Some("yes") {
+        return (StatusCode::BAD_REQUEST, "a cancel deletes the task and its payload: confirm it with confirm=yes\n")
+            .into_response();
+    }
+    let name = task_name(&t, &id);
+    match state.store.cancel(&t, &id).await {
+        Ok(Cancelled::Scheduled) => {
+            warn!(task_type = %t, task_id = %crate::logging::clean_id(&id), "scheduled task cancelled from the dashboard");
+            back_to_task(&t, &id, &format!("{name}: cancelled (it was scheduled; removed with its payload)"))
+        }
+        Ok(Cancelled::Running { holder }) => {
+            warn!(task_type = %t, task_id = %crate::logging::clean_id(&id), %holder, "running task cancelled from the dashboard");
+            let on = if holder.is_empty() { String::new() } else { format!(" on host {}", crate::logging::Clean(&holder)) };
+            back_to_task(&t, &id, &format!("{name}: cancelled while running{on}; its handler is being stopped"))
+        }
+        Ok(Cancelled::Unknown) => back_to_task(&t, &id, &format!("{name} was not cancelled: it is neither scheduled nor running (dead or gone)")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// `POST /task/requeue`: a dead task becomes due now, attempts reset.
+async fn task_requeue(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<TaskForm>) -> Response {
+    let (t, id) = match authorized_task(&state, &headers, &form) {
+        Ok(x) => x,
+        Err(refused) => return refused.into_response(),
+    };
+    let name = task_name(&t, &id);
+    match state.store.dead_requeue(&t, Some(std::slice::from_ref(&id))).await {
+        Ok(1) => {
+            info!(task_type = %t, task_id = %crate::logging::clean_id(&id), "dead task re-queued from the dashboard");
+            back_to_task(&t, &id, &format!("{name}: re-queued, due now"))
+        }
+        Ok(_) => back_to_task(&t, &id, &format!("{name} was not re-queued: it is not dead")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
     }
 }

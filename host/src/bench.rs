@@ -2,19 +2,19 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, KeyPrefix, TypeConfig};
-use crate::runner::{self, Event, Observer};
+use crate::host;
+use crate::redis_server::{RedisServer, ServerSpec};
+use crate::runner::{Event, Observer};
 use crate::store::Store;
 use crate::task_type::TaskType;
 
@@ -142,53 +142,29 @@ fn find_plugin(given: Option<&Path>) -> Result<PathBuf> {
 
 /// A private `redis-server` on a unix socket in a temp folder; killed and removed on drop.
 struct SpawnedRedis {
-    child: std::process::Child,
-    dir: TempDir,
+    // Dropped before its folder.
+    server: RedisServer,
+    _dir: TempDir,
 }
 
 impl SpawnedRedis {
     async fn start() -> Result<SpawnedRedis> {
         let dir = TempDir::new("redis")?;
-        let socket = dir.path.join("redis.sock");
-        let mut cmd = std::process::Command::new("redis-server");
-        cmd.args(["--port", "0", "--daemonize", "no"]).arg("--unixsocket").arg(&socket);
-        let child = spawn_redis_server(cmd, &dir.path, "--spawn-redis")?;
-        let mut spawned = SpawnedRedis { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(client) = redis::Client::open(spawned.url())
-                && let Ok(mut conn) = client.get_multiplexed_async_connection().await
-                && redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
-            {
-                return Ok(spawned);
-            }
-            if let Ok(Some(status)) = spawned.child.try_wait() {
-                bail!("redis-server exited at start ({status})");
-            }
-            if Instant::now() > deadline {
-                bail!("redis-server did not answer within 10s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let spec = ServerSpec { dir: dir.path.clone(), socket: Some("redis.sock".into()), ..ServerSpec::default() };
+        let server = tokio::task::spawn_blocking(move || RedisServer::spawn_ready(spec, "--spawn-redis", Duration::from_secs(10))).await??;
+        Ok(SpawnedRedis { server, _dir: dir })
     }
 
     fn url(&self) -> String {
-        format!("redis+unix://{}", self.dir.path.join("redis.sock").display())
-    }
-}
-
-impl Drop for SpawnedRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.url()
     }
 }
 
 /// A private 3-master Redis Cluster on loopback ports, killed and removed on drop.
 struct SpawnedCluster {
-    children: Vec<std::process::Child>,
-    ports: Vec<u16>,
-    dir: TempDir,
+    // Dropped before their folder.
+    nodes: Vec<RedisServer>,
+    _dir: TempDir,
 }
 
 impl SpawnedCluster {
@@ -196,28 +172,32 @@ impl SpawnedCluster {
 
     async fn start() -> Result<SpawnedCluster> {
         let dir = TempDir::new("cluster")?;
-        // Built first, so that a failure below still kills the nodes started so far.
-        let mut cluster = SpawnedCluster { children: Vec::new(), ports: Vec::new(), dir };
+        let mut nodes: Vec<RedisServer> = Vec::new();
+        let mut ports = Vec::new();
         for _ in 0..Self::MASTERS {
-            let port = free_cluster_port(&cluster.ports)?;
-            let mut cmd = std::process::Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"]);
-            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")]);
-            let child = spawn_redis_server(cmd, &cluster.dir.path, "--spawn-cluster")?;
-            cluster.children.push(child);
-            cluster.ports.push(port);
+            let port = free_cluster_port(&ports)?;
+            let spec = ServerSpec {
+                dir: dir.path.clone(),
+                port: Some(port),
+                args: ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")].map(String::from).to_vec(),
+                ..ServerSpec::default()
+            };
+            ports.push(port);
+            // Kept as soon as it runs, so a failure below still kills the nodes started so far.
+            nodes.push(RedisServer::spawn(spec, "--spawn-cluster")?);
         }
-        for &port in &cluster.ports {
-            wait_until(&format!("cluster node 127.0.0.1:{port} to answer"), || async move {
-                let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?.get_multiplexed_async_connection().await.ok()?;
-                redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
-            })
-            .await?;
-        }
-        let nodes: Vec<String> = cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let nodes = tokio::task::spawn_blocking(move || -> Result<Vec<RedisServer>> {
+            for node in &mut nodes {
+                node.wait_ready(Duration::from_secs(20))?;
+            }
+            Ok(nodes)
+        })
+        .await??;
+        let cluster = SpawnedCluster { nodes, _dir: dir };
+        let seeds: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = tokio::process::Command::new("redis-cli")
             .args(["--cluster", "create"])
-            .args(&nodes)
+            .args(&seeds)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .output()
             .await
@@ -225,41 +205,18 @@ impl SpawnedCluster {
         if !out.status.success() {
             bail!("redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or(""));
         }
-        for &port in &cluster.ports {
-            wait_until("the cluster to be ready (cluster_state:ok)", || async move {
-                let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?.get_multiplexed_async_connection().await.ok()?;
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.ok()?;
-                info.contains("cluster_state:ok").then_some(())
-            })
-            .await?;
-        }
+        let store = Store::connect(&cluster.url(), &PREFIX.parse().map_err(anyhow::Error::msg)?).await?;
+        wait_until("the cluster to be ready (cluster_state:ok on every node)", || async {
+            store.cluster_ready().await.ok().filter(|ready| *ready)
+        })
+        .await?;
         Ok(cluster)
     }
 
     fn url(&self) -> String {
-        let seeds: Vec<String> = self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let seeds: Vec<String> = self.nodes.iter().filter_map(|n| n.port()).map(|p| format!("127.0.0.1:{p}")).collect();
         format!("redis+cluster://{}", seeds.join(","))
     }
-}
-
-impl Drop for SpawnedCluster {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts a `redis-server` without persistence in `dir`; `flag` names the
-/// option that wanted it when the server is not installed.
-fn spawn_redis_server(mut cmd: std::process::Command, dir: &Path, flag: &str) -> Result<std::process::Child> {
-    cmd.args(["--save", "", "--appendonly", "no"]).arg("--dir").arg(dir);
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    cmd.spawn().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => anyhow::anyhow!("{flag} needs redis-server installed (apt-get install redis-server)"),
-        _ => anyhow::Error::new(e).context("cannot start redis-server"),
-    })
 }
 
 /// A free loopback port whose cluster bus port (+10000) is free too.
@@ -491,7 +448,6 @@ struct Bench {
     url: String,
     plugin: PathBuf,
     store: Store,
-    conn: crate::store::Conn,
     /// The types tasks are spread over: task `i` is of type `i % len`.
     task_types: Vec<TaskType>,
     work: TempDir,
@@ -502,7 +458,6 @@ impl Bench {
     async fn new(args: BenchArgs, base_config: Config, url: String, plugin: PathBuf) -> Result<Bench> {
         let prefix: KeyPrefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
         let store = Store::connect(&url, &prefix).await?;
-        let conn = store.conn();
         let progress = std::io::stderr().is_terminal();
         let task_types = bench_types(&store, usize::from(args.types)).await?;
         let bench = Bench {
@@ -511,7 +466,6 @@ impl Bench {
             url,
             plugin,
             store,
-            conn,
             task_types,
             work: TempDir::new("host")?,
             progress,
@@ -589,15 +543,11 @@ impl Bench {
 
     /// Deletes every key of the benchmark types (one command per type: one slot each).
     async fn clear(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
         for t in &self.task_types {
             let k = self.store.keys(t);
-            let keys = [k.due, k.payload, k.stats, k.leases, k.tokens, k.attempts, k.errors, k.dead, k.seq, k.outbox];
-            let _: () = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+            self.store.unlink(&[k.due, k.payload, k.stats, k.leases, k.tokens, k.attempts, k.errors, k.dead, k.seq, k.outbox]).await?;
         }
-        let footprint = format!("{PREFIX}:{{footprint}}:due");
-        let _: () = conn.unlink(footprint).await?;
-        Ok(())
+        self.store.unlink(&[format!("{PREFIX}:{{footprint}}:due")]).await
     }
 
     async fn cleanup(&self) {
@@ -639,7 +589,7 @@ impl Bench {
             let mut config = config.clone();
             config.runner.host_id = Some(format!("bench-{k}"));
             let observer = recorder.observer(k);
-            host.handles.push(tokio::spawn(runner::run_observed(config, None, store, shutdown.clone(), Some(observer))));
+            host.handles.push(tokio::spawn(host::run_observed(config, None, store, shutdown.clone(), Some(observer))));
         }
         // Ready when every host has run warm-up tasks: plugins loaded, claim loops running.
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -652,8 +602,8 @@ impl Bench {
                 let due = now_ms();
                 for t in &self.task_types {
                     let warm: Vec<(i64, String)> = (0..50).map(|i| (due, format!("warm-{round}-{i}"))).collect();
-                    let _: () = self.conn.clone().zadd_multiple(self.store.keys(t).due, &warm).await?;
                     written += warm.len() as u64;
+                    self.store.add_due(&self.store.keys(t).due, warm.into_iter(), ZADD_CHUNK, 1).await?;
                 }
             }
             if let Some(e) = host.failed().await {
@@ -685,24 +635,8 @@ impl Bench {
         Ok(())
     }
 
-    async fn write_ids_to(&self, key: &str, mut ids: impl Iterator<Item = u64>, due: impl Fn(u64) -> i64) -> Result<()> {
-        let mut conn = self.conn.clone();
-        loop {
-            let mut pipe = redis::pipe();
-            let mut commands = 0;
-            while commands < PIPELINE_COMMANDS {
-                let members: Vec<(i64, String)> = ids.by_ref().take(ZADD_CHUNK).map(|j| (due(j), task_id(j))).collect();
-                if members.is_empty() {
-                    break;
-                }
-                pipe.zadd_multiple(key, &members).ignore();
-                commands += 1;
-            }
-            if commands == 0 {
-                return Ok(());
-            }
-            let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
-        }
+    async fn write_ids_to(&self, key: &str, ids: impl Iterator<Item = u64>, due: impl Fn(u64) -> i64) -> Result<()> {
+        self.store.add_due(key, ids.map(|j| (due(j), task_id(j))), ZADD_CHUNK, PIPELINE_COMMANDS).await
     }
 
     /// Waits until `n` tasks are acked (or nothing moves for a while); shows progress on a terminal.
@@ -890,7 +824,7 @@ impl Bench {
         host.stop().await?;
         let mut left = 0u64;
         for t in &self.task_types {
-            left += self.conn.clone().zcard::<_, u64>(self.store.keys(t).due).await?;
+            left += self.store.zcard(&self.store.keys(t).due).await?;
         }
         self.clear().await?;
 
@@ -939,16 +873,15 @@ impl Bench {
         let used = |info: String| -> Option<i64> {
             info.lines().find_map(|l| l.strip_prefix("used_memory:")).and_then(|v| v.trim().parse().ok())
         };
-        let mut conn = self.conn.clone();
-        let before = used(redis::cmd("INFO").arg("memory").query_async(&mut conn).await?);
+        let before = used(self.store.info("memory").await?);
         self.progress_line(&format!("footprint: writing {redis_tasks} tasks"));
         let key = format!("{PREFIX}:{{footprint}}:due");
         let far = now_ms() + 10 * 365 * 24 * 3600 * 1000;
         self.write_ids_to(&key, 0..redis_tasks, |i| far + i as i64).await?;
         self.progress_done();
-        let after = used(redis::cmd("INFO").arg("memory").query_async(&mut conn).await?);
-        let count: u64 = conn.zcard(&key).await?;
-        let _: () = conn.unlink(&key).await?;
+        let after = used(self.store.info("memory").await?);
+        let count = self.store.zcard(&key).await?;
+        self.store.unlink(std::slice::from_ref(&key)).await?;
         let per_task = match (before, after) {
             (Some(b), Some(a)) if count > 0 => json!(((a - b) as f64 / count as f64).round()),
             _ => Value::Null,
@@ -1050,9 +983,7 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
     if !store.target().is_cluster() {
         return (0..n).map(|i| Ok(name(i).parse::<TaskType>()?)).collect();
     }
-    let mut conn = store.conn();
-    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.context("cannot list cluster nodes")?;
-    let masters = master_slot_ranges(&nodes);
+    let masters: Vec<_> = store.cluster_nodes().await?.into_iter().filter(|n| n.master && !n.slots.is_empty()).map(|n| n.slots).collect();
     if masters.is_empty() {
         bail!("CLUSTER NODES lists no master serving slots");
     }
@@ -1064,7 +995,7 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
             break;
         }
         let t: TaskType = name(i).parse()?;
-        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(store.keys(&t).due).query_async(&mut conn).await?;
+        let slot = store.keyslot(&store.keys(&t).due).await?;
         let Some(m) = masters.iter().position(|ranges| ranges.iter().any(|r| r.contains(&slot))) else {
             continue;
         };
@@ -1076,38 +1007,3 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
     Ok(chosen)
 }
 
-/// The slot ranges of each master in `CLUSTER NODES` output.
-fn master_slot_ranges(nodes: &str) -> Vec<Vec<std::ops::RangeInclusive<u16>>> {
-    nodes
-        .lines()
-        .map(|line| line.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.get(2).is_some_and(|flags| flags.split(',').any(|x| x == "master")))
-        .map(|f| {
-            f.iter()
-                .skip(8)
-                .filter_map(|r| match r.split_once('-') {
-                    Some((a, b)) => Some(a.parse().ok()?..=b.parse().ok()?),
-                    None => r.parse().ok().map(|s| s..=s),
-                })
-                .collect::<Vec<_>>()
-        })
-        .filter(|ranges| !ranges.is_empty())
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_ranges_of_masters_only() {
-        let nodes = "\
-a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
-b2 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922 12000
-c3 127.0.0.1:7002@17002 slave b2 0 0 2 connected
-d4 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-11999 12001-16383
-";
-        let ranges = master_slot_ranges(nodes);
-        assert_eq!(ranges, vec![vec![0..=5460], vec![5461..=10922, 12000..=12000], vec![10923..=11999, 12001..=16383]]);
-    }
-}

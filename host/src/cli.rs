@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
-use crate::store::{Store, TypeStats};
+use crate::store::{ScheduleMode, Store, TypeStats};
 use crate::task_type::TaskType;
 
 /// Run delayed tasks from Redis in sandboxed WebAssembly handlers.
@@ -37,7 +37,37 @@ pub enum Command {
     Run(RunArgs),
     /// Schedule a task (or re-schedule it: the same id is an upsert).
     Schedule(ScheduleArgs),
-    /// Cancel a scheduled task.
+    /// Add (or change) a recurring schedule by a cron expression, stored in Redis for every host.
+    Cron(CronArgs),
+    /// Add (or change) a recurring schedule by a fixed interval, stored in Redis for every host.
+    Every(EveryArgs),
+    /// List the recurring schedules with their next fire times.
+    Schedules {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a recurring schedule (its armed occurrence too).
+    Unschedule {
+        /// Task type of its occurrences.
+        task_type: TaskType,
+        /// Its name.
+        name: crate::schedules::ScheduleName,
+    },
+    /// Pause a type on every host: nothing of it is claimed (schedules keep arriving; running tasks finish).
+    Pause {
+        /// Task type.
+        task_type: TaskType,
+        /// End the pause by itself after this long (`10m`, `1h`) [default: until `hourglass resume`].
+        #[arg(long = "for", value_name = "DURATION", value_parser = parse_in)]
+        for_: Option<Duration>,
+    },
+    /// Resume a paused type.
+    Resume {
+        /// Task type.
+        task_type: TaskType,
+    },
+    /// Cancel a task: remove it when scheduled; stop its handler when it is running (on any host).
     Cancel {
         /// Task type.
         task_type: TaskType,
@@ -58,6 +88,8 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["json", "hosts"])]
         watch: bool,
     },
+    /// Show where one task is: scheduled, due, running, dead or unknown (exit 1), with its attempts, last error and payload.
+    Show(ShowArgs),
     /// List, re-queue or purge dead-lettered tasks.
     #[command(subcommand)]
     Dead(DeadCommand),
@@ -80,6 +112,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("when").required(true).args(["at", "in_"])))]
 #[command(group(clap::ArgGroup::new("body").args(["payload", "payload_file"])))]
+#[command(group(clap::ArgGroup::new("mode").args(["if_absent", "only_later", "only_earlier"])))]
 pub struct ScheduleArgs {
     /// Task type.
     pub task_type: TaskType,
@@ -97,6 +130,121 @@ pub struct ScheduleArgs {
     /// Read the payload from this file (any bytes).
     #[arg(long, value_name = "PATH")]
     pub payload_file: Option<PathBuf>,
+    /// Keep the first schedule when the id is already scheduled (ZADD NX: dedupe).
+    #[arg(long)]
+    pub if_absent: bool,
+    /// Only postpone an id already scheduled, never bring it forward (ZADD GT: debounce).
+    #[arg(long)]
+    pub only_later: bool,
+    /// Only bring an id already scheduled forward, never postpone it (ZADD LT).
+    #[arg(long)]
+    pub only_earlier: bool,
+    /// After writing, wait until this many replicas have it (Redis WAIT); exit 1 if fewer do in time.
+    #[arg(long, value_name = "N")]
+    pub wait_replicas: Option<u32>,
+    /// How long --wait-replicas waits.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_in, requires = "wait_replicas")]
+    pub wait_timeout: Duration,
+}
+
+impl ScheduleArgs {
+    fn mode(&self) -> ScheduleMode {
+        match (self.if_absent, self.only_later, self.only_earlier) {
+            (true, _, _) => ScheduleMode::IfAbsent,
+            (_, true, _) => ScheduleMode::OnlyLater,
+            (_, _, true) => ScheduleMode::OnlyEarlier,
+            _ => ScheduleMode::Upsert,
+        }
+    }
+}
+
+/// `hourglass cron`.
+#[derive(Debug, Args)]
+pub struct CronArgs {
+    /// The schedule's name (unique within its type; occurrences are `<name>@<due ms>`).
+    pub name: crate::schedules::ScheduleName,
+    /// Task type of its occurrences.
+    pub task_type: TaskType,
+    /// Cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first.
+    pub expr: String,
+    /// IANA time zone the expression is read in.
+    #[arg(long, default_value = "UTC")]
+    pub timezone: String,
+    #[command(flatten)]
+    pub common: RecurArgs,
+}
+
+/// `hourglass every`.
+#[derive(Debug, Args)]
+pub struct EveryArgs {
+    /// The schedule's name (unique within its type; occurrences are `<name>@<due ms>`).
+    pub name: crate::schedules::ScheduleName,
+    /// Task type of its occurrences.
+    pub task_type: TaskType,
+    /// The interval: `30s`, `15m`, `1h 30m` (at least 1s); the first occurrence is one interval from now.
+    pub interval: String,
+    #[command(flatten)]
+    pub common: RecurArgs,
+}
+
+/// What `cron` and `every` share.
+#[derive(Debug, Args)]
+pub struct RecurArgs {
+    /// Payload of every occurrence (text).
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// After a time with no host running: run the latest missed occurrence once, all of them, or none.
+    #[arg(long, value_enum, default_value = "latest")]
+    pub missed: MissedArg,
+}
+
+/// `--missed`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum MissedArg {
+    /// Run the latest missed occurrence once, skip the rest.
+    Latest,
+    /// Run every missed occurrence (at most 1000).
+    All,
+    /// Run none (one at most a minute late still runs).
+    Skip,
+}
+
+impl From<MissedArg> for crate::schedules::MissedPolicy {
+    fn from(m: MissedArg) -> Self {
+        match m {
+            MissedArg::Latest => Self::Latest,
+            MissedArg::All => Self::All,
+            MissedArg::Skip => Self::Skip,
+        }
+    }
+}
+
+/// `hourglass show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Task type.
+    pub task_type: TaskType,
+    /// Task id.
+    #[arg(required_unless_present = "id_hex", conflicts_with = "id_hex")]
+    pub id: Option<String>,
+    /// The task id as hex, for ids that are not text.
+    #[arg(long, value_name = "HEX", value_parser = parse_hex)]
+    pub id_hex: Option<HexId>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// An id given as hex (`--id-hex`).
+#[derive(Debug, Clone)]
+pub struct HexId(pub Vec<u8>);
+
+fn parse_hex(s: &str) -> Result<HexId, String> {
+    match hex::decode(s) {
+        Ok(id) if !id.is_empty() => Ok(HexId(id)),
+        Ok(_) => Err("an id is at least one byte".into()),
+        Err(e) => Err(format!("not hex: {e}")),
+    }
 }
 
 /// `hourglass dead ...`.
@@ -206,7 +354,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let target = crate::target::Target::resolve(&config.redis, redis_override.as_deref())?;
-            crate::runner::run_from_cli(config, target, args.plugins, config_path).await?;
+            crate::host::run_from_cli(config, target, args.plugins, config_path).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
@@ -228,18 +376,119 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 (None, None) => unreachable!("clap requires --at or --in"),
             };
             let store = connect(&config, redis_override.as_deref()).await?;
-            store.schedule(&args.task_type, args.id.as_bytes(), due_ms, payload.as_deref()).await?;
-            println!("scheduled {}/{} at {} ({} ms)", args.task_type, args.id, format_ms(due_ms), due_ms);
+            let mode = args.mode();
+            let written = store.schedule(&args.task_type, args.id.as_bytes(), due_ms, payload.as_deref(), mode).await?;
+            if written {
+                println!("scheduled {}/{} at {} ({} ms)", args.task_type, args.id, format_ms(due_ms), due_ms);
+            } else {
+                let why = match mode {
+                    ScheduleMode::IfAbsent => "it is already scheduled (--if-absent)",
+                    ScheduleMode::OnlyLater => "it is already scheduled at the same time or later (--only-later)",
+                    _ => "it is already scheduled at the same time or sooner (--only-earlier)",
+                };
+                println!("kept {}/{} as it was: {why}", args.task_type, args.id);
+            }
+            if let Some(wanted) = args.wait_replicas {
+                let acked = store.wait_replicas(wanted, args.wait_timeout).await?;
+                if acked < wanted {
+                    eprintln!(
+                        "error: only {acked} of {wanted} replicas acknowledged the write within {} (--wait-replicas)",
+                        humantime::format_duration(args.wait_timeout)
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                println!("{acked} replica(s) acknowledged it");
+            }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Cron(args) => {
+            let schedule = crate::schedules::ScheduleConfig {
+                task_type: args.task_type,
+                cron: Some(args.expr),
+                timezone: Some(args.timezone),
+                every: None,
+                payload: args.common.payload,
+                missed: Some(args.common.missed.into()),
+            };
+            put_schedule(&config, redis_override.as_deref(), &args.name, schedule).await
+        }
+        Command::Every(args) => {
+            let schedule = crate::schedules::ScheduleConfig {
+                task_type: args.task_type,
+                cron: None,
+                timezone: None,
+                every: Some(args.interval),
+                payload: args.common.payload,
+                missed: Some(args.common.missed.into()),
+            };
+            put_schedule(&config, redis_override.as_deref(), &args.name, schedule).await
+        }
+        Command::Schedules { json } => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            print_schedules(&crate::schedules::list(&store).await?, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Unschedule { task_type, name } => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            if store.recur_remove(&task_type, name.as_str()).await? {
+                println!("removed the recurring schedule {task_type}/{name}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("error: there is no recurring schedule {task_type}/{name}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Command::Pause { task_type, for_ } => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            match store.pause(&task_type, for_).await? {
+                Some(ends) => println!("paused {task_type} on every host until {} (then it resumes by itself)", format_ms(ends)),
+                None => println!("paused {task_type} on every host until 'hourglass resume {task_type}'"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resume { task_type } => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            if store.resume(&task_type).await? {
+                println!("resumed {task_type}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("error: {task_type} is not paused");
+                Ok(ExitCode::FAILURE)
+            }
         }
         Command::Cancel { task_type, id } => {
             let store = connect(&config, redis_override.as_deref()).await?;
-            if store.cancel(&task_type, id.as_bytes()).await? {
-                println!("cancelled {task_type}/{id}");
-                Ok(ExitCode::SUCCESS)
-            } else {
-                eprintln!("error: {task_type}/{id} is not scheduled");
-                Ok(ExitCode::FAILURE)
+            match store.cancel(&task_type, id.as_bytes()).await? {
+                crate::store::Cancelled::Scheduled => {
+                    println!("cancelled scheduled task {task_type}/{id}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                crate::store::Cancelled::Running { holder } => {
+                    let holder = if holder.is_empty() { "its host".to_owned() } else { format!("host {holder}") };
+                    // The holder settles it within moments; say so once it has.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    let mut stopped = false;
+                    while std::time::Instant::now() < deadline {
+                        if !store.leased(&task_type, id.as_bytes()).await? {
+                            stopped = true;
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    if stopped {
+                        println!("cancelled running task {task_type}/{id}: {holder} stopped its handler (outcome cancelled, not retried)");
+                    } else {
+                        println!(
+                            "asked {holder} to stop running task {task_type}/{id}: it has not yet; it will at its next lease renewal, \
+                             and the task is not retried"
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                crate::store::Cancelled::Unknown => {
+                    eprintln!("error: {task_type}/{id} is neither scheduled nor running");
+                    Ok(ExitCode::FAILURE)
+                }
             }
         }
         Command::Stats { task_type, json, hosts: true, .. } => {
@@ -290,6 +539,11 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Show(args) => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            let id = args.id_hex.map_or_else(|| args.id.unwrap_or_default().into_bytes(), |h| h.0);
+            crate::show::command(&store, &args.task_type, &id, args.json).await
+        }
         Command::Dead(cmd) => {
             let store = connect(&config, redis_override.as_deref()).await?;
             dead(&store, cmd).await?;
@@ -302,6 +556,51 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
 async fn connect(config: &Config, redis_override: Option<&str>) -> Result<Store> {
     let target = crate::target::Target::resolve(&config.redis, redis_override)?;
     Store::connect_to(&target, &config.redis.prefix).await
+}
+
+/// `hourglass cron` and `hourglass every`: validate, then put in Redis (made by the CLI).
+async fn put_schedule(
+    config: &Config,
+    redis_override: Option<&str>,
+    name: &crate::schedules::ScheduleName,
+    schedule: crate::schedules::ScheduleConfig,
+) -> Result<ExitCode> {
+    let mut definition = schedule.definition(name)?;
+    definition.source = crate::schedules::Source::Cli;
+    let store = connect(config, redis_override).await?;
+    let changed = definition.put(&store).await?;
+    let next = crate::schedules::list(&store)
+        .await?
+        .into_iter()
+        .find(|s| s.task_type == definition.task_type.as_str() && s.name == name.as_str())
+        .and_then(|s| s.next_ms);
+    let verb = if changed { "scheduled" } else { "unchanged:" };
+    let next = next.map(|ms| format!(", next at {}", format_ms(ms))).unwrap_or_default();
+    println!("{verb} {}/{name} {}{next}", definition.task_type, definition.rule);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_schedules(schedules: &[crate::schedules::Listed], json: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, schedules)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if schedules.is_empty() {
+        writeln!(out, "no recurring schedules in Redis")?;
+        return Ok(());
+    }
+    writeln!(out, "{:<20} {:<24} {:<40} {:<26} {:<7} MISSED", "TYPE", "NAME", "RULE", "NEXT", "SOURCE")?;
+    for s in schedules {
+        let next = match (s.next_ms, s.armed_due) {
+            (Some(ms), true) => format_ms(ms),
+            (Some(_), false) => "running; next soon".to_owned(),
+            (None, _) => "-".to_owned(),
+        };
+        writeln!(out, "{:<20} {:<24} {:<40} {:<26} {:<7} {}", s.task_type, s.name, s.rule, next, s.source, s.missed)?;
+    }
+    Ok(())
 }
 
 fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
@@ -384,6 +683,18 @@ fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
             s.retried,
             s.dead_total
         )?;
+    }
+    for (t, s) in rows {
+        match s.paused {
+            Some(crate::store::Paused::UntilResumed) => writeln!(out, "PAUSED {t}: until resumed ({} due now wait)", s.due_now)?,
+            Some(crate::store::Paused::For(ms)) => {
+                writeln!(out, "PAUSED {t}: for {} more ({} due now wait)", humantime::format_duration(Duration::from_millis(ms as u64)), s.due_now)?
+            }
+            None => {}
+        }
+        if let Some(fault) = &s.fault {
+            writeln!(out, "FAULTED {t}: {fault}")?;
+        }
     }
     Ok(())
 }

@@ -31,6 +31,12 @@ pub struct Config {
     /// The admin HTTP server: health, metrics and the dashboard.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// Recurring schedules: each fires tasks of its type by a cron expression or an interval.
+    #[serde(default)]
+    pub schedules: BTreeMap<crate::schedules::ScheduleName, crate::schedules::ScheduleConfig>,
+    /// Traces (opt-in): where to send one span per run.
+    #[serde(default)]
+    pub telemetry: crate::traces::TelemetryConfig,
 }
 
 /// The `[admin]` table.
@@ -41,7 +47,7 @@ pub struct AdminConfig {
     pub enabled: bool,
     /// Address to listen on; a port of 0 picks a free one (logged at start).
     pub listen: std::net::SocketAddr,
-    /// Secret that re-queue and purge requests must carry; required when `listen` is not loopback.
+    /// Secret that the dashboard's actions (re-queue, purge, run now, postpone, cancel) must carry; required when `listen` is not loopback.
     pub token: Option<String>,
 }
 
@@ -200,6 +206,12 @@ impl Default for RunnerConfig {
 pub struct TypePolicy {
     /// Most tasks of this type in hand at once (claimed and not yet settled); one claim takes at most a quarter of it.
     pub concurrency: usize,
+    /// Most tasks of this type running at once over every host (0: no limit beyond `concurrency` per host).
+    pub max_running: u64,
+    /// Most tasks of this type started per second, minute or hour over every host (`50/s`, `100/m`); none by default.
+    pub rate: Option<Rate>,
+    /// Share claims fairly among the keys of task ids, the part before this separator (`":"`: `tenant-7:order-1` has key `tenant-7`); off by default.
+    pub fair_by: Option<String>,
     /// Attempts before a failing task is dead-lettered (1 = never retry).
     pub max_attempts: u32,
     /// First retry delay; it doubles with every attempt (with jitter).
@@ -224,6 +236,10 @@ pub struct TypePolicy {
     pub http_concurrency: usize,
     /// Linear memory cap of one handler instance.
     pub memory_limit: ByteSize,
+    /// Most bytes the host holds for one run outside its linear memory: its
+    /// follow-ups, captured output and error text, and its wasi:http state
+    /// (header fields, request bodies). A run that needs more fails.
+    pub host_memory_limit: ByteSize,
     /// Larger payloads are dead-lettered without running.
     pub max_payload: ByteSize,
     /// Opt-in instance reuse: one instance serves up to this many consecutive
@@ -241,6 +257,9 @@ impl Default for TypePolicy {
     fn default() -> Self {
         TypePolicy {
             concurrency: 256,
+            max_running: 0,
+            rate: None,
+            fair_by: None,
             max_attempts: 5,
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
@@ -250,6 +269,7 @@ impl Default for TypePolicy {
             http_max_response: ByteSize::mib(1),
             http_concurrency: 8,
             memory_limit: ByteSize::mib(64),
+            host_memory_limit: ByteSize::mib(16),
             max_payload: ByteSize::mib(1),
             instance_reuse: 0,
             events: false,
@@ -266,6 +286,12 @@ pub struct TypeConfig {
     pub plugin: Option<PathBuf>,
     /// See [`TypePolicy::concurrency`].
     pub concurrency: Option<usize>,
+    /// See [`TypePolicy::max_running`].
+    pub max_running: Option<u64>,
+    /// See [`TypePolicy::rate`].
+    pub rate: Option<Rate>,
+    /// See [`TypePolicy::fair_by`].
+    pub fair_by: Option<String>,
     /// See [`TypePolicy::max_attempts`].
     pub max_attempts: Option<u32>,
     /// See [`TypePolicy::backoff_base`].
@@ -288,6 +314,8 @@ pub struct TypeConfig {
     pub http_concurrency: Option<usize>,
     /// See [`TypePolicy::memory_limit`].
     pub memory_limit: Option<ByteSize>,
+    /// See [`TypePolicy::host_memory_limit`].
+    pub host_memory_limit: Option<ByteSize>,
     /// See [`TypePolicy::max_payload`].
     pub max_payload: Option<ByteSize>,
     /// See [`TypePolicy::instance_reuse`].
@@ -300,6 +328,58 @@ pub struct TypeConfig {
     /// from the host's environment (`{ env = "NAME" }`) or a file (`{ file = "path" }`).
     #[serde(default)]
     pub config: BTreeMap<String, ConfigValue>,
+}
+
+/// A rate limit: tasks per second, minute or hour (`50/s`, `100/m`, `1000/h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Rate {
+    count: u32,
+    per: Duration,
+}
+
+impl Rate {
+    /// Tasks per second.
+    pub fn per_second(&self) -> f64 {
+        f64::from(self.count) / self.per.as_secs_f64()
+    }
+
+    /// The most tasks the bucket lets out at once: 50 ms worth, at least one,
+    /// so that any one-second window sees at most 5% over the rate.
+    pub fn burst(&self) -> f64 {
+        (self.per_second() / 20.0).max(1.0)
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "m",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+impl TryFrom<String> for Rate {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        let bad = || format!("invalid rate {s:?}: expected <count>/s, /m or /h, like \"50/s\"");
+        let (count, unit) = s.split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let per = match unit.trim() {
+            "s" | "sec" | "second" => Duration::from_secs(1),
+            "m" | "min" | "minute" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if count == 0 {
+            return Err(format!("invalid rate {s:?}: the count must be at least 1"));
+        }
+        Ok(Rate { count, per })
+    }
 }
 
 /// The most a config may ask for, so a typo cannot make the host unusable.
@@ -374,6 +454,10 @@ impl Config {
             bail!("runner.host_id must be 1 to 128 characters without whitespace");
         }
         self.admin.validate()?;
+        for (name, schedule) in &self.schedules {
+            schedule.definition(name).with_context(|| format!("schedules.\"{name}\""))?;
+        }
+        self.telemetry.validate()?;
         self.defaults.validate("defaults")?;
         for name in self.types.keys() {
             self.policy(name).validate(&format!("types.\"{name}\""))?;
@@ -395,6 +479,9 @@ impl Config {
         };
         TypePolicy {
             concurrency: t.concurrency.unwrap_or(d.concurrency),
+            max_running: t.max_running.unwrap_or(d.max_running),
+            rate: t.rate.or(d.rate),
+            fair_by: t.fair_by.clone().or_else(|| d.fair_by.clone()),
             max_attempts: t.max_attempts.unwrap_or(d.max_attempts),
             backoff_base: t.backoff_base.unwrap_or(d.backoff_base),
             backoff_cap: t.backoff_cap.unwrap_or(d.backoff_cap),
@@ -404,6 +491,7 @@ impl Config {
             http_max_response: t.http_max_response.unwrap_or(d.http_max_response),
             http_concurrency: t.http_concurrency.unwrap_or(d.http_concurrency),
             memory_limit: t.memory_limit.unwrap_or(d.memory_limit),
+            host_memory_limit: t.host_memory_limit.unwrap_or(d.host_memory_limit),
             max_payload: t.max_payload.unwrap_or(d.max_payload),
             instance_reuse: t.instance_reuse.unwrap_or(d.instance_reuse),
             events: t.events.unwrap_or(d.events),
@@ -416,6 +504,9 @@ impl TypePolicy {
     fn validate(&self, table: &str) -> Result<()> {
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             bail!("{table}.concurrency must be between 1 and {MAX_CONCURRENCY}");
+        }
+        if self.fair_by.as_ref().is_some_and(|s| s.is_empty() || s.len() > 16) {
+            bail!("{table}.fair_by must be 1 to 16 characters (the separator before which an id's key ends)");
         }
         if self.max_attempts == 0 {
             bail!("{table}.max_attempts must be at least 1");
@@ -437,6 +528,9 @@ impl TypePolicy {
         }
         if self.memory_limit < ByteSize::mib(1) || self.memory_limit > ByteSize::gib(4) {
             bail!("{table}.memory_limit must be between 1 MiB and 4 GiB");
+        }
+        if self.host_memory_limit < ByteSize::mib(4) || self.host_memory_limit > ByteSize::gib(1) {
+            bail!("{table}.host_memory_limit must be between 4 MiB and 1 GiB");
         }
         if self.max_payload.as_u64() == 0 || self.max_payload > ByteSize::mib(512) {
             bail!("{table}.max_payload must be between 1 byte and 512 MiB");
@@ -492,6 +586,23 @@ mod tests {
     }
 
     #[test]
+    fn rates_and_schedules_parse() {
+        let c = Config::parse(
+            "[types.w]\nrate = \"200/s\"\nmax_running = 5\n\
+             [schedules.\"daily-digest\"]\ntype = \"digest.send\"\ncron = \"0 7 * * *\"\ntimezone = \"Europe/Paris\"\npayload = \"hi\"\n\
+             [schedules.ping]\ntype = \"noop\"\nevery = \"15m\"\nmissed = \"skip\"\n",
+            "runner.toml",
+        )
+        .unwrap();
+        let p = c.policy(&"w".parse().unwrap());
+        assert_eq!(p.rate.unwrap().per_second(), 200.0);
+        assert_eq!(p.rate.unwrap().burst(), 10.0);
+        assert_eq!(p.max_running, 5);
+        assert_eq!(Rate::try_from("6/m".to_owned()).unwrap().burst(), 1.0);
+        assert_eq!(c.schedules.len(), 2);
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let err = Config::parse("[runner]\n\nconcurency = 4\n", "runner.toml").unwrap_err();
         let msg = format!("{err:#}");
@@ -520,6 +631,13 @@ mod tests {
             ("[admin]\ntoken = \"short\"", "admin.token"),
             ("[admin]\nlisten = \"nowhere\"", "runner.toml:2"),
             ("[defaults]\nevents_maxlen = 0", "defaults.events_maxlen"),
+            ("[types.a]\nhost_memory_limit = \"1MiB\"", "types.\"a\".host_memory_limit"),
+            ("[types.a]\nrate = \"fast\"", "invalid rate"),
+            ("[types.a]\nrate = \"0/s\"", "at least 1"),
+            ("[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * *\"", "schedules.\"digest\""),
+            ("[schedules.digest]\ntype = \"digest.send\"", "schedules.\"digest\""),
+            ("[schedules.digest]\ntype = \"digest.send\"\nevery = \"1m\"\ncron = \"* * * * *\"", "schedules.\"digest\""),
+            ("[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * * *\"\ntimezone = \"Mars/Olympus\"", "unknown time zone"),
         ] {
             let err = format!("{:#}", Config::parse(text, "runner.toml").unwrap_err());
             assert!(err.contains(needle), "{text}: {err}");

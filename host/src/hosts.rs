@@ -13,8 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
-use redis::{Script, Value};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use tracing::{debug, info};
 
@@ -39,15 +38,6 @@ pub fn default_host_id() -> String {
         .filter(|s| !s.is_empty() && !s.chars().any(char::is_whitespace))
         .unwrap_or_else(|| "host".to_owned());
     format!("{name}-{}", std::process::id())
-}
-
-/// The key of the hosts hash.
-pub fn hosts_key(prefix: &str) -> String {
-    format!("{prefix}:hosts")
-}
-
-fn presence_script() -> Script {
-    Script::new(include_str!("hosts/presence.lua"))
 }
 
 /// Static facts a host publishes with its beats.
@@ -119,17 +109,7 @@ impl Drop for Presence {
 }
 
 async fn beat(store: &Store, id: &str, state: &str, facts: &str) -> Result<()> {
-    let mut conn = store.conn();
-    let _: i64 = presence_script()
-        .key(hosts_key(store.prefix()))
-        .arg("beat")
-        .arg(id)
-        .arg(state)
-        .arg(facts)
-        .arg(FORGET_AFTER.as_millis() as u64)
-        .invoke_async(&mut conn)
-        .await?;
-    Ok(())
+    store.beat(id, state, facts, FORGET_AFTER.as_millis() as u64).await
 }
 
 /// Whether a host is beating.
@@ -182,26 +162,14 @@ pub struct HostInfo {
 
 /// Every registered host with the leases it holds of `types`, sorted by id.
 pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
-    let mut conn = store.conn();
-    let value: Value = presence_script()
-        .key(hosts_key(store.prefix()))
-        .arg("list")
-        .invoke_async(&mut conn)
-        .await
-        .context("cannot list hosts")?;
-    let Value::Array(top) = value else { bail!("unexpected hosts reply") };
-    let mut top = top.into_iter();
-    let now: i64 = redis::from_redis_value(top.next().ok_or_else(|| anyhow!("short hosts reply"))?)?;
-    let flat: Vec<Vec<u8>> = redis::from_redis_value(top.next().ok_or_else(|| anyhow!("short hosts reply"))?)?;
+    let presence = store.presence().await?;
     let mut hosts: BTreeMap<String, HostInfo> = BTreeMap::new();
-    for pair in flat.chunks_exact(2) {
-        let id = String::from_utf8_lossy(&pair[0]).into_owned();
-        let value = String::from_utf8_lossy(&pair[1]).into_owned();
+    for (id, value) in presence.beats {
         let mut parts = value.splitn(3, ' ');
         let seen: i64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
         let stopped = parts.next() == Some("stopped");
         let facts = parts.next().and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
-        let silent = now - seen;
+        let silent = presence.now_ms - seen;
         let state = if stopped {
             HostState::Stopped
         } else if silent > GONE_AFTER.as_millis() as i64 {
@@ -211,23 +179,10 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
         };
         hosts.insert(id.clone(), HostInfo { id, state, last_seen_ms: seen, silent_ms: silent, facts, holds: BTreeMap::new() });
     }
-    let holders = Script::new(include_str!("hosts/holders.lua"));
     for t in types {
-        let keys = store.keys(t);
-        let value: Value = holders
-            .key(&keys.tokens)
-            .arg(IDS_SHOWN)
-            .invoke_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot list the holders of {t} leases"))?;
-        let Value::Array(items) = value else { continue };
-        let mut it = items.into_iter();
-        while let (Some(host), Some(count), Some(ids)) = (it.next(), it.next(), it.next()) {
-            let host: String = redis::from_redis_value(host)?;
-            let count: u64 = redis::from_redis_value(count)?;
-            let ids: Vec<Vec<u8>> = redis::from_redis_value(ids)?;
-            let entry = hosts.entry(host.clone()).or_insert_with(|| HostInfo {
-                id: host,
+        for held in store.holders(t, IDS_SHOWN).await? {
+            let entry = hosts.entry(held.host.clone()).or_insert_with(|| HostInfo {
+                id: held.host.clone(),
                 // Leases of a host that never beat (or was forgotten): nobody renews them.
                 state: HostState::Gone,
                 last_seen_ms: 0,
@@ -237,7 +192,7 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
             });
             entry.holds.insert(
                 t.to_string(),
-                Held { count, ids: ids.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect() },
+                Held { count: held.count, ids: held.ids.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect() },
             );
         }
     }

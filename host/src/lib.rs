@@ -6,40 +6,58 @@
 //! due set → wake-up → claim → registry (task type → plugin) → runtime
 //! (fresh `Store`) → outcome → settle.
 //!
-//! - [`task_type`]: the validated task type name.
-//! - [`config`]: `runner.toml`, parsed from a string and validated.
-//! - [`task`]: a claimed task and a follow-up, as they travel between modules.
+//! Along that path:
+//!
 //! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic.
-//! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
-//! - [`wakeup`]: keyspace notifications (or polling) that wake a type's worker early.
-//! - [`hosts`]: host ids, heartbeats, and which host holds which leases.
+//! - [`wakeup`]: keyspace notifications (or polling) that wake a type's claim loop early.
+//! - [`claim`]: a type's claim loop: slots, leases taken, sleep until due, lease renewals.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
 //! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance.
-//! - [`outbound`]: `allowed_outbound_hosts`, the per-type allow-list of outbound HTTP targets.
-//! - [`secrets`]: plugin config values and secrets (`{ env = "NAME" }`, `{ file = "path" }`).
-//! - [`backoff`]: retry delays (capped exponential with jitter).
-//! - [`runner`]: claim → dispatch → settle loops, lease heartbeats, graceful shutdown.
-//! - [`managed`]: a private `redis-server` for the quick start.
-//! - [`cli`]: the `hourglass` command line.
-//! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves.
+//! - [`dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
+//! - [`settle`]: outcomes written in batches; slots freed once they are stored.
+//!
+//! Around it:
+//!
+//! - [`task_type`], [`task`], [`config`]: the validated type name, a task in flight, `runner.toml`.
+//! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
+//! - [`outbound`], [`secrets`]: the HTTP allow-list and the config values plugins read.
+//! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
+//! - [`runner`]: the path above for every type, and the drain at shutdown.
+//! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
+//! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
+//!   [`managed`]: a private `redis-server` for the quick start, started by
+//!   [`redis_server`], the one spawner (also for `bench` and the tests).
+//! - [`cli`]: the `hourglass` command line; [`show`]: where one task is, in words; [`logging`]: log output.
+//! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves;
+//!   [`traces`]: opt-in OpenTelemetry spans of runs and their outbound HTTP calls.
 //! - [`bench`]: `hourglass bench`, the in-process benchmark.
 
 pub mod admin;
 pub mod backoff;
 pub mod bench;
+pub mod claim;
 pub mod cli;
 pub mod config;
+pub mod dispatch;
+pub mod health;
+pub mod host;
 pub mod logging;
 pub mod hosts;
 pub mod managed;
 pub mod outbound;
+pub mod recurrence;
+pub mod redis_server;
 pub mod registry;
 pub mod runner;
 pub mod runtime;
+pub mod schedules;
 pub mod secrets;
+pub mod settle;
+pub mod show;
 pub mod store;
 pub mod target;
 pub mod task;
 pub mod task_type;
 pub mod telemetry;
+pub mod traces;
 pub mod wakeup;

@@ -7,10 +7,11 @@
 //!   `*.example.com` (any subdomain, not `example.com` itself) or `*` (any host);
 //! - port: a number, `*` (any port) or nothing (the scheme's default: 80 or 443).
 //!
-//! Private and loopback targets (`localhost`, 127.0.0.0/8, ::1, 10/8,
-//! 172.16/12, 192.168/16, 100.64/10, link-local, unique-local IPv6) are only
-//! reached through an entry that names the host exactly: a `*` never matches
-//! them, neither as a name nor as the address a name resolves to.
+//! Non-public targets (`localhost`, loopback, private, link-local, every
+//! other special-purpose range, IPv6 forms carrying such an IPv4 address, and
+//! this machine's own addresses) are only reached through an entry that
+//! names the host exactly: a `*` never matches them, neither as a name nor
+//! as the address a name resolves to.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -259,32 +260,103 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Loopback, private, link-local, shared (CGNAT), unspecified or unique-local addresses.
+/// Whether `ip` is a loopback, private or otherwise non-public address, one
+/// that a `*` entry never reaches.
 pub fn is_private(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_private_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_private_v4(v4);
-            }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
-                || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
-        }
-    }
+    not_public(ip).is_some()
 }
 
-fn is_private_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b)) // shared address space 100.64/10
+/// Why `ip` is not a public unicast address, or `None` when it is.
+///
+/// Anything in the IANA special-purpose registries counts (loopback,
+/// private, shared, link-local, documentation, benchmarking, reserved,
+/// multicast, ...), IPv6 forms that carry an IPv4 address (mapped,
+/// compatible, NAT64, 6to4, Teredo) are judged by, or refused for, what they
+/// carry, and so is every address of this machine's own interfaces.
+pub fn not_public(ip: IpAddr) -> Option<&'static str> {
+    let special = match ip {
+        IpAddr::V4(v4) => special_v4(v4),
+        IpAddr::V6(v6) => special_v6(v6),
+    };
+    special.or_else(|| own_addresses().contains(&ip).then_some("an address of this machine"))
+}
+
+fn special_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    let why = match (a, b, c) {
+        (0, ..) => "\"this network\" 0.0.0.0/8",
+        (10, ..) => "private 10.0.0.0/8",
+        (100, 64..=127, _) => "shared address space 100.64.0.0/10",
+        (127, ..) => "loopback 127.0.0.0/8",
+        (169, 254, _) => "link-local 169.254.0.0/16",
+        (172, 16..=31, _) => "private 172.16.0.0/12",
+        (192, 0, 0) => "IETF protocol assignments 192.0.0.0/24",
+        (192, 0, 2) => "documentation 192.0.2.0/24 (TEST-NET-1)",
+        (192, 88, 99) => "6to4 relay anycast 192.88.99.0/24",
+        (192, 168, _) => "private 192.168.0.0/16",
+        (198, 18..=19, _) => "benchmarking 198.18.0.0/15",
+        (198, 51, 100) => "documentation 198.51.100.0/24 (TEST-NET-2)",
+        (203, 0, 113) => "documentation 203.0.113.0/24 (TEST-NET-3)",
+        (224..=239, ..) => "multicast 224.0.0.0/4",
+        (240..=255, ..) => "reserved 240.0.0.0/4",
+        _ => return None,
+    };
+    Some(why)
+}
+
+fn special_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let s = ip.segments();
+    let embedded = |hi: usize| Ipv4Addr::new((s[hi] >> 8) as u8, s[hi] as u8, (s[hi + 1] >> 8) as u8, s[hi + 1] as u8);
+    if ip.is_unspecified() {
+        return Some("unspecified ::");
+    }
+    if ip.is_loopback() {
+        return Some("loopback ::1");
+    }
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return special_v4(v4).map(|_| "IPv4-mapped IPv6 of a non-public IPv4 address");
+    }
+    // ::a.b.c.d, the deprecated IPv4-compatible form: some stacks still route it as IPv4.
+    if s[..6] == [0; 6] {
+        return Some("IPv4-compatible IPv6 ::/96");
+    }
+    let why = match s[0] {
+        0x0064 if s[1] == 0xff9b => "NAT64 64:ff9b::/96 and 64:ff9b:1::/48 (carry an IPv4 address)",
+        0x0100 if s[1..4] == [0, 0, 0] => "discard-only 100::/64",
+        0x2001 if s[1] == 0 => "Teredo 2001::/32 (carries an IPv4 address)",
+        0x2001 if s[1] < 0x0200 => "IETF protocol assignments 2001::/23",
+        0x2001 if s[1] == 0x0db8 => "documentation 2001:db8::/32",
+        0x2002 => match special_v4(embedded(1)) {
+            Some(_) => "6to4 2002::/16 of a non-public IPv4 address",
+            None => return None,
+        },
+        0x3fff if s[1] < 0x1000 => "documentation 3fff::/20",
+        0x5f00 => "segment routing 5f00::/16",
+        x if x & 0xfe00 == 0xfc00 => "unique local fc00::/7",
+        x if x & 0xffc0 == 0xfe80 => "link-local fe80::/10",
+        x if x & 0xffc0 == 0xfec0 => "site-local fec0::/10",
+        x if x & 0xff00 == 0xff00 => "multicast ff00::/8",
+        _ => return None,
+    };
+    Some(why)
+}
+
+/// The addresses of this machine's interfaces, looked up at most every few seconds.
+fn own_addresses() -> Vec<IpAddr> {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static CACHE: Mutex<Option<(Instant, Vec<IpAddr>)>> = Mutex::new(None);
+    const FRESH: Duration = Duration::from_secs(5);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    match &*cache {
+        Some((at, addrs)) if at.elapsed() < FRESH => addrs.clone(),
+        _ => {
+            // An interface list that cannot be read refuses nothing extra; the ranges above still apply.
+            let addrs: Vec<IpAddr> = if_addrs::get_if_addrs().map(|l| l.into_iter().map(|i| i.ip()).collect()).unwrap_or_default();
+            *cache = Some((Instant::now(), addrs.clone()));
+            addrs
+        }
+    }
 }
 
 #[cfg(test)]
@@ -377,8 +449,40 @@ mod tests {
         for ip in ["127.0.0.1", "10.0.0.1", "172.31.255.255", "192.168.0.1", "169.254.1.1", "0.0.0.0", "100.64.0.1", "::1", "fe80::1", "fc00::1"] {
             assert!(is_private(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["8.8.8.8", "172.32.0.1", "2606:4700::1111", "100.128.0.1"] {
+        for ip in ["8.8.8.8", "172.32.0.1", "2606:4700::1111", "100.128.0.1", "2002:808:808::1"] {
             assert!(!is_private(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn special_purpose_ranges_and_embedded_ipv4_are_not_public() {
+        for (ip, why) in [
+            ("192.0.2.2", "TEST-NET-1"),
+            ("198.51.100.7", "TEST-NET-2"),
+            ("203.0.113.9", "TEST-NET-3"),
+            ("198.18.0.1", "benchmarking"),
+            ("192.0.0.8", "IETF"),
+            ("224.0.0.1", "multicast"),
+            ("255.255.255.255", "reserved"),
+            ("::127.0.0.1", "IPv4-compatible"),
+            ("::ffff:10.0.0.1", "IPv4-mapped"),
+            ("64:ff9b::7f00:1", "NAT64"),
+            ("64:ff9b:1::a00:1", "NAT64"),
+            ("2002:7f00:1::1", "6to4"),
+            ("2001:0:4136:e378::1", "Teredo"),
+            ("2001:db8::1", "documentation"),
+            ("ff02::1", "multicast"),
+            ("100::1", "discard"),
+        ] {
+            let got = not_public(ip.parse().unwrap());
+            assert!(got.is_some_and(|w| w.contains(why)), "{ip}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn this_machines_own_addresses_are_not_public() {
+        for ip in own_addresses() {
+            assert!(not_public(ip).is_some(), "{ip}");
         }
     }
 }

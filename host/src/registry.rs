@@ -35,7 +35,7 @@ pub struct Entry {
 pub struct Registry {
     runtime: Runtime,
     plugins_dir: PathBuf,
-    entries: Arc<ArcSwap<HashMap<TaskType, Entry>>>,
+    entries: Arc<ArcSwap<HashMap<TaskType, Arc<Entry>>>>,
     config: Arc<ArcSwap<Config>>,
     /// Bumped after every swap, so the runner can start workers for new types.
     version: watch::Sender<u64>,
@@ -43,18 +43,31 @@ pub struct Registry {
     loaded: Arc<std::sync::Mutex<HashMap<PathBuf, Component>>>,
     /// The last load error of each plugin file that failed to load, until it loads.
     load_errors: Arc<std::sync::Mutex<BTreeMap<PathBuf, String>>>,
+    /// While the first load runs: plugin files done and in all.
+    loading: Arc<std::sync::Mutex<Option<(usize, usize)>>>,
 }
 
 impl Registry {
     /// Loads every plugin in `config.runner.plugins_dir`. Broken files are logged and skipped.
     pub fn load(runtime: Runtime, config: Config) -> Result<Registry> {
+        let registry = Registry::new(runtime, config)?;
+        registry.reload();
+        Ok(registry)
+    }
+
+    /// A registry serving nothing yet; [`Registry::reload`] loads the plugins,
+    /// serving each type as soon as its plugin is ready.
+    ///
+    /// Fails only on what stops a start: a missing plugins folder or secret.
+    pub fn new(runtime: Runtime, config: Config) -> Result<Registry> {
         let plugins_dir = config.runner.plugins_dir.clone();
         if !plugins_dir.is_dir() {
             bail!("plugins folder {} does not exist", plugins_dir.display());
         }
         // Secrets are read now: a missing one stops the start, naming type and key.
         crate::secrets::resolve_all(&config)?;
-        let registry = Registry {
+        let pending = wanted_files(&plugins_dir, &config).map(|w| w.len()).unwrap_or(0);
+        Ok(Registry {
             runtime,
             plugins_dir,
             entries: Arc::new(ArcSwap::from_pointee(HashMap::new())),
@@ -62,13 +75,17 @@ impl Registry {
             version: watch::Sender::new(0),
             loaded: Arc::default(),
             load_errors: Arc::default(),
-        };
-        registry.reload();
-        Ok(registry)
+            loading: Arc::new(std::sync::Mutex::new(Some((0, pending)))),
+        })
+    }
+
+    /// While the first load runs: how many plugin files are done, of how many.
+    pub fn loading(&self) -> Option<(usize, usize)> {
+        *self.loading.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The entry serving `task_type`, if a plugin is loaded for it.
-    pub fn get(&self, task_type: &TaskType) -> Option<Entry> {
+    pub fn get(&self, task_type: &TaskType) -> Option<Arc<Entry>> {
         self.entries.load().get(task_type).cloned()
     }
 
@@ -98,6 +115,11 @@ impl Registry {
     ///
     /// A file that fails to load never replaces a working version of itself.
     pub fn reload(&self) {
+        self.load_all();
+        self.loading.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn load_all(&self) {
         let config = self.config.load_full();
         let values = match crate::secrets::resolve_all(&config) {
             Ok(v) => v,
@@ -114,25 +136,33 @@ impl Registry {
             }
         };
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = HashMap::new();
+        let before = self.entries.load_full();
+        let mut next: HashMap<TaskType, Arc<Entry>> = HashMap::new();
         let mut kept: HashMap<PathBuf, Component> = HashMap::new();
-        for (file, types) in &wanted {
-            let Some(component) = self.component_for(file, &mut loaded) else {
-                continue;
-            };
-            for task_type in types {
-                let policy = config.policy(task_type);
-                let values = values.get(task_type).cloned().unwrap_or_default();
-                let plugin_name = file_stem(file);
-                let handler = Handler::new(component.clone(), plugin_name, &policy, values);
-                next.insert(
-                    task_type.clone(),
-                    Entry { handler: Arc::new(handler), policy, file: file.clone(), hash: component.hash().to_owned() },
-                );
+        let total = wanted.len();
+        for (done, (file, types)) in wanted.iter().enumerate() {
+            if let Some(component) = self.component_for(file, &mut loaded) {
+                for task_type in types {
+                    let policy = config.policy(task_type);
+                    let values = values.get(task_type).cloned().unwrap_or_default();
+                    let plugin_name = file_stem(file);
+                    let handler = Handler::new(component.clone(), plugin_name, &policy, values);
+                    let entry = Entry { handler: Arc::new(handler), policy, file: file.clone(), hash: component.hash().to_owned() };
+                    next.insert(task_type.clone(), Arc::new(entry));
+                }
+                kept.insert(file.clone(), component);
+                // Serve what is ready now: the types of files not reached yet
+                // keep what they had, so a slow compile delays only its own types.
+                let mut partial: HashMap<TaskType, Arc<Entry>> = (*before).clone();
+                partial.extend(next.iter().map(|(t, e)| (t.clone(), e.clone())));
+                self.entries.store(Arc::new(partial));
+                self.version.send_modify(|v| *v += 1);
             }
-            kept.insert(file.clone(), component);
+            let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(progress) = loading.as_mut() {
+                *progress = (done + 1, total);
+            }
         }
-        let before = self.entries.load();
         for (t, e) in &next {
             match before.get(t) {
                 Some(old) if old.hash == e.hash => {}
@@ -173,7 +203,16 @@ impl Registry {
         {
             return previous;
         }
-        match self.runtime.load_bytes(file, &bytes) {
+        let compiling = self.runtime.needs_compile(&bytes).then(|| {
+            let first = if previous.is_some() { "a new version" } else { "first start" };
+            info!(file = %file.display(), "compiling {} ({first}; cached afterwards)…", file.display());
+            std::time::Instant::now()
+        });
+        let loaded = self.runtime.load_bytes(file, &bytes);
+        if let Some(since) = compiling {
+            info!(file = %file.display(), "compiled {} in {:.1} s", file.display(), since.elapsed().as_secs_f64());
+        }
+        match loaded {
             Ok(component) => {
                 crate::telemetry::plugin_loaded(&file_stem(file));
                 self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).remove(file);

@@ -14,16 +14,22 @@
 //! | `hourglass_tasks_retried_total` | counter | type |
 //! | `hourglass_tasks_dead_total` | counter (dead-lettered) | type |
 //! | `hourglass_tasks_fenced_total` | counter (outcomes ignored: lease lost) | type |
+//! | `hourglass_tasks_cancelled_total` | counter (running tasks stopped by `hourglass cancel`) | type |
 //! | `hourglass_tasks_in_flight` | gauge (handlers running) | type |
 //! | `hourglass_task_lateness_seconds` | histogram (start - due) | type |
 //! | `hourglass_task_duration_seconds` | histogram (handler run) | type |
 //! | `hourglass_redis_errors_total` | counter | |
+//! | `hourglass_type_faulted` | gauge: 1 while the type's keys hold bad data | type |
+//! | `hourglass_type_paused` | gauge: 1 while the type is paused | type |
+//! | `hourglass_tasks_due` | gauge: due now, not yet claimed (sampled from Redis) | type |
+//! | `hourglass_tasks_scheduled` | gauge: due later (sampled from Redis) | type |
+//! | `hourglass_oldest_due_age_seconds` | gauge: how long the oldest due task has waited (sampled) | type |
 //! | `hourglass_plugin_loads_total` | counter | plugin |
 //! | `hourglass_plugin_reload_failures_total` | counter | plugin |
 //! | `hourglass_plugin_info` | gauge: 1 for the loaded version, 0 for replaced ones | plugin, hash |
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
@@ -66,10 +72,16 @@ fn describe() {
     describe_counter!("hourglass_tasks_retried_total", "Failed attempts scheduled for a retry.");
     describe_counter!("hourglass_tasks_dead_total", "Tasks dead-lettered.");
     describe_counter!("hourglass_tasks_fenced_total", "Outcomes ignored because the lease had been lost.");
+    describe_counter!("hourglass_tasks_cancelled_total", "Running tasks stopped by hourglass cancel.");
     describe_gauge!("hourglass_tasks_in_flight", "Handlers running now.");
     describe_histogram!("hourglass_task_lateness_seconds", Unit::Seconds, "Start time minus due time.");
     describe_histogram!("hourglass_task_duration_seconds", Unit::Seconds, "Handler run time.");
     describe_counter!("hourglass_redis_errors_total", "Redis calls that failed.");
+    describe_gauge!("hourglass_type_paused", "1 while the type is paused (hourglass pause): nothing of it is claimed.");
+    describe_gauge!("hourglass_type_faulted", "1 while a type's keys hold bad data and its tasks wait (see the log for the key and the fix).");
+    describe_gauge!("hourglass_tasks_due", "Tasks due now and not yet claimed, Redis-wide (sampled every few seconds; every host reports the same value).");
+    describe_gauge!("hourglass_tasks_scheduled", "Tasks due later, Redis-wide (sampled every few seconds).");
+    describe_gauge!("hourglass_oldest_due_age_seconds", Unit::Seconds, "Now minus the due time of the oldest task due and not yet claimed; 0 when none (sampled).");
     describe_counter!("hourglass_plugin_loads_total", "Plugin versions compiled and loaded.");
     describe_counter!("hourglass_plugin_reload_failures_total", "Plugin files that could not be loaded.");
     describe_gauge!("hourglass_plugin_info", "1 for the plugin version (hash) serving now, 0 for replaced ones.");
@@ -86,6 +98,7 @@ pub struct TypeMetrics {
     retried: Counter,
     dead: Counter,
     fenced: Counter,
+    cancelled: Counter,
     in_flight: Gauge,
     lateness: Histogram,
     duration: Histogram,
@@ -103,6 +116,7 @@ impl TypeMetrics {
             retried: counter!("hourglass_tasks_retried_total", "type" => t.clone()),
             dead: counter!("hourglass_tasks_dead_total", "type" => t.clone()),
             fenced: counter!("hourglass_tasks_fenced_total", "type" => t.clone()),
+            cancelled: counter!("hourglass_tasks_cancelled_total", "type" => t.clone()),
             in_flight: gauge!("hourglass_tasks_in_flight", "type" => t.clone()),
             lateness: histogram!("hourglass_task_lateness_seconds", "type" => t.clone()),
             duration: histogram!("hourglass_task_duration_seconds", "type" => t.clone()),
@@ -135,21 +149,28 @@ impl TypeMetrics {
         }
     }
 
+    /// Whether the type is paused, as the last claim found it.
+    pub fn paused(&self, paused: bool) {
+        gauge!("hourglass_type_paused", "type" => self.task_type.clone()).set(if paused { 1.0 } else { 0.0 });
+    }
+
     /// A handler is starting: records lateness and counts it in flight until the guard drops.
-    pub fn started(&self, task: &ClaimedTask, started_ms: i64) -> Running<'_> {
+    pub fn started(self: &Arc<Self>, task: &ClaimedTask, started_ms: i64) -> Running {
         let lateness = (started_ms - task.due_ms).max(0) as f64 / 1000.0;
         self.lateness.record(lateness);
         self.in_flight.increment(1.0);
-        Running { metrics: self, since: Instant::now() }
+        Running { metrics: self.clone(), since: Instant::now() }
     }
 
     /// After a settle: counts the committed outcomes and remembers the latest for the dashboard.
     pub fn settled(&self, batch: &[Settlement], results: &[SettleResult]) {
         let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut cancelled = 0u64;
         for (s, r) in batch.iter().zip(results) {
             match outcome(s, r).0 {
                 "fenced" => fenced += 1,
                 "succeeded" => ok += 1,
+                "cancelled" => cancelled += 1,
                 "retried" => {
                     failed += 1;
                     retried += 1;
@@ -160,7 +181,14 @@ impl TypeMetrics {
                 }
             }
         }
-        for (c, n) in [(&self.succeeded, ok), (&self.failed, failed), (&self.retried, retried), (&self.dead, dead), (&self.fenced, fenced)] {
+        for (c, n) in [
+            (&self.succeeded, ok),
+            (&self.failed, failed),
+            (&self.retried, retried),
+            (&self.dead, dead),
+            (&self.fenced, fenced),
+            (&self.cancelled, cancelled),
+        ] {
             if n > 0 {
                 c.increment(n);
             }
@@ -192,6 +220,7 @@ fn outcome<'a>(s: &'a Settlement, r: &SettleResult) -> (&'static str, &'a str) {
         (SettleResult::Settled, Outcome::Ack { .. }) => ("succeeded", ""),
         (SettleResult::Settled, Outcome::Retry { error, .. }) => ("retried", error.as_str()),
         (SettleResult::Settled, Outcome::Dead { error }) => ("dead", error.as_str()),
+        (SettleResult::Cancelled, _) | (SettleResult::Settled, Outcome::Cancelled) => ("cancelled", ""),
     }
 }
 
@@ -202,16 +231,32 @@ fn last<T>(items: &[T]) -> &[T] {
 
 /// One running handler; dropping it records its duration.
 #[must_use = "dropping it ends the run's measurement"]
-pub struct Running<'a> {
-    metrics: &'a TypeMetrics,
+pub struct Running {
+    metrics: Arc<TypeMetrics>,
     since: Instant,
 }
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         self.metrics.duration.record(self.since.elapsed().as_secs_f64());
         self.metrics.in_flight.decrement(1.0);
     }
+}
+
+/// Whether a type is faulted now (bad data in its keys; see [`crate::health`]).
+pub fn type_faulted(task_type: &TaskType, faulted: bool) {
+    handle();
+    gauge!("hourglass_type_faulted", "type" => task_type.to_string()).set(if faulted { 1.0 } else { 0.0 });
+}
+
+/// The backlog of a type as last sampled from Redis (the autoscaling signal):
+/// due and waiting, due later, and the age of the oldest due task.
+pub fn backlog(task_type: &TaskType, due_now: u64, scheduled_later: u64, oldest_due_age_ms: u64) {
+    handle();
+    let t = task_type.to_string();
+    gauge!("hourglass_tasks_due", "type" => t.clone()).set(due_now as f64);
+    gauge!("hourglass_tasks_scheduled", "type" => t.clone()).set(scheduled_later as f64);
+    gauge!("hourglass_oldest_due_age_seconds", "type" => t).set(oldest_due_age_ms as f64 / 1000.0);
 }
 
 /// A Redis call failed.

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use futures_util::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::WakeupMode;
-use crate::store::Store;
+use crate::runner::CancelRequest;
+use crate::store::{Node, Store};
 use crate::task_type::TaskType;
 
 /// Per task type, a [`Notify`] that fires when its due set was written.
@@ -47,23 +48,33 @@ impl Wakeups {
     }
 }
 
-/// Sets up wake-ups in `mode` and, when notifications are in use, a task
-/// that listens for them (reconnecting after faults) until `shutdown`.
+/// Sets up wake-ups in `mode` and a task that listens (reconnecting after
+/// faults) until `shutdown`: for keyspace notifications when they are in
+/// use, and in every mode for cancels of running tasks (`hourglass cancel`
+/// publishes them), which it passes to `cancels`.
 ///
-/// Keyspace notifications are node-local: in a Redis Cluster the listener
-/// subscribes on every master, turns notifications on on every node (so a
-/// promoted replica has them too), and re-discovers the masters every few
-/// seconds and after any fault, so a failover is followed by itself.
-pub async fn start(store: &Store, mode: WakeupMode, shutdown: CancellationToken) -> Result<Wakeups> {
+/// Keyspace notifications are node-local, and a restarted server forgets a
+/// `CONFIG SET`: so on every (re)connect the listener turns them on again
+/// (when the mode allows `CONFIG`) before it subscribes, on the server or on
+/// every node of a cluster, where it subscribes on every master and
+/// re-discovers the masters every few seconds, so a failover is followed by itself.
+pub async fn start(
+    store: &Store,
+    mode: WakeupMode,
+    cancels: mpsc::UnboundedSender<CancelRequest>,
+    shutdown: CancellationToken,
+) -> Result<Wakeups> {
     let wakeups = Wakeups::default();
+    let listen = Listen { cancel_channel: store.cancel_channel(), cancels, pattern: None, mode };
     if mode == WakeupMode::Poll {
         info!("wake-up mode: polling (runner.wakeup = \"poll\")");
+        spawn_listener(store.clone(), listen, wakeups.clone(), shutdown);
         return Ok(wakeups);
     }
     let enabled = async {
         let mut how = "";
-        for (_, client, _) in nodes(store).await? {
-            how = enable_notifications(&client, mode).await?;
+        for node in store.nodes().await? {
+            how = enable_notifications(&node, mode).await?;
         }
         anyhow::Ok(how)
     };
@@ -75,22 +86,38 @@ pub async fn start(store: &Store, mode: WakeupMode, shutdown: CancellationToken)
         }
         Err(e) => {
             warn!("wake-up mode: polling, because keyspace notifications cannot be used: {e:#}");
+            spawn_listener(store.clone(), listen, wakeups.clone(), shutdown);
             return Ok(wakeups);
         }
     }
-    let pattern = format!("__keyspace@*__:{}:{{*}}:due", store.prefix());
-    let listener = wakeups.clone();
-    let store = store.clone();
+    let listen = Listen { pattern: Some(format!("__keyspace@*__:{}:{{*}}:due", store.prefix())), ..listen };
+    spawn_listener(store.clone(), listen, wakeups.clone(), shutdown);
+    Ok(wakeups)
+}
+
+/// What the listener subscribes to, and where cancels go.
+struct Listen {
+    /// The keyspace pattern of the due sets; `None` when polling.
+    pattern: Option<String>,
+    cancel_channel: String,
+    cancels: mpsc::UnboundedSender<CancelRequest>,
+    mode: WakeupMode,
+}
+
+/// Listens until `shutdown`, reconnecting with backoff after every fault.
+fn spawn_listener(store: Store, listen: Listen, listener: Wakeups, shutdown: CancellationToken) {
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(100);
+        let mut reconnect = false;
         loop {
             let result = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = listen_everywhere(&store, mode, &pattern, &listener) => r,
+                r = listen_everywhere(&store, &listen, &listener, reconnect) => r,
             };
             listener.live.store(false, std::sync::atomic::Ordering::Relaxed);
             // Events may have been missed while disconnected: look again everywhere.
             listener.wake_all();
+            reconnect = true;
             match result {
                 Err(e) => tracing::debug!("keyspace notification listener: {e:#}"),
                 // The cluster's masters changed: listen on the new ones at once.
@@ -103,44 +130,44 @@ pub async fn start(store: &Store, mode: WakeupMode, shutdown: CancellationToken)
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
     });
-    Ok(wakeups)
 }
 
 /// How often the listener looks for a changed set of cluster masters.
 const TOPOLOGY_CHECK: Duration = Duration::from_secs(3);
 
-/// `(address, client, is_master)` of every node: the server itself, or every cluster node.
-async fn nodes(store: &Store) -> Result<Vec<(String, redis::Client, bool)>> {
-    if !store.target().is_cluster() {
-        return Ok(vec![(String::new(), store.client().clone(), true)]);
-    }
-    let mut out = Vec::new();
-    for node in store.cluster_nodes().await? {
-        let client = store.target().node_client(&node.host, node.port)?;
-        out.push((format!("{}:{}", node.host, node.port), client, node.master));
-    }
-    if !out.iter().any(|n| n.2) {
-        bail!("the cluster lists no master");
-    }
-    Ok(out)
-}
-
-/// Subscribes on every master; returns Ok when the set of masters changed
-/// (cluster only), Err when a subscription failed or closed.
-async fn listen_everywhere(store: &Store, mode: WakeupMode, pattern: &str, wakeups: &Wakeups) -> Result<()> {
-    let all = nodes(store).await?;
-    if store.target().is_cluster() {
+/// Turns notifications on (again) and subscribes on every master; returns Ok
+/// when the set of masters changed (cluster only), Err when a subscription
+/// failed or closed. `reconnect`: a subscription was lost before, so the
+/// server may have restarted and forgotten its notification setting.
+async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, reconnect: bool) -> Result<()> {
+    let all = store.nodes().await?;
+    let mut how = "";
+    if listen.pattern.is_some() && (reconnect || store.target().is_cluster()) {
         // Nodes that joined or restarted since the start need notifications turned on too.
-        for (addr, client, _) in &all {
-            if let Err(e) = enable_notifications(client, mode).await {
-                tracing::debug!("cannot enable keyspace notifications on {addr}: {e:#}");
+        for node in &all {
+            match enable_notifications(node, listen.mode).await {
+                Ok(h) => how = h,
+                Err(e) => tracing::debug!("cannot enable keyspace notifications on {}: {e:#}", node.addr),
             }
         }
     }
-    let masters: Vec<(String, redis::Client)> =
-        all.into_iter().filter(|n| n.2).map(|(addr, client, _)| (addr, client)).collect();
-    let addrs: Vec<String> = masters.iter().map(|m| m.0.clone()).collect();
-    let listeners = masters.iter().map(|(_, client)| Box::pin(listen(client, pattern, wakeups)));
+    let masters: Vec<&Node> = all.iter().filter(|n| n.master).collect();
+    let addrs: Vec<String> = masters.iter().map(|m| m.addr.clone()).collect();
+    let patterns: Vec<&str> = listen.pattern.as_deref().into_iter().collect();
+    let mut subscriptions = Vec::with_capacity(masters.len());
+    for node in &masters {
+        // A PUBLISH reaches every node of a cluster: the cancels come once per master, harmlessly.
+        subscriptions.push(node.subscribe(&patterns, &[&listen.cancel_channel]).await?);
+    }
+    if listen.pattern.is_some() {
+        wakeups.live.store(true, std::sync::atomic::Ordering::Relaxed);
+        if reconnect {
+            info!("keyspace notifications re-subscribed after a reconnect ({how})");
+        }
+        // Anything scheduled before the subscriptions took effect is found by this sweep.
+        wakeups.wake_all();
+    }
+    let listeners = subscriptions.into_iter().map(|pubsub| Box::pin(receive(pubsub, wakeups, listen)));
     let any_closed = futures_util::future::select_all(listeners);
     if !store.target().is_cluster() {
         return any_closed.await.0;
@@ -148,8 +175,8 @@ async fn listen_everywhere(store: &Store, mode: WakeupMode, pattern: &str, wakeu
     let topology_changed = async {
         loop {
             tokio::time::sleep(TOPOLOGY_CHECK).await;
-            if let Ok(now) = nodes(store).await {
-                let now: Vec<String> = now.into_iter().filter(|n| n.2).map(|n| n.0).collect();
+            if let Ok(now) = store.nodes().await {
+                let now: Vec<String> = now.into_iter().filter(|n| n.master).map(|n| n.addr).collect();
                 if now != addrs {
                     info!(masters = ?now, "cluster masters changed: re-subscribing to keyspace notifications");
                     return;
@@ -163,24 +190,19 @@ async fn listen_everywhere(store: &Store, mode: WakeupMode, pattern: &str, wakeu
     }
 }
 
-/// Makes sure the server publishes keyspace events for sorted sets (`K` + `z`).
+/// Makes sure the node publishes keyspace events for sorted sets (`K` + `z`).
 ///
 /// A user without the CONFIG command (a restricted ACL user) cannot check or
 /// turn them on: with `wakeup = "notify"` the operator vouches that the server
 /// has `notify-keyspace-events` with `K` and `z`; with `auto` the host polls.
-async fn enable_notifications(client: &redis::Client, mode: WakeupMode) -> Result<&'static str> {
-    let mut conn = tokio::time::timeout(Duration::from_secs(3), client.get_multiplexed_async_connection())
-        .await
-        .map_err(|_| anyhow::anyhow!("timed out connecting"))??;
-    let flags: (String, String) =
-        match redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut conn).await {
-            Ok(flags) => flags,
-            Err(e) if mode == WakeupMode::Notify && e.to_string().to_ascii_uppercase().contains("NOPERM") => {
-                return Ok("this user may not run CONFIG: trusting the server's notify-keyspace-events");
-            }
-            Err(e) => return Err(e.into()),
-        };
-    let (_, flags) = flags;
+async fn enable_notifications(node: &Node, mode: WakeupMode) -> Result<&'static str> {
+    let flags = match node.keyspace_events().await {
+        Ok(flags) => flags,
+        Err(e) if mode == WakeupMode::Notify && format!("{e:#}").to_ascii_uppercase().contains("NOPERM") => {
+            return Ok("this user may not run CONFIG: trusting the server's notify-keyspace-events");
+        }
+        Err(e) => return Err(e),
+    };
     let has = |c: char| flags.contains(c);
     if has('K') && (has('z') || has('A')) {
         return Ok("already enabled on the server");
@@ -191,19 +213,24 @@ async fn enable_notifications(client: &redis::Client, mode: WakeupMode) -> Resul
             wanted.push(c);
         }
     }
-    redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg(&wanted).query_async::<()>(&mut conn).await?;
+    node.set_keyspace_events(&wanted).await?;
     Ok("enabled with CONFIG SET notify-keyspace-events")
 }
 
-async fn listen(client: &redis::Client, pattern: &str, wakeups: &Wakeups) -> Result<()> {
-    let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.psubscribe(pattern).await?;
-    wakeups.live.store(true, std::sync::atomic::Ordering::Relaxed);
-    // Anything scheduled before the subscription took effect is found by this sweep.
-    wakeups.wake_all();
+/// Wakes claim loops on keyspace events and passes cancels on, until the subscription closes.
+async fn receive(pubsub: redis::aio::PubSub, wakeups: &Wakeups, listen: &Listen) -> Result<()> {
+    let mut pubsub = pubsub;
     let mut messages = pubsub.on_message();
     while let Some(msg) = messages.next().await {
-        if let Some(task_type) = type_of_channel(msg.get_channel_name()) {
+        let channel = msg.get_channel_name();
+        if channel == listen.cancel_channel {
+            match CancelRequest::parse(msg.get_payload_bytes()) {
+                Some(request) => {
+                    let _ = listen.cancels.send(request);
+                }
+                None => warn!("ignored a malformed cancel message on {channel}"),
+            }
+        } else if let Some(task_type) = type_of_channel(channel) {
             wakeups.wake(&task_type);
         }
     }

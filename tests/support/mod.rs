@@ -10,11 +10,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// A `redis-server` child on a unix socket; killed on drop.
+/// A `redis-server` child on a unix socket in a temp dir (the library's one
+/// spawner); killed on drop.
 pub struct RedisServer {
-    child: Child,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
+    server: hourglass::redis_server::RedisServer,
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -26,21 +26,25 @@ impl RedisServer {
     /// Starts a Redis with extra `redis-server` arguments (e.g. `["--appendonly", "yes"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let socket = dir.path().join("redis.sock");
-        let child = spawn_redis(dir.path(), &socket, extra);
-        let server = RedisServer { child, dir, socket };
-        server.wait_ready();
-        server
+        let spec = hourglass::redis_server::ServerSpec {
+            dir: dir.path().to_owned(),
+            socket: Some("redis.sock".into()),
+            args: extra.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        };
+        let server = hourglass::redis_server::RedisServer::spawn_ready(spec, "the tests", Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        RedisServer { server, _dir: dir }
     }
 
     /// `redis+unix://` URL of this server.
     pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket.display())
+        self.server.url()
     }
 
     /// Folder holding the socket and any data files.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.server.dir()
     }
 
     /// A blocking client connection.
@@ -50,59 +54,20 @@ impl RedisServer {
 
     /// Runs `redis-cli` against this server and returns its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli").arg("-s").arg(&self.socket).args(args).output().expect("redis-cli");
+        let socket = self.server.socket().expect("a unix socket");
+        let out = Command::new("redis-cli").arg("-s").arg(socket).args(args).output().expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same socket and data dir.
     pub fn restart(&mut self, extra: &[&str]) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
-        self.child = spawn_redis(self.dir.path(), &self.socket, extra);
-        self.wait_ready();
+        self.server.restart(extra.iter().map(|a| a.to_string()).collect()).unwrap_or_else(|e| panic!("{e:#}"));
     }
 
     /// Stops the server without starting it again.
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.kill();
     }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(client) = redis::Client::open(self.url())
-                && let Ok(mut conn) = client.get_connection()
-                && redis::cmd("PING").query::<String>(&mut conn).is_ok()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn_redis(dir: &Path, socket: &Path, extra: &[&str]) -> Child {
-    Command::new("redis-server")
-        .args(["--port", "0", "--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--unixsocket")
-        .arg(socket)
-        .arg("--dir")
-        .arg(dir)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed (apt-get install redis-server)")
 }
 
 /// The workspace root.
@@ -181,12 +146,22 @@ impl Host {
     /// [`Host::start`] against any Redis URL (e.g. `redis+cluster://...`). Lines of
     /// `config` before its `[runner]` header land in the `[redis]` table.
     pub fn start_at(url: &str, plugins: &[(&str, PathBuf)], config: &str) -> Host {
+        Host::start_with_cache(url, plugins, config, None)
+    }
+
+    /// [`Host::start`] with a compile cache of its own, empty at first (a first start).
+    pub fn start_cold(redis: &RedisServer, plugins: &[(&str, PathBuf)], config: &str) -> Host {
+        let cache = tempfile::tempdir().unwrap().keep();
+        Host::start_with_cache(&redis.url(), plugins, config, Some(cache))
+    }
+
+    fn start_with_cache(url: &str, plugins: &[(&str, PathBuf)], config: &str, cache: Option<PathBuf>) -> Host {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("plugins")).unwrap();
         for (task_type, wasm) in plugins {
             std::fs::copy(wasm, dir.path().join("plugins").join(format!("{task_type}.wasm"))).unwrap();
         }
-        let cache = workspace_root().join("target/test-plugin-cache");
+        let cache = cache.unwrap_or_else(|| workspace_root().join("target/test-plugin-cache"));
         // Share one compile cache across tests; merge it into the caller's [runner] table.
         let cache_line = format!("cache_dir = \"{}\"\n", cache.display());
         let config = if config.contains("[runner]\n") {
@@ -223,6 +198,11 @@ impl Host {
             assert!(Instant::now() < deadline, "host did not start; log:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The host's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     /// The plugins folder the host watches.
@@ -349,3 +329,109 @@ pub fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
     let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     (out, text)
 }
+
+/// Runs a handler's task to its end from a test's plain thread, as the host's
+/// executor would (the future is polled on the calling thread, so a
+/// thread-local log subscriber from [`capture_logs`] sees its lines).
+pub trait RunNow {
+    /// [`hourglass::runtime::Handler::run`], blocking.
+    fn run_now(&self, task: &hourglass::task::ClaimedTask) -> hourglass::runtime::TaskRun;
+}
+
+impl RunNow for hourglass::runtime::Handler {
+    fn run_now(&self, task: &hourglass::task::ClaimedTask) -> hourglass::runtime::TaskRun {
+        tokio_runtime().block_on(self.run(task))
+    }
+}
+
+/// One multi-threaded tokio runtime per test binary, for blocking on futures from test threads.
+pub fn tokio_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime"))
+}
+
+// --- a tiny HTTP/1.1 client for the admin server --------------------------
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+
+const HTTP_WAIT: Duration = Duration::from_secs(60);
+
+/// `host:port` of a host's admin server, from its start-up log line.
+pub fn admin_addr(host: &Host) -> String {
+    let log = host.log();
+    let at = log.find("admin server listening: http://").unwrap_or_else(|| panic!("no admin address in:\n{log}"));
+    let rest = &log[at + "admin server listening: http://".len()..];
+    rest[..rest.find('/').unwrap()].to_owned()
+}
+
+/// A response of the tiny HTTP client below.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: HashMap<String, String>,
+    pub body: String,
+}
+
+/// One HTTP/1.1 request with `Connection: close`; enough for these tests, no dependency.
+pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Response {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(HTTP_WAIT)).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method == "POST" {
+        req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let body = if headers.get("transfer-encoding").is_some_and(|v| v == "chunked") {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Response { status, headers, body }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+pub fn get(addr: &str, path: &str) -> Response {
+    http(addr, "GET", path, &[], "")
+}
+
+pub fn post(addr: &str, path: &str, form: &str) -> Response {
+    http(addr, "POST", path, &[], form)
+}
+
+/// The value of one Prometheus sample: `name` with every `labels` pair (`type="noop"`), if exposed.
+pub fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+        (metric == name && labels.iter().all(|p| rest.contains(p))).then(|| value.parse().ok())?
+    })
+}
+

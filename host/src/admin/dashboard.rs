@@ -1,14 +1,16 @@
-//! The dashboard at `/`: server-rendered HTML, a little JavaScript that
-//! refreshes it in place, no outside resources (it works offline).
+//! The dashboard at `/` and the task page at `/task`: server-rendered HTML,
+//! a little JavaScript that refreshes it in place, no outside resources (it works offline).
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use axum::extract::State;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::{AdminState, PageParams, html};
+use super::{AdminState, PageParams, TaskQuery, html};
 use crate::cli::format_ms;
+use crate::store::{TaskState, TaskView};
 use crate::task_type::TaskType;
 
 const STYLE: &str = include_str!("dashboard.css");
@@ -74,25 +76,8 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
         .or_else(|| types.first().cloned());
 
     let mut h = String::with_capacity(16 * 1024);
-    let uptime = state.host.started.elapsed().as_secs();
-    let _ = write!(
-        h,
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
-         <title>Hourglass</title><style>{STYLE}</style></head><body data-token={}>\
-         <header><h1>Hourglass</h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>",
-        state.token.is_some(),
-        esc(&state.host.id),
-        uptime / 3600,
-        uptime / 60 % 60,
-        esc(&state.host.addr.to_string()),
-    );
-    if state.token.is_some() {
-        h.push_str(
-            "<label class=token>token <input id=token type=password autocomplete=off \
-             placeholder=\"needed to re-queue or purge\"></label>",
-        );
-    }
-    h.push_str("</header><main id=live>");
+    header(state, selected.as_ref().map(TaskType::as_str), "", &mut h);
+    h.push_str("<main id=live>");
     if let Some(msg) = &query.msg {
         let _ = write!(h, "<p class=msg id=msg>{}</p>", esc(msg));
     }
@@ -101,10 +86,10 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
     h.push_str(
         "<section><h2>Task types</h2><table id=types><thead><tr><th>type</th><th>due now</th><th>later</th>\
          <th>in flight</th><th>dead</th><th>succeeded/min</th><th>failed/min</th><th>succeeded</th>\
-         <th>failed</th><th>retried</th><th>plugin</th></tr></thead><tbody>",
+         <th>failed</th><th>retried</th><th>plugin</th><th>claims</th></tr></thead><tbody>",
     );
     if stats.is_empty() {
-        h.push_str("<tr><td colspan=11>no task types yet</td></tr>");
+        h.push_str("<tr><td colspan=12>no task types yet</td></tr>");
     }
     {
         let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
@@ -125,7 +110,7 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 "<tr{class} data-type=\"{t}\"><td><a href=\"/?type={t}\">{t}</a></td><td data-col=due_now>{}</td>\
                  <td data-col=later>{}</td><td data-col=in_flight>{}</td><td data-col=dead class={}>{}</td>\
                  <td>{ok_rate}</td><td>{fail_rate}</td><td data-col=succeeded>{}</td><td data-col=failed>{}</td>\
-                 <td data-col=retried>{}</td><td>{plugin}</td></tr>",
+                 <td data-col=retried>{}</td><td>{plugin}</td><td>{}</td></tr>",
                 s.due_now,
                 s.scheduled_later,
                 s.in_flight,
@@ -134,21 +119,223 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 s.succeeded,
                 s.failed,
                 s.retried,
+                pause_form(t, s.paused),
                 t = esc(t.as_str()),
             );
         }
     }
-    h.push_str("</tbody></table><p class=note>Rates are sampled from the counters in Redis every 5 s, over the last 5 minutes.</p></section>");
+    h.push_str("</tbody></table><p class=note>Rates are sampled from the counters in Redis every 5 s, over the last 5 minutes.</p>");
+    faults(state, &stats, &mut h);
+    h.push_str("</section>");
 
     if let Some(t) = &selected {
-        chart(state, t, &mut h).await?;
-        dead_letters(state, t, &mut h).await?;
+        // One type's broken keys must not take the page down: say so in its place.
+        if let Err(e) = chart(state, t, &mut h).await {
+            let _ = write!(h, "<section><p class=bad>Cannot chart {}: {}</p></section>", esc(t.as_str()), esc(&format!("{e:#}")));
+        }
+        if let Err(e) = dead_letters(state, t, &mut h).await {
+            let _ = write!(h, "<section><p class=bad>Cannot list the dead letters of {}: {}</p></section>", esc(t.as_str()), esc(&format!("{e:#}")));
+        }
     }
     recent(&mut h);
+    schedules(state, &mut h).await;
     plugins(state, &mut h);
     hosts(state, &types, &mut h).await;
     let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
     Ok(h)
+}
+
+/// A type's pause state and its Pause (for an optional length) or Resume button.
+fn pause_form(t: &TaskType, paused: Option<crate::store::Paused>) -> String {
+    let te = esc(t.as_str());
+    match paused {
+        Some(p) => {
+            let state = match p {
+                crate::store::Paused::UntilResumed => "paused".to_owned(),
+                crate::store::Paused::For(ms) => format!("paused, {} s left", ms / 1000),
+            };
+            format!(
+                "<span class=bad data-paused>{state}</span> <form method=post action=/type/resume><input type=hidden name=type value=\"{te}\">\
+                 <input type=hidden name=token><button data-action=resume>Resume</button></form>"
+            )
+        }
+        None => format!(
+            "<form method=post action=/type/pause><input type=hidden name=type value=\"{te}\"><input type=hidden name=token>\
+             <input name=for size=4 placeholder=\"10m\" title=\"pause for this long (empty: until resumed)\">\
+             <button data-action=pause>Pause</button></form>"
+        ),
+    }
+}
+
+/// The recurring schedules, with their next occurrence.
+async fn schedules(state: &AdminState, h: &mut String) {
+    let listed = match crate::schedules::list(&state.store).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            let _ = write!(h, "<section><h2>Recurring schedules</h2><p class=bad>Cannot read them: {}</p></section>", esc(&format!("{e:#}")));
+            return;
+        }
+    };
+    if listed.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<section><h2>Recurring schedules</h2><table id=schedules><thead><tr><th>type</th><th>name</th><th>rule</th>\
+         <th>next</th><th>missed</th><th>from</th></tr></thead><tbody>",
+    );
+    for s in listed {
+        let next = match (s.next_ms, s.armed_due) {
+            (Some(ms), true) => esc(&format_ms(ms)),
+            (Some(_), false) => "running; the next is armed shortly".to_owned(),
+            (None, _) => "–".to_owned(),
+        };
+        let _ = write!(
+            h,
+            "<tr data-schedule=\"{}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{next}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.name),
+            esc(&s.task_type),
+            esc(&s.name),
+            esc(&s.rule),
+            esc(&s.missed),
+            esc(&s.source),
+        );
+    }
+    h.push_str("</tbody></table></section>");
+}
+
+/// The page head and the header bar: this host, the task search box, the token field.
+fn header(state: &AdminState, search_type: Option<&str>, search_id: &str, h: &mut String) {
+    let uptime = state.host.started.elapsed().as_secs();
+    let _ = write!(
+        h,
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+         <title>Hourglass</title><style>{STYLE}</style></head><body data-token={}>\
+         <header><h1><a href=\"/\">Hourglass</a></h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>\
+         <form method=get action=/task class=search role=search><input name=type required placeholder=type \
+         aria-label=\"task type\" value=\"{}\"><input name=id required placeholder=\"task id\" aria-label=\"task id\" \
+         value=\"{}\"><button>Find task</button></form>",
+        state.token.is_some(),
+        esc(&state.host.id),
+        uptime / 3600,
+        uptime / 60 % 60,
+        esc(&state.host.addr.to_string()),
+        esc(search_type.unwrap_or_default()),
+        esc(search_id),
+    );
+    if state.token.is_some() {
+        h.push_str(
+            "<label class=token>token <input id=token type=password autocomplete=off \
+             placeholder=\"needed to change tasks\"></label>",
+        );
+    }
+    h.push_str("</header>");
+}
+
+/// `GET /task?type=T&id=ID` (or `&id_hex=HEX`): where one task is, with the
+/// actions that fit its state. Reads only; the actions are POST forms.
+pub(crate) async fn task_page(State(state): State<AdminState>, Query(query): Query<TaskQuery>) -> Response {
+    let found = query.task_type.parse::<TaskType>().map_err(|e| e.to_string()).and_then(|t| {
+        let id = match query.id_hex.as_deref().filter(|x| !x.is_empty()) {
+            Some(hex) => hex::decode(hex).map_err(|_| "id_hex is not hex".to_owned())?,
+            None => query.id.clone().unwrap_or_default().into_bytes(),
+        };
+        if id.is_empty() { Err("give a task id".to_owned()) } else { Ok((t, id)) }
+    });
+    let mut h = String::with_capacity(8 * 1024);
+    let (t, id) = match found {
+        Ok(x) => x,
+        Err(why) => {
+            header(&state, Some(&query.task_type), query.id.as_deref().unwrap_or_default(), &mut h);
+            let _ = write!(h, "<main><p class=bad>{}</p></main></body></html>", esc(&why));
+            return (StatusCode::BAD_REQUEST, html(h)).into_response();
+        }
+    };
+    let shown_id = String::from_utf8_lossy(&id).into_owned();
+    header(&state, Some(t.as_str()), &shown_id, &mut h);
+    h.push_str("<main id=live>");
+    if let Some(msg) = &query.msg {
+        let _ = write!(h, "<p class=msg id=msg>{}</p>", esc(msg));
+    }
+    let status = match state.store.show(&t, &id).await {
+        Ok(view) => {
+            task_view(&view, &mut h);
+            StatusCode::OK
+        }
+        Err(e) => {
+            let _ = write!(h, "<p class=bad>Cannot read Redis: {}</p>", esc(&format!("{e:#}")));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    };
+    let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
+    (status, html(h)).into_response()
+}
+
+/// One task: its state, what is known about it, and the buttons that apply.
+fn task_view(v: &TaskView, h: &mut String) {
+    let te = esc(v.task_type.as_str());
+    let id = esc(&String::from_utf8_lossy(&v.id));
+    let state = serde_json::to_value(v.state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default();
+    let _ = write!(
+        h,
+        "<section id=task data-state={state}><h2>{te} / <code>{id}</code></h2>\
+         <p class=\"headline {state}\" id=headline>{}</p><table id=task-details><tbody>",
+        esc(&crate::show::headline(v)),
+    );
+    if v.state != TaskState::Unknown {
+        for (label, text) in crate::show::details(v) {
+            let _ = write!(h, "<tr><th>{}</th><td class=detail>{}</td></tr>", esc(label), esc(&text));
+        }
+    }
+    h.push_str("</tbody></table><div class=actions id=task-actions>");
+    let form = |h: &mut String, action: &str, extra: &str, label: &str| {
+        let _ = write!(
+            h,
+            "<form method=post action=/task/{action}><input type=hidden name=type value=\"{te}\">\
+             <input type=hidden name=id_hex value=\"{hex}\"><input type=hidden name=token>{extra}\
+             <button data-action={action}>{label}</button></form>",
+            hex = v.id_hex,
+        );
+    };
+    match v.state {
+        TaskState::Scheduled | TaskState::Due => {
+            form(h, "run-now", "", "Run now");
+            form(
+                h,
+                "postpone",
+                "<input name=by required size=6 placeholder=5m aria-label=\"postpone by\" title=\"a duration: 30s, 5m, 2h\">",
+                "Postpone",
+            );
+            form(h, "cancel", "<label><input type=checkbox name=confirm value=yes required> sure</label>", "Cancel");
+        }
+        TaskState::Dead => form(h, "requeue", "", "Re-queue"),
+        TaskState::Running => form(
+            h,
+            "cancel",
+            "<label><input type=checkbox name=confirm value=yes required> sure</label>",
+            "Cancel (stops its handler)",
+        ),
+        TaskState::Unknown => {}
+    }
+    h.push_str("</div></section>");
+}
+
+/// Types whose keys hold bad data: what Redis shows, and what this host's claims and settles ran into.
+fn faults(state: &AdminState, stats: &[(TaskType, crate::store::TypeStats)], h: &mut String) {
+    let mut rows: Vec<(String, String)> =
+        stats.iter().filter_map(|(t, s)| s.fault.as_ref().map(|f| (t.to_string(), f.clone()))).collect();
+    for (t, why) in state.health.faults() {
+        if !rows.iter().any(|(name, text)| *name == t.as_str() && why.contains(text.as_str())) {
+            rows.push((t.to_string(), why));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    h.push_str("<div id=faults><h3 class=bad>Faulted types</h3><p class=note>Their tasks stay where they are until the data is fixed; then they resume by themselves.</p><ul>");
+    for (t, why) in rows {
+        let _ = write!(h, "<li data-type=\"{}\"><b>{}</b>: {}</li>", esc(&t), esc(&t), esc(&why));
+    }
+    h.push_str("</ul></div>");
 }
 
 /// Inline SVG bar chart: tasks of `t` falling due in each minute of the next hour.

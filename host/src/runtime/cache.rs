@@ -49,6 +49,11 @@ impl CompileCache {
         Ok(CompileCache { dir })
     }
 
+    /// Whether `bytes` were compiled for this engine before (a cache hit).
+    pub fn has(&self, engine: &Engine, bytes: &[u8]) -> bool {
+        self.dir.join(format!("{}.cwasm", key(engine, bytes))).is_file()
+    }
+
     /// The compiled `bytes`, from the cache or compiled now (and cached).
     /// `Err` carries wasmtime's error when `bytes` is not a valid component.
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {

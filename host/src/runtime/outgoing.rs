@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,7 +35,8 @@ use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::config::TypePolicy;
-use crate::outbound::{Allowed, AllowedHosts, Target, is_private};
+use super::state::{HostBudget, RunMeta};
+use crate::outbound::{Allowed, AllowedHosts, Target, not_public};
 
 /// Outbound HTTP settings of one task type, shared by all its runs.
 #[derive(Debug)]
@@ -58,13 +60,18 @@ impl HttpPolicy {
     }
 }
 
-/// Who is calling: named in the host's log lines.
-#[derive(Debug, Clone)]
+/// Who is calling: named in the host's log lines, and the run's span when tracing is on.
+#[derive(Clone)]
 pub(crate) struct Caller {
     pub(crate) plugin: Arc<str>,
-    pub(crate) task_type: String,
-    pub(crate) task_id: String,
+    pub(crate) meta: Arc<RunMeta>,
+    /// The run's span: each request gets a child span and carries its `traceparent`.
+    pub(crate) trace: Option<opentelemetry::trace::SpanContext>,
 }
+
+/// Refusals one run logs in full; later ones are only counted, so a guest
+/// that retries a denied target in a loop cannot flood the log.
+const REFUSALS_LOGGED: usize = 3;
 
 impl Caller {
     /// Logs a warning about one of this caller's requests, naming its target when known.
@@ -72,8 +79,9 @@ impl Caller {
         tracing::warn!(
             target: "hourglass::http",
             plugin = %self.plugin,
-            task_type = %self.task_type,
-            task_id = %self.task_id,
+            task_type = %self.meta.task_type,
+            task_id = %self.meta.task_id,
+            attempt = self.meta.attempt,
             target_url = target_url.map(tracing::field::display),
             "{message}"
         );
@@ -84,8 +92,9 @@ impl Caller {
         tracing::debug!(
             target: "hourglass::http",
             plugin = %self.plugin,
-            task_type = %self.task_type,
-            task_id = %self.task_id,
+            task_type = %self.meta.task_type,
+            task_id = %self.meta.task_id,
+            attempt = self.meta.attempt,
             target_url = target_url.map(tracing::field::display),
             "{message}"
         );
@@ -97,20 +106,35 @@ pub(crate) struct OutboundHooks {
     policy: Arc<HttpPolicy>,
     /// When the run's execution deadline ends.
     run_deadline: std::time::Instant,
+    budget: HostBudget,
     caller: Caller,
+    /// Requests of this run refused so far.
+    refused: Arc<AtomicUsize>,
 }
 
 impl OutboundHooks {
-    pub(crate) fn new(policy: Arc<HttpPolicy>, run_deadline: std::time::Instant, caller: Caller) -> OutboundHooks {
-        OutboundHooks {
-            policy,
-            run_deadline,
-            caller,
-        }
+    pub(crate) fn new(
+        policy: Arc<HttpPolicy>,
+        run_deadline: std::time::Instant,
+        budget: HostBudget,
+        caller: Caller,
+    ) -> OutboundHooks {
+        OutboundHooks { policy, run_deadline, budget, caller, refused: Arc::default() }
     }
 
     fn deny(&self, target: &str, why: &str) {
-        self.caller.warn(Some(&target), format_args!("outbound HTTP request refused: {why}"));
+        refusal(&self.caller, &self.refused, Some(&target), format_args!("outbound HTTP request refused: {why}"));
+    }
+}
+
+/// Logs a refused request, the first [`REFUSALS_LOGGED`] of a run in full.
+fn refusal(caller: &Caller, refused: &AtomicUsize, target: Option<&dyn std::fmt::Display>, message: std::fmt::Arguments<'_>) {
+    let n = refused.fetch_add(1, Ordering::Relaxed) + 1;
+    if n <= REFUSALS_LOGGED {
+        caller.warn(target, message);
+    }
+    if n == REFUSALS_LOGGED {
+        caller.warn(None, format_args!("further refused outbound requests of this run are not logged"));
     }
 }
 
@@ -118,6 +142,12 @@ type SendFuture = Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFu
 type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
 
 impl WasiHttpHooks for OutboundHooks {
+    /// Bodies written by the guest are buffered in chunks of this size (two at
+    /// most per body), sized from `host_memory_limit`.
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.budget.body_chunk()
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
@@ -162,6 +192,7 @@ impl WasiHttpHooks for OutboundHooks {
         let send = Sender {
             policy: self.policy.clone(),
             caller: self.caller.clone(),
+            refused: self.refused.clone(),
             target,
             how,
             until,
@@ -181,6 +212,7 @@ fn refused(e: Error) -> SendFuture {
 struct Sender {
     policy: Arc<HttpPolicy>,
     caller: Caller,
+    refused: Arc<AtomicUsize>,
     target: Target,
     how: Allowed,
     until: Instant,
@@ -192,7 +224,22 @@ trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
 
 impl Sender {
+    /// Sends the request; when the run is traced, inside a client span whose
+    /// `traceparent` the request carries.
     async fn send(self, mut request: http::Request<WasiBody>) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+        let Some(mut span) = self.caller.trace.as_ref().and_then(|parent| crate::traces::http_request(parent, &mut request))
+        else {
+            return self.exchange(request).await;
+        };
+        let result = self.exchange(request).await;
+        match &result {
+            Ok((response, _)) => span.status(response.status().as_u16()),
+            Err(e) => span.failed(e),
+        }
+        result
+    }
+
+    async fn exchange(self, mut request: http::Request<WasiBody>) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
         let until = self.until;
         let timed_out = || self.caller.debug(Some(&self.target), format_args!("outbound HTTP request timed out"));
         // Wait for a slot of the type's http_concurrency.
@@ -296,15 +343,16 @@ impl Sender {
             return Err(Error::DestinationNotFound);
         }
         if self.how == Allowed::ByWildcard
-            && let Some(bad) = addrs.iter().find(|a| is_private(a.ip()))
+            && let Some((bad, why)) = addrs.iter().find_map(|a| not_public(a.ip()).map(|why| (a.ip(), why)))
         {
-            self.caller.warn(
+            refusal(
+                &self.caller,
+                &self.refused,
                 Some(t),
                 format_args!(
-                    "outbound HTTP request refused: {} resolves to the private address {}, which only an \
+                    "outbound HTTP request refused: {} resolves to {bad} ({why}), which only an \
                      allowed_outbound_hosts entry naming the host exactly allows",
                     t.host,
-                    bad.ip()
                 ),
             );
             return Err(Error::HttpRequestDenied);
@@ -346,7 +394,7 @@ impl Sender {
 }
 
 /// One TLS client configuration (ring, webpki roots) for the process.
-fn tls_connector() -> tokio_rustls::TlsConnector {
+pub(crate) fn tls_connector() -> tokio_rustls::TlsConnector {
     static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
     let config = CONFIG.get_or_init(|| {
         let roots = rustls::RootCertStore {

@@ -3,6 +3,7 @@
 
 use std::hint::black_box;
 
+use hourglass_sdk::bindings::wasi::http::types as wt;
 use hourglass_sdk::{Failure, Level, Task, log, now_ms};
 
 fn handle(task: Task) -> Result<(), Failure> {
@@ -106,6 +107,90 @@ fn handle(task: Task) -> Result<(), Failure> {
         "schedule-then-fail" => {
             hourglass_sdk::schedule("noop", "doomed", "", now_ms())?;
             Err(Failure::Error("failed after scheduling".into()))
+        }
+        // --- hostile: what a careless or malicious plugin asks of the host ---
+        "http-get" => {
+            // One request; its outcome (status or error) is the task's error text.
+            match hourglass_sdk::http::get(arg) {
+                Ok(resp) => Err(Failure::Error(format!("http-get answered {}", resp.status))),
+                Err(e) => Err(Failure::Error(format!("http-get failed: {e}"))),
+            }
+        }
+        "refused-flood" => {
+            // Many requests to a target the type may not call.
+            let n: usize = arg.parse().map_err(Failure::permanent)?;
+            for _ in 0..n {
+                let _ = hourglass_sdk::http::get("https://not-allowed.example/x");
+            }
+            Ok(())
+        }
+        "fields" => {
+            // `count` header-field resources of `size`-byte values, all kept alive:
+            // host memory the guest's own memory limit does not cover.
+            let (count, size) = arg.split_once(':').unwrap_or((arg, "102400"));
+            let (count, size): (usize, usize) =
+                (count.parse().map_err(Failure::permanent)?, size.parse().map_err(Failure::permanent)?);
+            let value = vec![b'v'; size];
+            let mut kept = Vec::new();
+            let mut refused = 0;
+            for i in 0..count {
+                let fields = wt::Fields::new();
+                if fields.append(&format!("x-h{i}"), &value).is_err() {
+                    refused += 1;
+                }
+                kept.push(fields);
+            }
+            Err(Failure::Error(format!("fields: kept {} resources, {refused} values refused", kept.len())))
+        }
+        "bodies" => {
+            // `count` outgoing requests whose bodies are written until the host
+            // stops taking bytes, none of them sent.
+            let count: usize = arg.parse().map_err(Failure::permanent)?;
+            let mut kept = Vec::new();
+            let mut buffered = 0usize;
+            for _ in 0..count {
+                let request = wt::OutgoingRequest::new(wt::Fields::new());
+                let body = request.body().map_err(|()| Failure::permanent("no body"))?;
+                let stream = body.write().map_err(|()| Failure::permanent("no stream"))?;
+                while let Ok(n) = stream.check_write() {
+                    if n == 0 || stream.write(&vec![b'b'; n as usize]).is_err() {
+                        break;
+                    }
+                    buffered += n as usize;
+                }
+                kept.push((request, body, stream));
+            }
+            Err(Failure::Error(format!("bodies: kept {}, {buffered} bytes buffered", kept.len())))
+        }
+        "followups-big" => {
+            // Follow-ups of 1 MiB each, ignoring refusals: the host must still fail the run.
+            let n: usize = arg.parse().map_err(Failure::permanent)?;
+            let payload = vec![b'p'; 1 << 20];
+            let mut refused = 0;
+            for i in 0..n {
+                if hourglass_sdk::schedule("noop", format!("big-{i}"), payload.clone(), now_ms()).is_err() {
+                    refused += 1;
+                }
+            }
+            log(Level::Info, &format!("followups-big: {refused} of {n} refused"));
+            Ok(())
+        }
+        "log-flood" => {
+            let bytes: usize = arg.parse().map_err(Failure::permanent)?;
+            let line = "L".repeat(1023);
+            for _ in 0..bytes / 1024 {
+                log(Level::Info, &line);
+            }
+            Ok(())
+        }
+        "log-forge" => {
+            log(Level::Info, "innocent\n2030-01-01T00:00:00.000000Z  INFO hourglass::runner: forged line from a plugin");
+            println!("stdout too\r\n2030-01-01T00:00:00.000000Z ERROR hourglass::runner: forged stdout line");
+            Ok(())
+        }
+        "error-huge" => {
+            let bytes: usize = arg.parse().map_err(Failure::permanent)?;
+            Err(Failure::Error("E".repeat(bytes)))
         }
         "config" => Err(Failure::Error(format!(
             "config {arg}={:?}",

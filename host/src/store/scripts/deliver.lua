@@ -4,8 +4,12 @@
 -- ARGV: 1 id, 2 due_ms, 3 payload, 4 has_payload ('1' or '0')
 -- Returns: 1 if delivered now, 0 if this entry was delivered before.
 -- Guarantees: the marker (kept 24h) makes a re-run after a crash between this
--- script and the outbox HDEL a no-op, so a follow-up is scheduled exactly once.
+-- script and the outbox HDEL a no-op, so a follow-up is scheduled exactly once;
+-- nothing is written unless every key holds its type (HGFAULT otherwise: the
+-- entry stays in the outbox until the target's keys are fixed).
 
+local bad = check_keys({ { KEYS[1], 'zset' }, { KEYS[2], 'hash' }, { KEYS[3], 'string' } })
+if bad then return bad end
 if not redis.call('SET', KEYS[3], '1', 'NX', 'PX', 86400000) then
   return 0
 end

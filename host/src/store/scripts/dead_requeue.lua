@@ -4,9 +4,12 @@
 -- ARGV: 1 mode: 'all' (then 2 = most to move in this call) or 'ids' (then 2.. = ids)
 -- Returns: how many dead tasks were requeued.
 -- Guarantees: only ids that are dead move; attempts and errors are reset; the
--- payload stays. 'all' is bounded per call; the caller loops.
+-- payload stays. 'all' is bounded per call; the caller loops. Nothing is
+-- written unless every key holds its type (HGFAULT otherwise).
 
 local dead, attempts, errors, due = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local bad = check_keys({ { dead, 'zset' }, { attempts, 'hash' }, { errors, 'hash' }, { due, 'zset' } })
+if bad then return bad end
 local now = string.format('%.0f', now_ms())
 
 local taken = take_dead(dead, attempts, errors)

@@ -5,11 +5,13 @@
 --       4 info json, 5 forget_after_ms
 -- Returns: 'beat' → now_ms; 'list' → { now_ms, flat { id, value } }
 -- Guarantees: last_seen is this server's TIME, so hosts never compare their own
--- clocks; a beat forgets hosts silent for longer than forget_after_ms.
+-- clocks; a beat forgets hosts silent for longer than forget_after_ms; nothing
+-- is written unless the key is a hash (HGFAULT otherwise).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = string.format('%.0f', now)
+local bad = check_keys({ { KEYS[1], 'hash' } })
+if bad then return bad end
+local now = now_ms()
+local now_s = string.format('%d', now)
 
 if ARGV[1] == 'beat' then
   redis.call('HSET', KEYS[1], ARGV[2], now_s .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])

@@ -1,11 +1,12 @@
 -- settle: commit the outcomes of many finished tasks of one type at once.
 --
--- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 stats, 9 outbox, 10 events
+-- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 stats, 9 outbox, 10 events,
+--       11 cancels (id -> the token `hourglass cancel` asked to stop)
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then per task
 --       either a plain ack (no follow-ups, no events): 'a', id, token
---       or in full: kind ('ack'|'retry'|'dead'), id, token, attempt, due_ms, started_ms,
+--       or in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, attempt, due_ms, started_ms,
 --         finished_ms, delay_ms, error, n_followups, followup_1..n
--- Returns: { 1 = settled | 0 = fenced } per task, in order.
+-- Returns: { 1 = settled | 2 = settled as cancelled | 0 = fenced } per task, in order.
 -- Guarantees:
 --   * fencing: a task whose stored token differs from the given one (its lease
 --     expired and someone else may hold it) is left completely untouched.
@@ -18,10 +19,17 @@
 --   * dead: dead-lettered with its attempt count unless a client re-scheduled
 --     it during the run; then the client wins and the task starts over
 --     (attempts reset).
---   * counters: succeeded, failed (failed attempts), retried, dead.
+--   * cancel (the run was stopped by `hourglass cancel`), or a retry or dead
+--     letter of a task whose cancel was asked: lease, token, attempts and
+--     errors go, the payload unless the id is due again, and it is never
+--     retried; counted as cancelled.
+--   * counters: succeeded, failed (failed attempts), retried, dead, cancelled.
 --   * events (when maxlen > 0): one XADD MAXLEN ~ per committed outcome, in the
 --     same atomic step, with outcome succeeded | retried | dead | rescheduled
 --     (a dead letter that a client schedule overrode); fenced tasks add none.
+--   * nothing is written unless every key holds its type and the counters are
+--     integers (the prelude's rule): a broken key fails the whole batch with
+--     HGFAULT, every task stays leased, and the host writes it again later.
 --
 -- Cost: the whole batch is read with two calls (HMGET tokens, ZMSCORE due) and
 -- written with one variadic call per key and operation, so Redis work grows
@@ -31,9 +39,16 @@
 
 local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local events = KEYS[10]
+local events, cancels = KEYS[10], KEYS[11]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
+
+local bad = check_keys({
+  { due, 'zset' }, { payload, 'hash' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
+  { errors, 'hash' }, { dead, 'zset' }, { stats, 'hash' }, { outbox, 'hash' }, { events, 'stream' },
+  { cancels, 'hash' },
+}) or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
+if bad then return bad end
 
 local now = now_ms()
 local now_s = string.format('%d', now)
@@ -59,6 +74,8 @@ local due_scores = multi_get('ZMSCORE', due, ids)
 -- each, instead of collecting ids to drop from them.
 local has_attempts = redis.call('EXISTS', attempts) == 1
 local has_errors = redis.call('EXISTS', errors) == 1
+-- Usually absent: one EXISTS, then a look per failed task only.
+local has_cancels = redis.call('EXISTS', cancels) == 1
 
 -- The attempt the claim recorded with the token (the caller's copy is the fallback).
 local function held_attempt(h, given)
@@ -69,7 +86,8 @@ local results = {}
 local settled_ids = {}
 local drop_attempts, drop_errors, drop_payload = {}, {}, {}
 local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}, {}, {}, {}
-local succeeded, failed, retried, dead_n = 0, 0, 0, 0
+local succeeded, failed, retried, dead_n, cancelled_n = 0, 0, 0, 0, 0
+local drop_cancels = {}
 local pending_events = {}
 
 for k, at in ipairs(starts) do
@@ -83,6 +101,7 @@ for k, at in ipairs(starts) do
     if has_attempts then drop_attempts[#drop_attempts + 1] = id end
     if has_errors then drop_errors[#drop_errors + 1] = id end
     if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
+    if has_cancels then drop_cancels[#drop_cancels + 1] = id end
     succeeded = succeeded + 1
   else
     results[k] = 1
@@ -92,7 +111,19 @@ for k, at in ipairs(starts) do
     }
     settled_ids[#settled_ids + 1] = id
     local outcome, retry_at = nil, nil
-    if kind == 'ack' then
+    if has_cancels then drop_cancels[#drop_cancels + 1] = id end
+    -- A failure of a run whose cancel was asked is a cancel: never retried.
+    if kind ~= 'ack' and kind ~= 'cancel' and has_cancels and redis.call('HGET', cancels, id) == token then
+      kind = 'cancel'
+    end
+    if kind == 'cancel' then
+      if has_attempts then drop_attempts[#drop_attempts + 1] = id end
+      if has_errors then drop_errors[#drop_errors + 1] = id end
+      if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
+      cancelled_n = cancelled_n + 1
+      results[k] = 2
+      outcome = 'cancelled'
+    elseif kind == 'ack' then
       if has_attempts then drop_attempts[#drop_attempts + 1] = id end
       if has_errors then drop_errors[#drop_errors + 1] = id end
       if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
@@ -137,7 +168,7 @@ for k, at in ipairs(starts) do
     if events_maxlen > 0 then
       local fields = {'id', id, 'outcome', outcome, 'attempt', task.attempt, 'due_ms', task.due_ms,
         'started_ms', task.started_ms, 'finished_ms', task.finished_ms}
-      if kind ~= 'ack' and task.err ~= '' then
+      if kind ~= 'ack' and kind ~= 'cancel' and task.err ~= '' then
         fields[#fields + 1] = 'error'
         fields[#fields + 1] = task.err
       end
@@ -155,6 +186,7 @@ each_chunk(settled_ids, function(...) redis.call('HDEL', tokens, ...) end)
 each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)
+each_chunk(drop_cancels, function(...) redis.call('HDEL', cancels, ...) end)
 each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
 each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
 each_chunk(retry_pairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
@@ -168,4 +200,5 @@ if succeeded > 0 then redis.call('HINCRBY', stats, 'succeeded', succeeded) end
 if failed > 0 then redis.call('HINCRBY', stats, 'failed', failed) end
 if retried > 0 then redis.call('HINCRBY', stats, 'retried', retried) end
 if dead_n > 0 then redis.call('HINCRBY', stats, 'dead', dead_n) end
+if cancelled_n > 0 then redis.call('HINCRBY', stats, 'cancelled', cancelled_n) end
 return results

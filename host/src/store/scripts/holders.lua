@@ -2,8 +2,11 @@
 --
 -- KEYS: 1 tokens (HASH id → "<token>:<attempt>@<host id>", or without "@<host id>" from hosts without an id)
 -- ARGV: 1 most ids listed per host
--- Returns: flat { host id, count, { ids... } } per host; "" for leases without a holder.
+-- Returns: flat { host id, count, { ids... } } per host; "" for leases without a holder;
+-- an HGFAULT when the key is not a hash.
 
+local bad = check_keys({ { KEYS[1], 'hash' } })
+if bad then return bad end
 local most = tonumber(ARGV[1])
 local counts, ids, order = {}, {}, {}
 local all = redis.call('HGETALL', KEYS[1])

@@ -5,9 +5,12 @@
 -- Returns: how many tasks were handed back.
 -- Guarantees: fenced (a stale token changes nothing); the task is due at once
 -- (ZADD NX: a client schedule wins); the unfinished attempt is not counted
--- (it only lived in the tokens hash, which forgets it here).
+-- (it only lived in the tokens hash, which forgets it here); nothing is written
+-- unless every key holds its type (HGFAULT otherwise: the leases expire instead).
 
 local leases, tokens, due = KEYS[1], KEYS[2], KEYS[3]
+local bad = check_keys({ { leases, 'zset' }, { tokens, 'hash' }, { due, 'zset' } })
+if bad then return bad end
 local now = string.format('%.0f', now_ms())
 
 local released = 0

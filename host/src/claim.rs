@@ -1,0 +1,244 @@
+//! Claim: a type's loop that takes due tasks under a lease as slots free up, sleeps until the next is due, and renews leases.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+
+use crate::health::Trouble;
+use crate::logging::clean_id;
+use crate::runner::{Permits, Runner, TypeState};
+use crate::store::{ClaimLimits, Extended};
+use crate::task_type::TaskType;
+
+/// Longest idle sleep when keyspace notifications are live: a safety net, not the wake-up path.
+const IDLE_WITH_NOTIFICATIONS: Duration = Duration::from_secs(2);
+/// Ids longer than this are dead-lettered at claim time.
+const MAX_ID_BYTES: usize = 1024;
+/// Longest wait between claims while Redis is down or the type is faulted.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Most tasks one claim of a type takes: `batch_size`, but no more than a
+/// quarter of the type's slots. A claim's slots come back only when its
+/// tasks are settled, so a claim that takes every slot leaves Redis idle
+/// while the tasks run and the host idle while Redis claims and settles;
+/// with quarters, up to four claims overlap (one being claimed, some
+/// running, one being settled).
+pub(crate) fn claim_size(batch_size: usize, type_concurrency: usize) -> usize {
+    batch_size.min(type_concurrency / 4).max(1)
+}
+
+impl Runner {
+    /// Claims and dispatches the tasks of one type until shutdown or until the type loses its plugin.
+    pub(crate) async fn type_worker(self, task_type: TaskType, state: Arc<TypeState>) {
+        let wakeup = self.wakeups.of(&task_type);
+        let heartbeat = tokio::spawn(self.clone().heartbeat(task_type.clone(), state.clone()));
+        let mut backoff = Duration::from_millis(50);
+        let mut was_paused = false;
+        loop {
+            if self.stop_claiming.is_cancelled() {
+                break;
+            }
+            let Some(entry) = self.registry.get(&task_type) else {
+                info!(task_type = %task_type, "no plugin serves this type any more: claims stopped");
+                break;
+            };
+            // Wait for one slot, then take as many more as are free, up to a claim.
+            let Some(first) = self.acquire(&state).await else {
+                break;
+            };
+            let mut permits = vec![first];
+            permits.extend(self.try_acquire(&state, state.claim_size - 1));
+
+            // Registered before the claim, so a notification during it is not lost.
+            let notified = wakeup.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let limits = ClaimLimits {
+                max_tasks: permits.len(),
+                lease: self.lease,
+                max_payload_bytes: entry.policy.max_payload.as_u64(),
+                max_id_bytes: MAX_ID_BYTES,
+                max_running: entry.policy.max_running,
+                rate: entry.policy.rate,
+                fair_by: entry.policy.fair_by.clone(),
+            };
+            let claim = match self.store.claim(&task_type, &limits).await {
+                Ok(c) => {
+                    state.metrics.claimed(&c);
+                    if c.paused != was_paused {
+                        was_paused = c.paused;
+                        state.metrics.paused(c.paused);
+                        if c.paused {
+                            info!(task_type = %task_type, "type paused: no claims until it is resumed; running tasks finish");
+                        } else {
+                            info!(task_type = %task_type, "type resumed: claiming again");
+                        }
+                    }
+                    self.health.succeeded(&task_type, "claim");
+                    backoff = Duration::from_millis(50);
+                    c
+                }
+                Err(e) => {
+                    drop(permits);
+                    // Both an outage and a fault of this type's keys are waited out;
+                    // the claim script wrote nothing, so every task is where it was.
+                    let _: Trouble = self.health.failed(&task_type, "claim", &e);
+                    tokio::select! {
+                        _ = self.stop_claiming.cancelled() => break,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            for (id, reason) in &claim.dead_lettered {
+                error!(task_type = %task_type, task_id = %clean_id(id), "dead-lettered without running: {reason}");
+            }
+            let claimed_all = claim.tasks.len() == limits.max_tasks;
+            let mut runnable = Vec::with_capacity(claim.tasks.len());
+            for task in claim.tasks {
+                let Some(task_permits) = permits.pop() else {
+                    break;
+                };
+                runnable.push((task, task_permits));
+            }
+            drop(permits);
+            self.dispatch(&state, &entry, runnable);
+            if claimed_all {
+                continue; // more may be due right now
+            }
+            // Sleep until the next due task or lease expiry, or until woken; when
+            // a throttle held the claim back, until it lets more through.
+            let next = [claim.next_due_ms, claim.next_lease_expiry_ms].into_iter().flatten().min();
+            let idle = if self.wakeups.live() { IDLE_WITH_NOTIFICATIONS } else { self.poll_interval };
+            let sleep = match claim.throttled_ms {
+                Some(wait) => Duration::from_millis(u64::try_from(wait).unwrap_or(1).max(1)),
+                None => next
+                    .map(|at| Duration::from_millis(u64::try_from(at - claim.now_ms).unwrap_or(0)))
+                    .map_or(idle, |until| until.min(idle)),
+            };
+            if sleep.is_zero() {
+                continue;
+            }
+            tokio::select! {
+                _ = self.stop_claiming.cancelled() => break,
+                _ = notified => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+        heartbeat.abort();
+        if !self.stop_claiming.is_cancelled() {
+            state.stopped.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits for one slot of both the type's and the global limit (the type's
+    /// first, so a flooded type queues on its own limit, not the global one).
+    async fn acquire(&self, state: &TypeState) -> Option<Permits> {
+        tokio::select! {
+            _ = self.stop_claiming.cancelled() => None,
+            p = async {
+                let typed = state.semaphore.clone().acquire_owned().await.ok()?;
+                let global = self.global.clone().acquire_owned().await.ok()?;
+                Some((global, typed))
+            } => p,
+        }
+    }
+
+    /// Takes up to `n` slots that are free right now.
+    fn try_acquire(&self, state: &TypeState, n: usize) -> Vec<Permits> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let Ok(typed) = state.semaphore.clone().try_acquire_owned() else {
+                break;
+            };
+            let Ok(global) = self.global.clone().try_acquire_owned() else {
+                break;
+            };
+            out.push((global, typed));
+        }
+        out
+    }
+
+    /// Extends the leases of tasks that run long, so they are not re-delivered.
+    /// It also moves on follow-ups left in the type's outbox by a host that
+    /// died between its ack and the delivery (at start, then every tick).
+    async fn heartbeat(self, task_type: TaskType, state: Arc<TypeState>) {
+        let every = self.lease / 3;
+        loop {
+            let moved = self.flush_outbox(&task_type).await;
+            if moved > 0 {
+                info!(task_type = %task_type, delivered = moved, "delivered follow-ups left in the outbox");
+            }
+            tokio::time::sleep(every).await;
+            let due: Vec<(Vec<u8>, u64)> = {
+                let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                map.iter().filter(|(_, run)| run.renewed.elapsed() >= every).map(|(k, _)| k.clone()).collect()
+            };
+            if due.is_empty() {
+                continue;
+            }
+            match self.store.extend(&task_type, &due, self.lease.as_millis() as u64).await {
+                Ok(extended) => {
+                    self.health.succeeded(&task_type, "extend");
+                    let mut map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                    for (key, extended) in due.iter().zip(extended) {
+                        match (extended, map.get_mut(key)) {
+                            (Extended::Extended, Some(run)) => run.renewed = Instant::now(),
+                            (Extended::Cancelled, Some(run)) => {
+                                // The cancel message was missed: the mark in Redis says so.
+                                run.renewed = Instant::now();
+                                run.stop.cancel();
+                            }
+                            (Extended::Lost, _) => {
+                                warn!(task_type = %task_type, task_id = %clean_id(&key.0), "lease lost while running")
+                            }
+                            (_, None) => {}
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.health.failed(&task_type, "extend", &e);
+                }
+            }
+        }
+    }
+
+    /// Moves the type's outbox on and returns how many follow-ups went; one
+    /// whose target type's keys are broken stays in the outbox (that type is
+    /// faulted) while the others go.
+    pub(crate) async fn flush_outbox(&self, task_type: &TaskType) -> usize {
+        match self.store.flush_outbox(task_type).await {
+            Ok(flushed) => {
+                for target in &flushed.delivered_to {
+                    self.health.succeeded(target, "deliver");
+                }
+                for (target, e) in &flushed.failed {
+                    self.health.failed(target, "deliver", e);
+                }
+                flushed.moved
+            }
+            Err(e) => {
+                self.health.outage(&e);
+                0
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_size;
+
+    #[test]
+    fn a_claim_takes_a_quarter_of_the_type_slots_at_most() {
+        assert_eq!(claim_size(256, 256), 64, "the defaults: four claims of 64 overlap");
+        assert_eq!(claim_size(256, 128), 32);
+        assert_eq!(claim_size(10, 128), 10, "batch_size still caps it");
+        assert_eq!(claim_size(256, 3), 1, "a tiny type still claims");
+        assert_eq!(claim_size(256, 1), 1);
+    }
+}

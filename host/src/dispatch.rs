@@ -1,0 +1,175 @@
+//! Dispatch: run each claimed task in the sandbox, and decide what its result means (ack, retry, dead letter).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::backoff;
+use crate::logging::clean_id;
+use crate::registry::Entry;
+use crate::runner::{Event, InFlightRun, Permits, Runner, TypeState};
+use crate::runtime::{Failure, TaskRun};
+use crate::settle::Finished;
+use crate::store::{Outcome, RunInfo, Settlement};
+use crate::task::{ClaimedTask, FollowUp};
+
+/// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
+const SECONDS_NOT_MS: i64 = 100_000_000_000;
+
+impl Runner {
+    /// Starts a run of every claimed task on the guest executor; each outcome
+    /// goes to the type's settler as soon as it is known.
+    pub(crate) fn dispatch(&self, state: &Arc<TypeState>, entry: &Arc<Entry>, tasks: Vec<(ClaimedTask, Permits)>) {
+        if tasks.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut stops = Vec::with_capacity(tasks.len());
+        {
+            let mut in_flight = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            for (task, _) in &tasks {
+                let stop = CancellationToken::new();
+                in_flight.insert((task.id.clone(), task.token), InFlightRun { renewed: now, stop: stop.clone() });
+                stops.push(stop);
+            }
+        }
+        for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
+            warn!(
+                task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, score = task.due_ms,
+                "due score looks like seconds, not milliseconds; running it now anyway"
+            );
+        }
+        // The settler lingers for the outcomes of a claim still to come, so one
+        // script call settles whole claims.
+        let unreported = Arc::new(AtomicUsize::new(tasks.len()));
+        let executor = self.runtime.executor();
+        let trace = crate::traces::batch(&self.store, tasks.iter().map(|(t, _)| t));
+        for ((task, permits), stop) in tasks.into_iter().zip(stops) {
+            let run = Run {
+                task,
+                permits,
+                stop,
+                entry: entry.clone(),
+                state: state.clone(),
+                unreported: unreported.clone(),
+                runner: self.clone(),
+                trace: trace.clone(),
+            };
+            self.runs.spawn_on(run.go(), &executor);
+        }
+    }
+}
+
+/// One claimed task on its way through the sandbox.
+struct Run {
+    task: ClaimedTask,
+    permits: Permits,
+    /// Cancelled by `hourglass cancel`.
+    stop: CancellationToken,
+    entry: Arc<Entry>,
+    state: Arc<TypeState>,
+    unreported: Arc<AtomicUsize>,
+    runner: Runner,
+    /// The claim's trace state, while tracing is on.
+    trace: Option<Arc<crate::traces::Batch>>,
+}
+
+impl Run {
+    async fn go(self) {
+        let task = &self.task;
+        if let Some(observe) = &self.runner.observer {
+            observe(Event::Started { task_type: &task.task_type, id: &task.id, due_ms: task.due_ms, plugin_hash: &self.entry.hash });
+        }
+        let started_ms = crate::cli::now_ms();
+        let span = match &self.trace {
+            Some(batch) => Some(batch.start(task, &self.entry.hash, started_ms).await),
+            None => None,
+        };
+        let measured = self.state.metrics.started(task, started_ms);
+        // A panic in the host's own code fails the task, not the host.
+        let handled = self.entry.handler.run_traced(task, span.as_ref().map(crate::traces::RunSpan::context));
+        let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
+        let run = tokio::select! {
+            biased;
+            // Shutdown past the grace period: the run is dropped, which ends it
+            // wherever it is; its lease is handed back, no outcome is written.
+            _ = self.runner.abort.cancelled() => None,
+            // `hourglass cancel`: dropped the same way, and settled as cancelled.
+            _ = self.stop.cancelled() => Some(None),
+            run = run => Some(Some(run.unwrap_or_else(|_| TaskRun {
+                result: Err(Failure::Error("handler failed: panic in the host".into())),
+                followups: Vec::new(),
+            }))),
+        };
+        drop(measured);
+        let Some(run) = run else {
+            if let Some(span) = span {
+                span.stopped();
+            }
+            self.unreported.fetch_sub(1, Ordering::AcqRel);
+            return;
+        };
+        let finished_ms = crate::cli::now_ms();
+        let outcome = match run {
+            Some(run) => decide(&self.entry, task, run.result, run.followups, started_ms),
+            None => {
+                info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
+                Outcome::Cancelled
+            }
+        };
+        if let Some(span) = span {
+            span.end(&outcome);
+        }
+        let info = RunInfo { attempt: task.attempt, due_ms: task.due_ms, started_ms, finished_ms };
+        let settlement = Settlement { id: self.task.id, token: self.task.token, outcome, run: info };
+        // Counted down just before it is queued, so the settler never lingers
+        // for an outcome already in its queue.
+        self.unreported.fetch_sub(1, Ordering::AcqRel);
+        if let Some(tx) = self.state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = tx.send(Finished { settlement, permits: self.permits, claim_unreported: self.unreported });
+        }
+    }
+}
+
+/// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
+pub(crate) fn decide(
+    entry: &Entry,
+    task: &ClaimedTask,
+    result: Result<(), Failure>,
+    followups: Vec<FollowUp>,
+    started_ms: i64,
+) -> Outcome {
+    let policy = &entry.policy;
+    let id = clean_id(&task.id);
+    let lateness_ms = started_ms - task.due_ms;
+    match result {
+        Ok(()) => {
+            debug!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, lateness_ms, "succeeded");
+            Outcome::Ack { followups }
+        }
+        Err(Failure::Permanent(reason)) => {
+            let reason = crate::logging::Clean(&reason);
+            error!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, "dead-lettered: permanent failure: {reason}");
+            Outcome::Dead { error: format!("permanent: {}", reason.0) }
+        }
+        Err(failure) if task.attempt >= policy.max_attempts => {
+            let text = failure.to_string();
+            error!(task_type = %task.task_type, task_id = %id, attempt = task.attempt,
+                "dead-lettered after {} attempts: {}", task.attempt, crate::logging::Clean(&text));
+            Outcome::Dead { error: text }
+        }
+        Err(failure) => {
+            let delay = match &failure {
+                Failure::RetryAfter(d) => *d,
+                _ => backoff::retry_delay(policy.backoff_base, policy.backoff_cap, task.attempt),
+            };
+            let text = failure.to_string();
+            warn!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, retry_in = ?delay, "failed: {}", crate::logging::Clean(&text));
+            Outcome::Retry { delay, error: text }
+        }
+    }
+}

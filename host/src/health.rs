@@ -1,0 +1,161 @@
+//! Redis health as the runner sees it: a lost connection (one outage at a time) and faults of single types.
+//!
+//! A failed Redis call is one of two things. A connection problem (refused,
+//! dropped, timed out, a server still loading or failing over) concerns every
+//! type: it is logged once per outage. An error about one type's keys (a key
+//! of the wrong type, a number that is not one, any other script error)
+//! concerns that type only: the type is marked faulted, logged once per
+//! fault with what the scripts said (the key, its type, the fix), shown in
+//! `hourglass stats`, the dashboard and the `hourglass_type_faulted` gauge,
+//! and cleared by the next call that succeeds. Other types carry on.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::{error, info};
+
+use crate::task_type::TaskType;
+
+/// What a failed Redis call means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trouble {
+    /// The connection (or the server as a whole) is not usable now.
+    Outage,
+    /// Something about the data of the type the call concerned, described.
+    Data(String),
+}
+
+/// Sorts an error from a Redis call into [`Trouble`].
+pub fn classify(e: &anyhow::Error) -> Trouble {
+    let Some(redis) = e.chain().find_map(|c| c.downcast_ref::<redis::RedisError>()) else {
+        // Our own checks of a reply (a malformed answer) are about the data too.
+        return Trouble::Data(format!("{e:#}"));
+    };
+    let code = redis.code().unwrap_or_default();
+    let detail = redis.detail().unwrap_or_default();
+    let about_data = match code {
+        // HGFAULT: the scripts' own check of key types and numbers (store/scripts/prelude.lua).
+        "HGFAULT" | "WRONGTYPE" => true,
+        // A script that failed for another reason did so on this type's data.
+        "ERR" => detail.contains("script"),
+        _ => false,
+    };
+    if about_data {
+        let text = if code == "HGFAULT" { detail.to_owned() } else { format!("{code} {detail}") };
+        Trouble::Data(text)
+    } else {
+        Trouble::Outage
+    }
+}
+
+/// The shared record of outages and per-type faults; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Health {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    outage: AtomicBool,
+    /// Per type, per operation (claim, settle, ...): why it fails. Each
+    /// operation clears only its own fault, so a claim that works does not
+    /// hide a settle that does not (and the log does not flap between them).
+    faults: Mutex<BTreeMap<TaskType, BTreeMap<&'static str, String>>>,
+}
+
+impl Health {
+    /// A Redis call (`op`: claim, settle, ...) about `task_type` failed with `e`; returns what it was.
+    pub fn failed(&self, task_type: &TaskType, op: &'static str, e: &anyhow::Error) -> Trouble {
+        crate::telemetry::redis_error();
+        let trouble = classify(e);
+        match &trouble {
+            Trouble::Outage => self.outage(e),
+            Trouble::Data(why) => {
+                let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+                let of_type = faults.entry(task_type.clone()).or_default();
+                if of_type.get(op) != Some(why) {
+                    error!(task_type = %task_type, "type faulted ({op}): its tasks stay where they are until the data is fixed: {why}");
+                    crate::telemetry::type_faulted(task_type, true);
+                    of_type.insert(op, why.clone());
+                }
+            }
+        }
+        trouble
+    }
+
+    /// A Redis call not about one type failed with `e` (a heartbeat, a sweep).
+    pub fn outage(&self, e: &anyhow::Error) {
+        if !self.inner.outage.swap(true, Ordering::Relaxed) {
+            error!("Redis is unreachable; retrying with backoff until it is back: {e:#}");
+        }
+    }
+
+    /// A Redis call (`op`) about `task_type` succeeded: the outage, if any,
+    /// and the type's fault in that operation are over.
+    pub fn succeeded(&self, task_type: &TaskType, op: &'static str) {
+        if self.inner.outage.swap(false, Ordering::Relaxed) {
+            info!("Redis is reachable again; resuming");
+        }
+        let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+        if faults.is_empty() {
+            return;
+        }
+        let Some(of_type) = faults.get_mut(task_type) else { return };
+        if of_type.remove(op).is_some() {
+            info!(task_type = %task_type, "type fault ({op}) cleared: resuming");
+        }
+        if of_type.is_empty() {
+            faults.remove(task_type);
+            crate::telemetry::type_faulted(task_type, false);
+        }
+    }
+
+    /// The types faulted now, with why (one line per failing operation).
+    pub fn faults(&self) -> BTreeMap<TaskType, String> {
+        let faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+        faults
+            .iter()
+            .map(|(t, ops)| (t.clone(), ops.iter().map(|(op, why)| format!("{op}: {why}")).collect::<Vec<_>>().join("; ")))
+            .collect()
+    }
+
+    /// Whether Redis is unreachable now.
+    pub fn is_down(&self) -> bool {
+        self.inner.outage.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(code: &str, detail: &str) -> anyhow::Error {
+        anyhow::Error::new(redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))).context("cannot claim t tasks")
+    }
+
+    #[test]
+    fn data_errors_and_outages_are_told_apart() {
+        let fault = server_error("HGFAULT", "hourglass:{t}:payload is a string, not a hash");
+        assert_eq!(classify(&fault), Trouble::Data("hourglass:{t}:payload is a string, not a hash".into()));
+        assert!(matches!(classify(&server_error("WRONGTYPE", "Operation against a key")), Trouble::Data(_)));
+        let io = anyhow::Error::new(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)));
+        assert_eq!(classify(&io), Trouble::Outage);
+        assert_eq!(classify(&server_error("LOADING", "Redis is loading the dataset in memory")), Trouble::Outage);
+    }
+
+    #[test]
+    fn a_fault_is_per_type_and_cleared_by_success() {
+        let health = Health::default();
+        let (a, b): (TaskType, TaskType) = ("a".parse().unwrap(), "b".parse().unwrap());
+        health.failed(&a, "settle", &server_error("HGFAULT", "bad key"));
+        assert_eq!(health.faults()[&a], "settle: bad key");
+        assert!(!health.is_down());
+        health.succeeded(&b, "settle");
+        assert!(health.faults().contains_key(&a), "another type's success clears nothing");
+        health.succeeded(&a, "claim");
+        assert!(health.faults().contains_key(&a), "a working claim does not hide a failing settle");
+        health.succeeded(&a, "settle");
+        assert!(health.faults().is_empty());
+    }
+}

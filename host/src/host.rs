@@ -1,0 +1,129 @@
+//! A whole host: start-up wiring (Redis, sandbox, plugins, wake-ups, admin server, presence), signals, and the runner.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::registry::Registry;
+use crate::runner::{self, Observer, Parts};
+use crate::runtime::{Runtime, RuntimeOptions};
+use crate::store::Store;
+use crate::task_type::TaskType;
+
+/// Runs a host until `shutdown` is cancelled, then drains gracefully (see
+/// [`runner::run`]). `config_file`, when given, is watched and re-applied on change.
+pub async fn run(config: Config, config_file: Option<PathBuf>, store: Store, shutdown: CancellationToken) -> Result<()> {
+    run_observed(config, config_file, store, shutdown, None).await
+}
+
+/// [`run`], reporting every task's start and settle to `observer`.
+pub async fn run_observed(
+    config: Config,
+    config_file: Option<PathBuf>,
+    store: Store,
+    shutdown: CancellationToken,
+    observer: Option<Observer>,
+) -> Result<()> {
+    let largest_memory = std::iter::once(config.defaults.memory_limit)
+        .chain(config.types.keys().map(|t| config.policy(t).memory_limit))
+        .max()
+        .unwrap_or_default();
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(config.runner.cache_dir.clone()),
+        max_instances: u32::try_from(config.runner.concurrency).unwrap_or(u32::MAX),
+        max_memory: largest_memory.as_u64(),
+    })
+    .context("cannot start the Wasm runtime")?;
+
+    let registry = Registry::new(runtime.clone(), config.clone())?;
+    // Many hosts share one Redis: each beats under its id and records it with its leases.
+    let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
+    let store = store.with_holder(&host_id);
+    let traces = crate::traces::start(&config.telemetry, &host_id)?;
+    let health = Health::default();
+    // The admin server comes first: /healthz answers and /readyz says
+    // "loading plugins 3/8" while the first start compiles.
+    let admin = crate::admin::start(&config, &store, &registry, &health, &shutdown).await?;
+    let watcher = registry.watch(config_file, shutdown.clone())?;
+    // Plugins load in the background, each type served as soon as its plugin is ready.
+    let initial = {
+        let registry = registry.clone();
+        tokio::task::spawn_blocking(move || registry.reload())
+    };
+    let presence = crate::hosts::Presence::start(&store, &host_id).await?;
+    let (cancel_tx, cancels) = tokio::sync::mpsc::unbounded_channel();
+    let wakeups = crate::wakeup::start(&store, config.runner.wakeup, cancel_tx, shutdown.clone()).await?;
+    let announce = {
+        let registry = registry.clone();
+        let plugins = config.runner.plugins_dir.clone();
+        tokio::spawn(async move {
+            if initial.await.is_ok() {
+                info!(
+                    plugins = %plugins.display(),
+                    types = ?registry.types().iter().map(TaskType::as_str).collect::<Vec<_>>(),
+                    "hourglass is running"
+                );
+            }
+        })
+    };
+
+    let recurring = tokio::spawn(crate::schedules::run(store.clone(), registry.clone(), shutdown.clone()));
+
+    let parts = Parts { store, registry, runtime, wakeups, health, observer, cancels };
+    runner::run(parts, shutdown).await;
+
+    recurring.abort();
+    announce.abort();
+    watcher.abort();
+    admin.stop().await;
+    presence.stop().await;
+    if let Some(traces) = traces {
+        traces.stop().await;
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// `hourglass run`: resolve the Redis URL (starting a managed Redis if asked),
+/// install signal handlers, and run until SIGINT/SIGTERM.
+pub async fn run_from_cli(
+    mut config: Config,
+    target: crate::target::Target,
+    plugins: Option<PathBuf>,
+    config_file: Option<PathBuf>,
+) -> Result<()> {
+    if let Some(dir) = plugins {
+        config.runner.plugins_dir = dir;
+    }
+    let managed = match target.single_url() {
+        Some(url) => crate::managed::ensure(&config.redis, url).await?,
+        None => None,
+    };
+    let store = Store::connect_to(&target, &config.redis.prefix).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let result = run(config, config_file, store, shutdown).await;
+    if let Some(m) = managed {
+        m.stop().await;
+    }
+    result
+}
+
+/// First SIGINT/SIGTERM: graceful shutdown. Second: exit at once.
+async fn watch_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    info!("signal received: shutting down gracefully (signal again to exit at once)");
+    shutdown.cancel();
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    warn!("second signal: exiting now; leases of running tasks will expire and be re-delivered");
+    std::process::exit(130);
+}

@@ -1,0 +1,452 @@
+//! One task type's handler: a compiled plugin bound to the type's limits, and one run of it.
+//!
+//! [`Handler::run`] is a future. It owns the run's `Store`: when the run ends
+//! (returns, traps, or passes its deadline while blocked in a host call) or
+//! the future is dropped (shutdown, cancel), the instance, its pooled slot
+//! and everything the host held for it are freed at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytesize::ByteSize;
+use opentelemetry::trace::SpanContext;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::bindings::hourglass::plugin::types as wit_types;
+use super::bindings::TaskHandler;
+use super::state::{HostBudget, HostState, MAX_RESOURCES, OUTPUT_CAP, RunMeta, RunParts, cap_error};
+use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
+use crate::config::TypePolicy;
+use crate::logging::clean_id;
+use crate::task::{ClaimedTask, FollowUp};
+
+/// Idle warm instances one handler keeps for its next tasks (`instance_reuse`).
+const WARM_PER_HANDLER: usize = 8;
+
+/// Sandbox limits of one task type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Execution deadline of one run (instantiation included).
+    pub timeout: Duration,
+    /// Cap on the instance's linear memory, in bytes.
+    pub memory_limit: u64,
+    /// Larger payloads fail permanently without running.
+    pub max_payload: u64,
+    /// What the host may hold for one run outside its linear memory.
+    pub host_memory_limit: u64,
+}
+
+/// Why a run did not succeed; what the runner does about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Retry after this delay.
+    RetryAfter(Duration),
+    /// Dead-letter now.
+    Permanent(String),
+    /// Retry by the backoff policy (a returned error, a trap, the deadline, ...).
+    Error(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::RetryAfter(d) => write!(f, "retry after {}", humantime::format_duration(*d)),
+            Failure::Permanent(reason) => write!(f, "permanent failure: {reason}"),
+            Failure::Error(message) => write!(f, "{message}"),
+        }
+    }
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRun {
+    /// What the handler returned, or why it stopped.
+    pub result: Result<(), Failure>,
+    /// Follow-ups to commit with the ack; empty unless `result` is `Ok`.
+    pub followups: Vec<FollowUp>,
+}
+
+impl TaskRun {
+    fn failed(failure: Failure) -> TaskRun {
+        TaskRun { result: Err(failure), followups: Vec::new() }
+    }
+}
+
+/// A component bound to one task type's limits and config values; cheap to clone.
+#[derive(Clone)]
+pub struct Handler {
+    component: Component,
+    plugin_name: Arc<str>,
+    limits: Limits,
+    config: Arc<BTreeMap<String, String>>,
+    http: Arc<outgoing::HttpPolicy>,
+    /// Most consecutive tasks one instance serves (`instance_reuse`); 0 or 1: a fresh instance each.
+    reuse: u32,
+    /// Idle instances kept for the next tasks when `reuse` > 1.
+    warm: Arc<WarmPool>,
+}
+
+/// The idle warm instances of one handler. Each holds a pooled instance
+/// slot, so all handlers together keep at most `WARM_IDLE_MAX` (counted in `shared`).
+struct WarmPool {
+    idle: Mutex<Vec<WarmInstance>>,
+    shared: Arc<AtomicUsize>,
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        let n = self.idle.get_mut().map_or(0, |idle| idle.len());
+        self.shared.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// A live instance kept between tasks of a type that opted into reuse.
+struct WarmInstance {
+    store: Store<HostState>,
+    instance: TaskHandler,
+    stdout: CappedPipe,
+    stderr: CappedPipe,
+    served: u32,
+}
+
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Config values may be secrets: keys only.
+        f.debug_struct("Handler")
+            .field("component", &self.component)
+            .field("plugin_name", &self.plugin_name)
+            .field("limits", &self.limits)
+            .field("config_keys", &self.config.keys().collect::<Vec<_>>())
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+impl Handler {
+    /// Binds `component` to a task type's policy and `config` values.
+    pub fn new(
+        component: Component,
+        plugin_name: impl Into<String>,
+        policy: &TypePolicy,
+        config: Arc<BTreeMap<String, String>>,
+    ) -> Handler {
+        Handler {
+            plugin_name: Arc::from(plugin_name.into()),
+            limits: Limits {
+                timeout: policy.timeout,
+                memory_limit: policy.memory_limit.as_u64(),
+                max_payload: policy.max_payload.as_u64(),
+                host_memory_limit: policy.host_memory_limit.as_u64(),
+            },
+            config,
+            http: Arc::new(outgoing::HttpPolicy::new(policy)),
+            reuse: policy.instance_reuse,
+            warm: Arc::new(WarmPool { idle: Mutex::default(), shared: component.inner.warm_idle.clone() }),
+            component,
+        }
+    }
+
+    /// The component it runs.
+    pub fn component(&self) -> &Component {
+        &self.component
+    }
+
+    /// Its sandbox limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn budget(&self) -> HostBudget {
+        HostBudget::new(self.limits.host_memory_limit)
+    }
+
+    fn memory_limit(&self) -> u64 {
+        self.limits.memory_limit.min(self.component.inner.max_memory)
+    }
+
+    /// Runs one task, in a fresh instance (or, when the type opted into
+    /// `instance_reuse`, a warm one), until it returns, traps or passes its
+    /// deadline. The deadline ends the run wherever it is: in guest code (the
+    /// epoch callback traps it) or blocked in a host call (the future is
+    /// dropped, which cancels the call and frees the instance).
+    pub async fn run(&self, task: &ClaimedTask) -> TaskRun {
+        self.run_traced(task, None).await
+    }
+
+    /// [`Handler::run`] inside the run's span (`trace`, when tracing is on):
+    /// the plugin's outbound requests become its child spans.
+    pub async fn run_traced(&self, task: &ClaimedTask, trace: Option<SpanContext>) -> TaskRun {
+        if let Some(refused) = self.refuse_oversize(task) {
+            return refused;
+        }
+        if self.reuse > 1 {
+            return self.run_reusing(task, trace).await;
+        }
+        let deadline = Instant::now() + self.limits.timeout;
+        let parts = self.run_parts(task, deadline, trace);
+        let meta = parts.meta.clone();
+        let stdout = CappedPipe::new(OUTPUT_CAP);
+        let stderr = CappedPipe::new(OUTPUT_CAP);
+        let mut store = self.new_store(parts, &stdout, &stderr);
+        let pre = self.component.inner.pre.clone();
+        let wit = wit_task(task);
+        let call = async move {
+            let outcome = match pre.instantiate_async(&mut store).await {
+                Ok(instance) => instance.call_handle(&mut store, &wit).await,
+                Err(e) => Err(e),
+            };
+            (outcome, store.into_data())
+        };
+        let finished = tokio::time::timeout(self.hard_limit(), call).await;
+        let (out, out_dropped) = stdout.take();
+        let (err, err_dropped) = stderr.take();
+        meta.emit_output("stdout", &out, out_dropped);
+        meta.emit_output("stderr", &err, err_dropped);
+        let Ok((outcome, state)) = finished else {
+            return TaskRun::failed(self.deadline_failure());
+        };
+        let result = self.result_of(outcome, state.limiter.exceeded, state.held.exceeded, &err);
+        let followups = if result.is_ok() { state.followups } else { Vec::new() };
+        TaskRun { result, followups }
+    }
+
+    /// [`Handler::run`] on a warm instance: taken from the idle ones (or made),
+    /// and put back after a success until it has served `instance_reuse`
+    /// tasks. A trap or any failure discards it.
+    ///
+    /// What reuse gives up: the instance's linear memory, globals and WASI
+    /// state carry over from one task to the next, so a task can see data an
+    /// earlier task of the same type left behind, and a handler that corrupts
+    /// its own state without failing affects the tasks after it.
+    async fn run_reusing(&self, task: &ClaimedTask, trace: Option<SpanContext>) -> TaskRun {
+        let deadline = Instant::now() + self.limits.timeout;
+        let parts = self.run_parts(task, deadline, trace.clone());
+        let meta = parts.meta.clone();
+        let idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        if idle.is_some() {
+            self.warm.shared.fetch_sub(1, Ordering::Relaxed);
+        }
+        let wit = wit_task(task);
+        let pre = self.component.inner.pre.clone();
+        let fresh = || {
+            let stdout = CappedPipe::new(OUTPUT_CAP);
+            let stderr = CappedPipe::new(OUTPUT_CAP);
+            let store = self.new_store(self.run_parts(task, deadline, trace.clone()), &stdout, &stderr);
+            (store, stdout, stderr)
+        };
+        // The pipes outlive a dropped call, so output is shown even after a timeout.
+        let (warm, stdout, stderr) = match idle {
+            Some(mut w) => {
+                w.store.data_mut().next_task(parts);
+                w.store.set_epoch_deadline(1);
+                let (stdout, stderr) = (w.stdout.clone(), w.stderr.clone());
+                (Ok(w), stdout, stderr)
+            }
+            None => {
+                let (store, stdout, stderr) = fresh();
+                (Err(store), stdout, stderr)
+            }
+        };
+        let (out_pipe, err_pipe) = (stdout.clone(), stderr.clone());
+        let call = async move {
+            let mut w = match warm {
+                Ok(w) => w,
+                Err(mut store) => match pre.instantiate_async(&mut store).await {
+                    Ok(instance) => WarmInstance { store, instance, stdout, stderr, served: 0 },
+                    Err(e) => {
+                        let state = store.into_data();
+                        return (Err(e), state.limiter.exceeded, state.held.exceeded, Vec::new(), None);
+                    }
+                },
+            };
+            let outcome = w.instance.call_handle(&mut w.store, &wit).await;
+            let state = w.store.data_mut();
+            let (exceeded, held) = (state.limiter.exceeded, state.held.exceeded.take());
+            let followups = std::mem::take(&mut state.followups);
+            (outcome, exceeded, held, followups, Some(w))
+        };
+        let finished = tokio::time::timeout(self.hard_limit(), call).await;
+        let (out, out_dropped) = out_pipe.take();
+        let (err, err_dropped) = err_pipe.take();
+        meta.emit_output("stdout", &out, out_dropped);
+        meta.emit_output("stderr", &err, err_dropped);
+        let Ok((outcome, memory_wanted, held, followups, warm)) = finished else {
+            return TaskRun::failed(self.deadline_failure());
+        };
+        let result = self.result_of(outcome, memory_wanted, held, &err);
+        if result.is_ok()
+            && let Some(mut w) = warm
+        {
+            w.served += 1;
+            self.keep_warm(w);
+        }
+        let followups = if result.is_ok() { followups } else { Vec::new() };
+        TaskRun { result, followups }
+    }
+
+    /// Keeps a warm instance for the next task unless it served its share or
+    /// too many are idle (each holds a pooled instance slot).
+    fn keep_warm(&self, w: WarmInstance) {
+        if w.served >= self.reuse {
+            return;
+        }
+        let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() >= WARM_PER_HANDLER {
+            return;
+        }
+        if self.warm.shared.fetch_add(1, Ordering::Relaxed) >= super::WARM_IDLE_MAX {
+            self.warm.shared.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        idle.push(w);
+    }
+
+    /// How long the future may take in all: the deadline plus two epoch ticks,
+    /// so guest code is trapped by the epoch callback (with its stderr and a
+    /// clear reason) and only a run blocked in a host call is cut by the timeout.
+    fn hard_limit(&self) -> Duration {
+        self.limits.timeout + EPOCH_TICK * 2
+    }
+
+    fn deadline_failure(&self) -> Failure {
+        Failure::Error(format!("deadline of {} exceeded", humantime::format_duration(self.limits.timeout)))
+    }
+
+    /// A fresh `Store` with the run's memory cap, budget and deadline; guest
+    /// code yields to the executor every epoch tick and traps past the deadline.
+    fn new_store(&self, parts: RunParts, stdout: &CappedPipe, stderr: &CappedPipe) -> Store<HostState> {
+        let state = HostState::new(parts, self.memory_limit(), self.budget(), self.config.clone(), stdout, stderr);
+        let mut store = Store::new(self.component.inner.pre.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_callback(|ctx| {
+            if Instant::now() >= ctx.data().deadline {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            // Yield through tokio, so a guest spinning in a loop shares its
+            // executor thread with other runs every tick.
+            Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
+        });
+        store.set_epoch_deadline(1);
+        store
+    }
+
+    /// A payload over `max_payload` fails permanently without running.
+    fn refuse_oversize(&self, task: &ClaimedTask) -> Option<TaskRun> {
+        if task.payload.len() as u64 > self.limits.max_payload {
+            return Some(TaskRun::failed(Failure::Permanent(format!(
+                "payload of {} bytes exceeds max_payload of {}",
+                task.payload.len(),
+                ByteSize::b(self.limits.max_payload)
+            ))));
+        }
+        None
+    }
+
+    /// The parts of the state that belong to one task: who logs, the outbound HTTP hooks, the deadline.
+    fn run_parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<SpanContext>) -> RunParts {
+        let meta = Arc::new(RunMeta {
+            plugin: self.plugin_name.clone(),
+            plugin_hash: self.component.hash().to_owned(),
+            task_type: task.task_type.clone(),
+            task_id: clean_id(&task.id),
+            attempt: task.attempt,
+        });
+        let http_hooks = outgoing::OutboundHooks::new(
+            self.http.clone(),
+            deadline,
+            self.budget(),
+            outgoing::Caller { plugin: self.plugin_name.clone(), meta: meta.clone(), trace },
+        );
+        RunParts { meta, http_hooks, deadline }
+    }
+
+    /// What a call's outcome means for the task. A run that filled its host
+    /// budget fails whatever the guest returned (it may have ignored the error).
+    fn result_of(
+        &self,
+        outcome: wasmtime::Result<Result<(), wit_types::Failure>>,
+        memory_wanted: Option<usize>,
+        budget_exceeded: Option<String>,
+        stderr: &str,
+    ) -> Result<(), Failure> {
+        if let Some(why) = budget_exceeded {
+            return Err(Failure::Error(why));
+        }
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(wit_types::Failure::RetryAfter(ms))) => Err(Failure::RetryAfter(Duration::from_millis(ms))),
+            Ok(Err(wit_types::Failure::Permanent(reason))) => Err(Failure::Permanent(cap_error(reason))),
+            Ok(Err(wit_types::Failure::Error(message))) => Err(Failure::Error(cap_error(message))),
+            Err(e) => Err(Failure::Error(cap_error(self.describe_crash(&e, memory_wanted, stderr)))),
+        }
+    }
+
+    /// One line saying why the guest stopped abnormally.
+    fn describe_crash(&self, e: &wasmtime::Error, memory_wanted: Option<usize>, stderr: &str) -> String {
+        if let Some(wanted) = memory_wanted {
+            return format!(
+                "memory limit of {} exceeded (the guest asked for {}): {}",
+                ByteSize::b(self.memory_limit()),
+                ByteSize::b(wanted as u64),
+                crash_reason(e)
+            );
+        }
+        let chain = format!("{e:#}");
+        let budget = self.budget();
+        if chain.contains("total size of fields exceeds limit") {
+            return format!(
+                "host memory budget exceeded: a header fields resource over {} (its share of host_memory_limit = {})",
+                ByteSize::b(budget.field_limit() as u64),
+                ByteSize::b(budget.limit())
+            );
+        }
+        if chain.contains("resource table has no free keys") {
+            return format!(
+                "host memory budget exceeded: more than {MAX_RESOURCES} live resources (streams, HTTP requests, header fields ...)"
+            );
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => self.deadline_failure().to_string(),
+            Some(Trap::StackOverflow) => "stack overflow (wasm trap: call stack exhausted)".to_owned(),
+            Some(Trap::UnreachableCodeReached) => match panic_message(stderr) {
+                Some(message) => format!("guest panicked: {message}"),
+                None => "guest aborted (wasm trap: unreachable instruction executed)".to_owned(),
+            },
+            _ => crash_reason(e),
+        }
+    }
+}
+
+/// The trap's own description, or the error chain on one line.
+fn crash_reason(e: &wasmtime::Error) -> String {
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        return trap.to_string();
+    }
+    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return format!("guest exited with status {}", exit.0);
+    }
+    one_line(&format!("{e:#}"))
+}
+
+/// The message of a Rust panic as printed to stderr by the guest's panic hook.
+fn panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines();
+    let at = lines.position(|l| l.contains("panicked at"))?;
+    let header = stderr.lines().nth(at)?;
+    let message = lines.next().filter(|l| !l.starts_with("note:")).unwrap_or_default();
+    let place = header.split_once("panicked at ").map(|(_, p)| p.trim_end_matches(':')).unwrap_or_default();
+    Some(if message.is_empty() { header.to_owned() } else { format!("{message} (at {place})") })
+}
+
+fn wit_task(task: &ClaimedTask) -> wit_types::Task {
+    wit_types::Task {
+        id: task.id.clone(),
+        task_type: task.task_type.to_string(),
+        payload: task.payload.clone(),
+        attempt: task.attempt,
+        due_ms: u64::try_from(task.due_ms).unwrap_or(0),
+    }
+}

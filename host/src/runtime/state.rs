@@ -1,0 +1,407 @@
+//! What the host keeps for one run: its WASI context, limits, budget, and the `hourglass:plugin` imports.
+//!
+//! Everything the host holds on a guest's behalf lives here and is bounded:
+//! linear memory by [`MemoryCap`], the bytes the imports buffer by [`Held`]
+//! (part of the type's `host_memory_limit`), log text by [`LOG_CAP`], and
+//! wasi:http's own state by the resource-table and field-size caps that
+//! [`HostState::new`] derives from the same limit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytesize::ByteSize;
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use super::bindings::hourglass::plugin::{
+    config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types,
+};
+use super::outgoing::OutboundHooks;
+use super::pipe::CappedPipe;
+use crate::logging::Clean;
+use crate::task::FollowUp;
+use crate::task_type::TaskType;
+
+/// Bytes of stdout and of stderr kept per run; the rest is dropped.
+pub const OUTPUT_CAP: usize = 64 * 1024;
+/// Bytes of `log` text one run may emit; later lines are dropped (one warning says so).
+pub const LOG_CAP: usize = 64 * 1024;
+/// Longest error text kept from a run (logged, stored in Redis): longer ones are cut.
+pub const MAX_ERROR_TEXT: usize = 4 * 1024;
+/// Most live resources (streams, pollables, HTTP requests, fields ...) of one run.
+pub const MAX_RESOURCES: usize = 512;
+/// Limits on follow-ups of one run (mirrored in the WIT docs).
+pub(crate) const MAX_FOLLOWUPS: usize = 1000;
+const MAX_FOLLOWUP_ID: usize = 1024;
+const MAX_FOLLOWUP_PAYLOAD: usize = 1024 * 1024;
+/// What a buffered follow-up costs beyond its bytes (type name, vector headers).
+const FOLLOWUP_OVERHEAD: usize = 128;
+/// Reserved out of the imports' half of the budget for the captured stdout,
+/// stderr and error text, which are capped on their own.
+const OUTPUT_RESERVED: u64 = (2 * OUTPUT_CAP + MAX_ERROR_TEXT) as u64;
+
+/// How `host_memory_limit` is shared out: half for what the `hourglass:plugin`
+/// imports buffer (follow-ups; captured output), half for wasi:http, whose
+/// state is bounded by construction: [`MAX_RESOURCES`] live resources, each
+/// header `fields` at most [`HostBudget::field_limit`] bytes and each
+/// outgoing body buffering at most two chunks of [`HostBudget::body_chunk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostBudget {
+    limit: u64,
+}
+
+impl HostBudget {
+    /// The split of `host_memory_limit` bytes.
+    pub fn new(limit: u64) -> HostBudget {
+        HostBudget { limit }
+    }
+
+    /// The whole limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes the imports may buffer (follow-ups), after the reserved output.
+    pub fn held_limit(&self) -> u64 {
+        (self.limit / 2).saturating_sub(OUTPUT_RESERVED)
+    }
+
+    /// Most bytes of one header `fields` resource a guest builds.
+    pub fn field_limit(&self) -> usize {
+        usize::try_from(self.limit / 2 / MAX_RESOURCES as u64).unwrap_or(usize::MAX)
+    }
+
+    /// Largest single write to an outgoing body (two are buffered at most).
+    pub fn body_chunk(&self) -> usize {
+        (self.field_limit() / 2).max(1024)
+    }
+}
+
+/// Bytes the imports hold for a run, charged as they come; past the limit the
+/// run fails, naming what filled it.
+#[derive(Debug)]
+pub(crate) struct Held {
+    limit: u64,
+    used: u64,
+    /// Why the budget ran out, once it did: the run fails with this.
+    pub(crate) exceeded: Option<String>,
+}
+
+impl Held {
+    fn new(limit: u64) -> Held {
+        Held { limit, used: 0, exceeded: None }
+    }
+
+    /// Charges `bytes` for `what`; an error (the same text the run fails with) once over the limit.
+    fn charge(&mut self, bytes: usize, what: &str, budget: HostBudget) -> Result<(), String> {
+        let wanted = self.used.saturating_add(bytes as u64);
+        if wanted > self.limit {
+            let why = format!(
+                "host memory budget exceeded: {what} would hold {} of the {} that host_memory_limit = {} leaves them",
+                ByteSize::b(wanted),
+                ByteSize::b(self.limit),
+                ByteSize::b(budget.limit())
+            );
+            self.exceeded.get_or_insert_with(|| why.clone());
+            return Err(why);
+        }
+        self.used = wanted;
+        Ok(())
+    }
+}
+
+/// Who is logging: attached to every guest log line.
+pub(crate) struct RunMeta {
+    pub(crate) plugin: Arc<str>,
+    pub(crate) plugin_hash: String,
+    pub(crate) task_type: TaskType,
+    /// The id, with control characters escaped (ids are any bytes).
+    pub(crate) task_id: String,
+    pub(crate) attempt: u32,
+}
+
+impl RunMeta {
+    /// One guest log line (`stream`: captured stdout or stderr; `None`: the log import).
+    /// The text comes from the guest: control characters are escaped, so a
+    /// `\n` can never start a line that looks like the host's own.
+    pub(crate) fn emit(&self, level: tracing::Level, stream: Option<&str>, message: &str) {
+        let message = Clean(message);
+        // tracing needs each level spelled out at its call site.
+        macro_rules! event {
+            ($level:expr) => {
+                tracing::event!(
+                    target: "hourglass::plugin",
+                    $level,
+                    plugin = %self.plugin,
+                    plugin_hash = %self.plugin_hash,
+                    task_type = %self.task_type,
+                    task_id = %self.task_id,
+                    attempt = self.attempt,
+                    stream,
+                    "{message}"
+                )
+            };
+        }
+        match level {
+            tracing::Level::TRACE => event!(tracing::Level::TRACE),
+            tracing::Level::DEBUG => event!(tracing::Level::DEBUG),
+            tracing::Level::INFO => event!(tracing::Level::INFO),
+            tracing::Level::WARN => event!(tracing::Level::WARN),
+            _ => event!(tracing::Level::ERROR),
+        }
+    }
+
+    /// A line the host writes about this run, among its guest lines.
+    pub(crate) fn warn(&self, message: std::fmt::Arguments<'_>) {
+        tracing::warn!(
+            target: "hourglass::plugin",
+            plugin = %self.plugin,
+            plugin_hash = %self.plugin_hash,
+            task_type = %self.task_type,
+            task_id = %self.task_id,
+            attempt = self.attempt,
+            "{message}"
+        );
+    }
+
+    /// Emits captured output as log lines, one event per line.
+    pub(crate) fn emit_output(&self, stream: &'static str, text: &str, dropped: usize) {
+        for line in text.lines() {
+            self.emit(tracing::Level::INFO, Some(stream), line);
+        }
+        if dropped > 0 {
+            self.warn(format_args!(
+                "{stream}: {} of output over the {} cap was dropped",
+                ByteSize::b(dropped as u64),
+                ByteSize::b(OUTPUT_CAP as u64)
+            ));
+        }
+    }
+}
+
+/// Per-run state of a `Store`.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryCap,
+    pub(crate) meta: Arc<RunMeta>,
+    config: Arc<BTreeMap<String, String>>,
+    pub(crate) followups: Vec<FollowUp>,
+    pub(crate) held: Held,
+    budget: HostBudget,
+    /// Bytes of `log` text emitted this run, against [`LOG_CAP`].
+    logged: usize,
+    http: WasiHttpCtx,
+    pub(crate) http_hooks: OutboundHooks,
+    /// When this run's execution deadline passes; the epoch callback traps after it.
+    pub(crate) deadline: Instant,
+}
+
+/// The parts of a [`HostState`] that belong to one task (a warm instance
+/// keeps the rest from one task to the next).
+pub(crate) struct RunParts {
+    pub(crate) meta: Arc<RunMeta>,
+    pub(crate) http_hooks: OutboundHooks,
+    pub(crate) deadline: Instant,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        parts: RunParts,
+        memory_limit: u64,
+        budget: HostBudget,
+        config: Arc<BTreeMap<String, String>>,
+        stdout: &CappedPipe,
+        stderr: &CappedPipe,
+    ) -> HostState {
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(budget.field_limit());
+        HostState {
+            wasi: deny_all_wasi(stdout, stderr, budget),
+            table,
+            limiter: MemoryCap { limit: memory_limit, exceeded: None },
+            meta: parts.meta,
+            config,
+            followups: Vec::new(),
+            held: Held::new(budget.held_limit()),
+            budget,
+            logged: 0,
+            http,
+            http_hooks: parts.http_hooks,
+            deadline: parts.deadline,
+        }
+    }
+
+    /// Starts the next task on a warm instance: its own meta, hooks, deadline
+    /// and budget; WASI and the resource table carry over.
+    pub(crate) fn next_task(&mut self, parts: RunParts) {
+        self.meta = parts.meta;
+        self.http_hooks = parts.http_hooks;
+        self.deadline = parts.deadline;
+        self.followups.clear();
+        self.held = Held::new(self.budget.held_limit());
+        self.logged = 0;
+        self.limiter.exceeded = None;
+    }
+}
+
+/// WASI with nothing granted: no files, env, args or network; output captured.
+fn deny_all_wasi(stdout: &CappedPipe, stderr: &CappedPipe, budget: HostBudget) -> WasiCtx {
+    WasiCtxBuilder::new()
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }))
+        // get-random-bytes builds its answer in host memory first.
+        .max_random_size(budget.field_limit() as u64)
+        .build()
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.http_hooks }
+    }
+}
+
+/// Caps linear memory and remembers a refused growth, to name it in the error.
+pub(crate) struct MemoryCap {
+    limit: u64,
+    pub(crate) exceeded: Option<usize>,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired as u64 > self.limit {
+            self.exceeded = Some(desired);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+impl wit_types::Host for HostState {}
+
+impl wit_log::Host for HostState {
+    fn log(&mut self, level: wit_log::Level, message: String) {
+        if self.logged >= LOG_CAP {
+            return;
+        }
+        self.logged += message.len();
+        let level = match level {
+            wit_log::Level::Trace => tracing::Level::TRACE,
+            wit_log::Level::Debug => tracing::Level::DEBUG,
+            wit_log::Level::Info => tracing::Level::INFO,
+            wit_log::Level::Warn => tracing::Level::WARN,
+            wit_log::Level::Error => tracing::Level::ERROR,
+        };
+        if self.logged > LOG_CAP {
+            let keep = floor_char_boundary(&message, message.len() - (self.logged - LOG_CAP));
+            self.meta.emit(level, None, &message[..keep]);
+            self.meta.warn(format_args!(
+                "log output of this run reached {}: its further log lines are dropped",
+                ByteSize::b(LOG_CAP as u64)
+            ));
+            return;
+        }
+        self.meta.emit(level, None, &message);
+    }
+}
+
+impl wit_schedule::Host for HostState {
+    fn schedule(&mut self, task_type: String, id: Vec<u8>, payload: Vec<u8>, due_ms: u64) -> Result<(), String> {
+        if let Some(why) = &self.held.exceeded {
+            return Err(why.clone());
+        }
+        if self.followups.len() >= MAX_FOLLOWUPS {
+            return Err(format!("at most {MAX_FOLLOWUPS} follow-ups per run"));
+        }
+        let task_type: TaskType = task_type.parse().map_err(|e| format!("{e}"))?;
+        if id.len() > MAX_FOLLOWUP_ID {
+            return Err(format!("id of {} bytes is over the limit of {MAX_FOLLOWUP_ID}", id.len()));
+        }
+        if payload.len() > MAX_FOLLOWUP_PAYLOAD {
+            return Err(format!("payload of {} bytes is over the limit of 1 MiB", payload.len()));
+        }
+        let bytes = id.len() + payload.len() + FOLLOWUP_OVERHEAD;
+        self.held.charge(bytes, "follow-ups", self.budget)?;
+        let due_ms = i64::try_from(due_ms).unwrap_or(i64::MAX);
+        self.followups.push(FollowUp { task_type, id, payload, due_ms });
+        Ok(())
+    }
+}
+
+impl wit_config::Host for HostState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).cloned()
+    }
+}
+
+/// Cuts a guest's error text to [`MAX_ERROR_TEXT`] bytes (on a character
+/// boundary), saying how much was cut: it is logged and stored in Redis.
+pub(crate) fn cap_error(text: String) -> String {
+    if text.len() <= MAX_ERROR_TEXT {
+        return text;
+    }
+    let keep = floor_char_boundary(&text, MAX_ERROR_TEXT);
+    format!("{}… ({} more bytes cut)", &text[..keep], text.len() - keep)
+}
+
+/// The largest index `<= at` that is a character boundary of `s`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut i = at.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_cut_on_a_character_boundary() {
+        assert_eq!(cap_error("short".into()), "short");
+        let long = "é".repeat(MAX_ERROR_TEXT); // two bytes each
+        let cut = cap_error(long.clone());
+        assert!(cut.len() < MAX_ERROR_TEXT + 64, "{}", cut.len());
+        assert!(cut.ends_with(&format!("({} more bytes cut)", long.len() - MAX_ERROR_TEXT)), "{cut}");
+    }
+
+    #[test]
+    fn the_budget_is_split_between_imports_and_wasi_http() {
+        let b = HostBudget::new(16 * 1024 * 1024);
+        assert_eq!(b.field_limit(), 16 * 1024, "half of 16 MiB over 512 resources");
+        assert_eq!(b.body_chunk(), 8 * 1024);
+        assert_eq!(b.held_limit(), 8 * 1024 * 1024 - OUTPUT_RESERVED);
+        // All of wasi:http's worst case fits its half.
+        assert!((MAX_RESOURCES * b.field_limit()) as u64 <= b.limit() / 2);
+    }
+
+    #[test]
+    fn held_bytes_fail_once_over_and_say_what_filled_them() {
+        let b = HostBudget::new(4 * 1024 * 1024);
+        let mut held = Held::new(1000);
+        assert!(held.charge(600, "follow-ups", b).is_ok());
+        let err = held.charge(600, "follow-ups", b).unwrap_err();
+        assert!(err.contains("follow-ups would hold 1.2 KiB of the 1000 B"), "{err}");
+        assert_eq!(held.exceeded.as_deref(), Some(err.as_str()));
+    }
+}

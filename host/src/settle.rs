@@ -1,0 +1,140 @@
+//! Settle: write outcomes to Redis in batches, one script call each, and only then free the slots they held.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::logging::clean_id;
+use crate::runner::{Event, InFlight, Permits, Runner};
+use crate::store::{Outcome, SettleResult, Settlement};
+use crate::task_type::TaskType;
+
+/// Most outcomes one settle call writes.
+const SETTLE_MAX: usize = 512;
+/// How long the settler waits for more outcomes of running tasks before writing what it has.
+const SETTLE_LINGER: Duration = Duration::from_micros(500);
+/// Longest wait between attempts to write outcomes while Redis is down or the type faulted.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// An outcome queued for the settler, with the slots it frees once stored and
+/// how many outcomes of the same claim are still to come.
+pub(crate) struct Finished {
+    pub(crate) settlement: Settlement,
+    pub(crate) permits: Permits,
+    pub(crate) claim_unreported: Arc<AtomicUsize>,
+}
+
+/// Outcomes the settler has taken from its queue for one script call.
+#[derive(Default)]
+struct Gathered {
+    batch: Vec<Settlement>,
+    permits: Vec<Permits>,
+    /// Unreported-outcome counters of the claims in `batch`, each once.
+    claims: Vec<Arc<AtomicUsize>>,
+}
+
+impl Gathered {
+    fn push(&mut self, finished: Finished) {
+        self.batch.push(finished.settlement);
+        self.permits.push(finished.permits);
+        if !self.claims.iter().any(|c| Arc::ptr_eq(c, &finished.claim_unreported)) {
+            self.claims.push(finished.claim_unreported);
+        }
+    }
+
+    /// Every outcome of the claims in hand is queued (and so taken or about to be).
+    fn claims_reported(&self) -> bool {
+        self.claims.iter().all(|c| c.load(Ordering::Acquire) == 0)
+    }
+}
+
+impl Runner {
+    /// Writes outcomes in batches (one script call per batch), retrying
+    /// through Redis outages and type faults so that no outcome is dropped.
+    pub(crate) async fn settler(
+        self,
+        task_type: TaskType,
+        in_flight: InFlight,
+        metrics: Arc<crate::telemetry::TypeMetrics>,
+        mut rx: mpsc::UnboundedReceiver<Finished>,
+    ) {
+        let mut gathered = Gathered::default();
+        while let Some(first) = rx.recv().await {
+            gathered.push(first);
+            // Take what is queued; while the claims in hand still have tasks
+            // running, linger briefly for them, so that one script call
+            // settles whole claims rather than one or two tasks. Later
+            // claims are not waited for: their slots are what the next
+            // claim is made of, so merging them would stall the pipeline.
+            let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
+            while gathered.batch.len() < SETTLE_MAX {
+                let next = match rx.try_recv() {
+                    Ok(next) => Some(next),
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    Err(mpsc::error::TryRecvError::Empty) if gathered.claims_reported() => None,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
+                    }
+                };
+                let Some(next) = next else { break };
+                gathered.push(next);
+            }
+            let Gathered { batch, permits, .. } = std::mem::take(&mut gathered);
+            let results = self.write_outcomes(&task_type, &batch).await;
+            if let Some(observe) = &self.observer {
+                for (s, r) in batch.iter().zip(&results) {
+                    let (acked, fenced) = (matches!(s.outcome, Outcome::Ack { .. }), matches!(r, SettleResult::Fenced));
+                    observe(Event::Settled { task_type: &task_type, id: &s.id, acked, fenced });
+                }
+            }
+            let mut committed_followups = false;
+            for (s, r) in batch.iter().zip(&results) {
+                match (r, &s.outcome) {
+                    (SettleResult::Fenced, _) => warn!(task_type = %task_type, task_id = %clean_id(&s.id), attempt = s.run.attempt,
+                        "outcome ignored: the lease had expired and the task was claimed again"),
+                    (SettleResult::Settled, Outcome::Ack { followups }) => committed_followups |= !followups.is_empty(),
+                    _ => {}
+                }
+            }
+            metrics.settled(&batch, &results);
+            {
+                let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                for s in &batch {
+                    map.remove(&(s.id.clone(), s.token));
+                }
+            }
+            drop(permits); // frees the concurrency slots only now that the outcome is stored
+            if self.registry.get(&task_type).is_some_and(|e| e.policy.max_running > 0) {
+                // A slot of max_running is free: this host's claim loop need not wait to poll for it.
+                self.wakeups.of(&task_type).notify_one();
+            }
+            if committed_followups {
+                // The acks are committed with their follow-ups in the outbox; move them on now.
+                self.flush_outbox(&task_type).await;
+            }
+        }
+    }
+
+    /// One settle call for `batch`, retried until it is written: the script
+    /// checks every key before its first write, so a failed call changed nothing.
+    async fn write_outcomes(&self, task_type: &TaskType, batch: &[Settlement]) -> Vec<SettleResult> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let events = self.registry.config().events_maxlen(task_type);
+            match self.store.settle_with_events(task_type, batch, events).await {
+                Ok(results) => {
+                    self.health.succeeded(task_type, "settle");
+                    return results;
+                }
+                Err(e) => {
+                    self.health.failed(task_type, "settle", &e);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The connection: one server (auto-reconnecting) or a Redis Cluster, how a failed connect is explained, and cluster topology.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use redis::Value;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::target::Target;
+
+/// How long `connect` waits for Redis to answer before giving up.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the one attempt that explains a failed connect may take.
+const DIAGNOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Big claims and settles run for a while inside Redis; only a dead server should time out.
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One shared connection: to a single server (auto-reconnecting) or to a Redis
+/// Cluster (follows MOVED/ASK and topology changes); cheap to clone.
+#[derive(Clone)]
+pub struct Conn(pub(super) ConnKind);
+
+#[derive(Clone)]
+pub(super) enum ConnKind {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match &mut self.0 {
+            ConnKind::Single(c) => c.req_packed_command(cmd),
+            ConnKind::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match &mut self.0 {
+            ConnKind::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            ConnKind::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0 {
+            ConnKind::Single(c) => c.get_db(),
+            ConnKind::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A node of a Redis Cluster, from `CLUSTER NODES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    /// Host or IP the node announces.
+    pub host: String,
+    /// Its client port.
+    pub port: u16,
+    /// A master (serves slots) rather than a replica.
+    pub master: bool,
+    /// The slot ranges it serves (masters only; importing/migrating markers left out).
+    pub slots: Vec<std::ops::RangeInclusive<u16>>,
+}
+
+/// `url` without credentials or query (which may hold a password), for messages.
+pub fn redact_url(url: &str) -> String {
+    let url = url.split_once('?').map_or(url, |(base, _)| base);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Why connecting took longer than `waited`: the connection manager and the
+/// cluster client retry every failure, a refused TLS certificate or password
+/// too, until the timeout hides it. One more plain attempt names the cause.
+pub(super) async fn why_no_answer(client: &redis::Client, target: &Target, waited: Duration) -> String {
+    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(DIAGNOSE_TIMEOUT));
+    let attempt = client.get_multiplexed_async_connection_with_config(&config);
+    match tokio::time::timeout(DIAGNOSE_TIMEOUT, attempt).await {
+        Ok(Err(e)) => target.scrub(&e.to_string()),
+        _ => format!("no answer within {}s", waited.as_secs()),
+    }
+}
+
+/// A connection manager to one server: reconnects by itself after a fault.
+pub(super) async fn single(client: &redis::Client, shown: &str, target: &Target) -> Result<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT));
+    let conn = match tokio::time::timeout(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client.clone(), config)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
+        Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(client, target, CONNECT_TIMEOUT).await),
+    };
+    Ok(conn)
+}
+
+/// `CLUSTER NODES` text → nodes that are up and have an address, with the
+/// slots each master serves: the one parser of it.
+/// A line: `<id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <state> <slots>...`
+pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
+    let mut nodes = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        let flags: Vec<&str> = flags.split(',').collect();
+        if flags.iter().any(|f| matches!(*f, "fail" | "noaddr" | "handshake")) {
+            continue;
+        }
+        let addr = addr.split(['@', ',']).next().unwrap_or_default();
+        let Some((host, port)) = addr.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        if host.is_empty() || port == 0 {
+            continue;
+        }
+        let slots = fields
+            .iter()
+            .skip(8)
+            .filter_map(|r| match r.split_once('-') {
+                Some((a, b)) => Some(a.parse().ok()?..=b.parse().ok()?),
+                None => r.parse().ok().map(|s| s..=s),
+            })
+            .collect();
+        nodes.push(ClusterNode { host: host.to_owned(), port, master: flags.contains(&"master"), slots });
+    }
+    nodes.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+    nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_credentials_and_query() {
+        assert_eq!(redact_url("redis://user:secret@host:6379/0"), "redis://host:6379/0");
+        assert_eq!(redact_url("redis://:secret@host"), "redis://host");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact_url("redis+unix:///tmp/r.sock?pass=x"), "redis+unix:///tmp/r.sock");
+    }
+
+    #[test]
+    fn cluster_nodes_with_their_slots() {
+        let text = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001,node-b master - 0 0 2 connected 5461-10922 12000
+c3 127.0.0.1:7002@17002 slave b2 0 0 2 connected
+d4 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-11999 12001-16383 [5-<-a1]
+e5 127.0.0.1:7004@17004 master,fail - 0 0 4 disconnected
+f6 :0@0 master,noaddr - 0 0 5 disconnected
+";
+        let nodes = parse_cluster_nodes(text);
+        let summary: Vec<(u16, bool, Vec<std::ops::RangeInclusive<u16>>)> =
+            nodes.into_iter().map(|n| (n.port, n.master, n.slots)).collect();
+        assert_eq!(
+            summary,
+            vec![
+                (7000, true, vec![0..=5460]),
+                (7001, true, vec![5461..=10922, 12000..=12000]),
+                (7002, false, vec![]),
+                (7003, true, vec![10923..=11999, 12001..=16383]),
+            ]
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! The key layout of a type, written once: every other module asks [`Keys`] for a key's name.
+
+use crate::task_type::TaskType;
+
+/// The names of one task type's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// `P:{T}:due`: ZSET id → due ms (public).
+    pub due: String,
+    /// `P:{T}:payload`: HASH id → payload (public).
+    pub payload: String,
+    /// `P:{T}:stats`: HASH of counters.
+    pub stats: String,
+    /// `P:{T}:leases`: ZSET id → lease expiry ms.
+    pub leases: String,
+    /// `P:{T}:tokens`: HASH id → `<lease token>@<holder host id>` (fencing compares the token).
+    pub tokens: String,
+    /// `P:{T}:attempts`: HASH id → attempts so far.
+    pub attempts: String,
+    /// `P:{T}:errors`: HASH id → last error text.
+    pub errors: String,
+    /// `P:{T}:dead`: ZSET id → time of death ms.
+    pub dead: String,
+    /// `P:{T}:seq`: token counter.
+    pub seq: String,
+    /// `P:{T}:outbox`: HASH entry id → encoded follow-up.
+    pub outbox: String,
+    /// `P:{T}:delivered:`: prefix of the outbox delivery markers.
+    pub delivered_prefix: String,
+    /// `P:{T}:events`: STREAM of outcomes, when enabled for the type.
+    pub events: String,
+    /// `P:{T}:recur`: HASH of the type's recurring schedules and their armed occurrences.
+    pub recur: String,
+    /// `P:{T}:throttle`: HASH, the token bucket of the type's `rate`.
+    pub throttle: String,
+    /// `P:{T}:paused`: STRING, exists while the type is paused (its end in ms, or 0).
+    pub paused: String,
+    /// `P:{T}:cancels`: HASH id → the lease token `hourglass cancel` asked to stop.
+    pub cancels: String,
+    /// `P:{T}:trace`: HASH id → W3C traceparent a client attached (optional; read while tracing is on).
+    pub trace: String,
+}
+
+impl Keys {
+    /// Builds the key names of type `t` under `prefix`.
+    pub fn new(prefix: &str, t: &TaskType) -> Keys {
+        let k = |suffix: &str| format!("{prefix}:{{{t}}}:{suffix}");
+        Keys {
+            due: k("due"),
+            payload: k("payload"),
+            stats: k("stats"),
+            leases: k("leases"),
+            tokens: k("tokens"),
+            attempts: k("attempts"),
+            errors: k("errors"),
+            dead: k("dead"),
+            seq: k("seq"),
+            outbox: k("outbox"),
+            delivered_prefix: k("delivered:"),
+            events: k("events"),
+            recur: k("recur"),
+            throttle: k("throttle"),
+            paused: k("paused"),
+            cancels: k("cancels"),
+            trace: k("trace"),
+        }
+    }
+
+    /// The delivery marker of one outbox entry, in this (the target) type's slot.
+    pub fn delivered(&self, entry_id: &[u8]) -> Vec<u8> {
+        let mut key = self.delivered_prefix.clone().into_bytes();
+        key.extend_from_slice(entry_id);
+        key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_carry_the_hash_tag() {
+        let k = Keys::new("hg", &"order.timeout".parse().unwrap());
+        assert_eq!(k.due, "hg:{order.timeout}:due");
+        assert_eq!(k.delivered(b"x:1:0"), b"hg:{order.timeout}:delivered:x:1:0".to_vec());
+    }
+}

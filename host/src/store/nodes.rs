@@ -1,0 +1,246 @@
+//! Talking to servers rather than task keys: host presence, who holds which leases, keyspace-notification settings and subscriptions.
+
+use anyhow::{Context, Result, anyhow, bail};
+use redis::Value;
+
+use super::Store;
+use crate::task_type::TaskType;
+
+/// One server a host talks to directly: the server itself, or one node of a cluster.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// `host:port` ("" for a single server).
+    pub addr: String,
+    /// A client of this node alone.
+    pub client: redis::Client,
+    /// Serves slots (always true for a single server).
+    pub master: bool,
+}
+
+/// Every registered host's last beat, as `hosts/presence.lua` lists them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Presence {
+    /// Redis `TIME` when listed, ms.
+    pub now_ms: i64,
+    /// Host id → `<last_seen_ms> <state> <info json>`.
+    pub beats: Vec<(String, String)>,
+}
+
+/// The leases of one type one host holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderCount {
+    /// Its id ("" for leases taken without one).
+    pub host: String,
+    /// How many.
+    pub count: u64,
+    /// The first few ids.
+    pub ids: Vec<Vec<u8>>,
+}
+
+impl Store {
+    /// The key of the hosts hash.
+    pub fn hosts_key(&self) -> String {
+        format!("{}:hosts", self.prefix)
+    }
+
+    /// Records a host's beat (`state`: up or stopped) and forgets hosts silent for `forget_after_ms`.
+    pub async fn beat(&self, host_id: &str, state: &str, facts: &str, forget_after_ms: u64) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .scripts
+            .presence
+            .key(self.hosts_key())
+            .arg("beat")
+            .arg(host_id)
+            .arg(state)
+            .arg(facts)
+            .arg(forget_after_ms)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Every host's last beat.
+    pub async fn presence(&self) -> Result<Presence> {
+        let mut conn = self.conn.clone();
+        let value: Value =
+            self.scripts.presence.key(self.hosts_key()).arg("list").invoke_async(&mut conn).await.context("cannot list hosts")?;
+        let Value::Array(top) = value else { bail!("unexpected hosts reply") };
+        let mut top = top.into_iter();
+        let now_ms: i64 = redis::from_redis_value(top.next().ok_or_else(|| anyhow!("short hosts reply"))?)?;
+        let flat: Vec<Vec<u8>> = redis::from_redis_value(top.next().ok_or_else(|| anyhow!("short hosts reply"))?)?;
+        let beats = flat
+            .chunks_exact(2)
+            .map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), String::from_utf8_lossy(&pair[1]).into_owned()))
+            .collect();
+        Ok(Presence { now_ms, beats })
+    }
+
+    /// How many leases of `t` each host holds, with up to `most` ids each.
+    pub async fn holders(&self, t: &TaskType, most: usize) -> Result<Vec<HolderCount>> {
+        let mut conn = self.conn.clone();
+        let value: Value = self
+            .scripts
+            .holders
+            .key(self.keys(t).tokens)
+            .arg(most)
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot list the holders of {t} leases"))?;
+        let Value::Array(items) = value else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        let mut it = items.into_iter();
+        while let (Some(host), Some(count), Some(ids)) = (it.next(), it.next(), it.next()) {
+            out.push(HolderCount {
+                host: redis::from_redis_value(host)?,
+                count: redis::from_redis_value(count)?,
+                ids: redis::from_redis_value(ids)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The servers to talk to directly: this one, or every node of the cluster.
+    pub async fn nodes(&self) -> Result<Vec<Node>> {
+        if !self.target.is_cluster() {
+            return Ok(vec![Node { addr: String::new(), client: self.client.clone(), master: true }]);
+        }
+        let mut out = Vec::new();
+        for node in self.cluster_nodes().await? {
+            let client = self.target.node_client(&node.host, node.port)?;
+            out.push(Node { addr: format!("{}:{}", node.host, node.port), client, master: node.master });
+        }
+        if !out.iter().any(|n| n.master) {
+            bail!("the cluster lists no master");
+        }
+        Ok(out)
+    }
+}
+
+impl Store {
+    /// Whether every node of the cluster says `cluster_state:ok` (a single server always is).
+    pub async fn cluster_ready(&self) -> Result<bool> {
+        if !self.target.is_cluster() {
+            return Ok(true);
+        }
+        for node in self.nodes().await? {
+            let mut conn = node.connection().await?;
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await?;
+            if !info.contains("cluster_state:ok") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The cluster slot of `key` (`CLUSTER KEYSLOT`).
+    pub async fn keyslot(&self, key: &str) -> Result<u16> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut conn).await?)
+    }
+
+    /// A section of `INFO` (of one node, on a cluster), e.g. `memory`.
+    pub async fn info(&self, section: &str) -> Result<String> {
+        let mut conn = self.conn.clone();
+        redis::cmd("INFO").arg(section).query_async(&mut conn).await.with_context(|| format!("cannot read INFO {section}"))
+    }
+
+    /// Deletes `keys` (`UNLINK`; they must share a slot on a cluster).
+    pub async fn unlink(&self, keys: &[String]) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd("UNLINK").arg(keys).query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Members in the sorted set `key` (`ZCARD`).
+    pub async fn zcard(&self, key: &str) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("ZCARD").arg(key).query_async(&mut conn).await?)
+    }
+
+    /// Writes due entries as an application would (multi-member `ZADD`s of
+    /// `chunk` members, pipelined `pipeline` at a time): the benchmark's load.
+    pub async fn add_due(
+        &self,
+        key: &str,
+        mut entries: impl Iterator<Item = (i64, String)>,
+        chunk: usize,
+        pipeline: usize,
+    ) -> Result<()> {
+        let mut conn = self.conn.clone();
+        loop {
+            let mut pipe = redis::pipe();
+            let mut commands = 0;
+            while commands < pipeline {
+                let members: Vec<(i64, String)> = entries.by_ref().take(chunk).collect();
+                if members.is_empty() {
+                    break;
+                }
+                pipe.zadd_multiple(key, &members).ignore();
+                commands += 1;
+            }
+            if commands == 0 {
+                return Ok(());
+            }
+            let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
+        }
+    }
+}
+
+impl Node {
+    async fn connection(&self) -> Result<redis::aio::MultiplexedConnection> {
+        tokio::time::timeout(std::time::Duration::from_secs(3), self.client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| anyhow!("timed out connecting"))?
+            .map_err(Into::into)
+    }
+
+    /// `CONFIG GET notify-keyspace-events`: the node's flags.
+    pub async fn keyspace_events(&self) -> Result<String> {
+        let mut conn = self.connection().await?;
+        let (_, flags): (String, String) =
+            redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut conn).await?;
+        Ok(flags)
+    }
+
+    /// `CONFIG SET notify-keyspace-events <flags>`.
+    pub async fn set_keyspace_events(&self, flags: &str) -> Result<()> {
+        let mut conn = self.connection().await?;
+        redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg(flags).query_async::<()>(&mut conn).await?;
+        Ok(())
+    }
+
+    /// A pub/sub connection subscribed to `patterns` and `channels`.
+    pub async fn subscribe(&self, patterns: &[&str], channels: &[&str]) -> Result<redis::aio::PubSub> {
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        for pattern in patterns {
+            pubsub.psubscribe(*pattern).await?;
+        }
+        for channel in channels {
+            pubsub.subscribe(*channel).await?;
+        }
+        Ok(pubsub)
+    }
+}
+
+/// Whether something answers `PING` at `url` within `timeout` (before any store exists).
+pub async fn answers(url: &str, timeout: std::time::Duration) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let ping = async {
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
+    };
+    matches!(tokio::time::timeout(timeout, ping).await, Ok(Some(_)))
+}
+
+/// Asks the server at `url` to shut down (it flushes its append-only file first).
+pub async fn shut_down(url: &str) {
+    if let Ok(client) = redis::Client::open(url)
+        && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+    {
+        // The server closes the connection instead of replying.
+        let _ = redis::cmd("SHUTDOWN").query_async::<()>(&mut conn).await;
+    }
+}

@@ -1,0 +1,328 @@
+-- claim: hand out up to `limit` due tasks of one type under fresh leases.
+--
+-- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 seq, 9 stats,
+--       10 recur (recurring schedules), 11 throttle (the rate limit's bucket), 13 cancels, 12 paused
+--       (exists while the type is paused; its value is when the pause ends, 0 = until resumed)
+-- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes, 5 holder (host id, '' = none),
+--       6 max_running over all hosts (0 = no limit), 7 rate in tasks per second (0 = no limit),
+--       8 rate burst (tokens the bucket holds at most), 9 fairness separator ('' = off),
+--       10 fairness window (how many of the oldest, and of the newest, due tasks it looks at)
+-- Returns: { now_ms,
+--            claimed: flat { id, payload|nil, attempt, due_score (string) } per task,
+--            dead_lettered: flat { id, reason } per task,
+--            next_due_score (string)|nil, next_lease_expiry (string)|nil (both
+--            nil when `limit` tasks were claimed: the caller claims again),
+--            lease_expiry_ms, first_token, throttled_ms|nil }: the claimed
+--            tasks' tokens are first_token, first_token + 1, ... in the order
+--            they are listed; throttled_ms is set when max_running, the rate
+--            or a pause held the claim back: how long until it may take more;
+--            paused is 1 while the type is paused }.
+-- Guarantees:
+--   * a paused type hands out nothing and changes nothing (its tasks stay
+--     due; schedules keep arriving); its running tasks finish.
+--   * up to `limit` expired leases go back to due at `now` first; ZADD NX, so a
+--     schedule a client wrote meanwhile wins; their tokens die, attempts stay.
+--   * then up to `limit` members with score <= now, oldest first, leave `due`
+--     atomically: no two claimers ever get the same task.
+--   * a due id that is also dead was re-scheduled by a client: it becomes a
+--     fresh task (dead entry, attempts and errors dropped).
+--   * ids over max_id_bytes and payloads over max_payload_bytes are dead-lettered
+--     at once with a reason, and never handed out.
+--   * every claimed task gets a unique token (INCRBY seq), a lease until
+--     now + lease_ms and the attempt number attempts + 1. The attempt rides
+--     in the tokens hash ("<token>:<attempt>[@<host id>]") while the lease
+--     holds; the attempts hash only records attempts that ended without an
+--     ack (a retry, a dead letter, or here a lease that expired), so a task
+--     that succeeds first time never writes it.
+--   * throttles, over every host: no more than max_running tasks are leased
+--     at once, and no more than `rate` per second are handed out (a token
+--     bucket in `throttle`, refilled by this server's clock); what is over
+--     stays due, in due order.
+--   * with fairness, the claim takes tasks in turns among the keys of their
+--     ids (the part before the separator): one of each key, then a second,
+--     ... so a key with thousands due holds another back by one claim at
+--     most, as long as the other's tasks are among the `fair_window` oldest
+--     or newest due (a task due now is among the newest) and the claim is
+--     no smaller than the number of keys. Off, it costs nothing.
+--   * a claimed occurrence of a recurring schedule arms the next one in this
+--     same step (`name@<ms>` into `due`, from the times hosts computed): an
+--     occurrence is armed once, whatever fails later. Missed occurrences
+--     follow the schedule's policy: latest (the claimed one runs as the
+--     latest missed occurrence, once), all, or skip (one missed by more than
+--     a minute is dropped unrun).
+--   * nothing is written unless every key holds its type and seq and the
+--     counters are integers (the prelude's rule): a broken key fails the
+--     claim with HGFAULT and every task stays where it was.
+-- All times come from this server's TIME, so hosts never compare their own clocks.
+
+local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local attempts, errors, dead, seq, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local recur, throttle, paused, cancels = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local limit = tonumber(ARGV[1])
+local max_running = tonumber(ARGV[6]) or 0
+local rate = tonumber(ARGV[7]) or 0
+local burst = tonumber(ARGV[8]) or 1
+local fair_by = ARGV[9] or ''
+local fair_window = tonumber(ARGV[10]) or 1000
+local lease_ms = tonumber(ARGV[2])
+local max_payload = tonumber(ARGV[3])
+local max_id = tonumber(ARGV[4])
+-- The tokens hash records the attempt and the holder: "<token>:<attempt>@<host id>";
+-- fencing compares the token only.
+local holder_suffix = (ARGV[5] and ARGV[5] ~= '') and ('@' .. ARGV[5]) or ''
+
+local bad = check_keys({
+  { due, 'zset' }, { payload, 'hash' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
+  { errors, 'hash' }, { dead, 'zset' }, { seq, 'string' }, { stats, 'hash' }, { recur, 'hash' },
+  { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' },
+}) or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' })
+if bad then return bad end
+
+local now = now_ms()
+if redis.call('EXISTS', paused) == 1 then
+  -- Look again within a second: a pause given a length ends by itself (PX).
+  return { now, {}, {}, false, false, now, 0, 1000, 1 }
+end
+-- '%d', not '%.0f': integer formatting skips glibc's float printer, which
+-- showed in Redis's profile when it ran per task.
+local now_s = string.format('%d', now)
+local expiry = now + lease_ms
+local expiry_s = string.format('%d', expiry)
+
+-- 1. Reap expired leases back into due.
+local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)
+if #expired > 0 then
+  local held = multi_get('HMGET', tokens, expired)
+  -- A run whose cancel was asked, and whose host died, is not run again.
+  local marks = {}
+  if redis.call('EXISTS', cancels) == 1 then marks = multi_get('HMGET', cancels, expired) end
+  local zpairs = {}
+  local spent = {}
+  local stopped = 0
+  for i, id in ipairs(expired) do
+    local token = held[i] and string.match(held[i], '^%d+')
+    if token and marks[i] == token then
+      redis.call('HDEL', cancels, id)
+      if not redis.call('ZSCORE', due, id) then redis.call('HDEL', payload, id) end
+      stopped = stopped + 1
+    else
+      zpairs[#zpairs + 1] = now_s
+      zpairs[#zpairs + 1] = id
+      -- The lost run counts as an attempt (a handler that kills its host must
+      -- still end up dead-lettered after max_attempts).
+      local attempt = held[i] and string.match(held[i], '^%d+:(%d+)')
+      if attempt then
+        spent[#spent + 1] = id
+        spent[#spent + 1] = attempt
+      end
+    end
+  end
+  if stopped > 0 then redis.call('HINCRBY', stats, 'cancelled', stopped) end
+  each_chunk(zpairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
+  each_chunk(spent, function(...) redis.call('HSET', attempts, ...) end)
+  each_chunk(expired, function(...) redis.call('ZREM', leases, ...) end)
+  each_chunk(expired, function(...) redis.call('HDEL', tokens, ...) end)
+end
+
+-- 2. Throttles: what every host together may still take.
+local throttled = false
+if max_running > 0 then
+  local room = max_running - redis.call('ZCARD', leases)
+  if room < limit then
+    limit = math.max(room, 0)
+    -- A slot frees when any host settles: look again soon.
+    if limit == 0 then throttled = 100 end
+  end
+end
+local bucket = nil
+if rate > 0 then
+  local state = redis.call('HMGET', throttle, 'tokens', 'at')
+  local tokens, at = tonumber(state[1]), tonumber(state[2])
+  if not tokens or not at then tokens, at = burst, now end
+  tokens = math.min(burst, tokens + math.max(now - at, 0) * rate / 1000)
+  bucket = tokens
+  if math.floor(tokens) < limit then
+    limit = math.floor(tokens)
+    if limit == 0 then throttled = math.max(math.ceil((1 - tokens) * 1000 / rate), 1) end
+  end
+end
+
+-- 3. Take due tasks, oldest first; or, with fairness, in turns among the
+-- keys of the ids found among the oldest and the newest `fair_window` due.
+local rows = {}
+if limit > 0 and fair_by ~= '' then
+  local seen, groups, order = {}, {}, {}
+  local function add(found)
+    for i = 1, #found, 2 do
+      local id = found[i]
+      if not seen[id] then
+        seen[id] = true
+        local at = string.find(id, fair_by, 1, true)
+        local group = at and string.sub(id, 1, at - 1) or id
+        if not groups[group] then
+          groups[group] = {}
+          order[#order + 1] = group
+        end
+        local g = groups[group]
+        g[#g + 1] = { id, found[i + 1] }
+      end
+    end
+  end
+  add(redis.call('ZRANGEBYSCORE', due, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, fair_window))
+  add(redis.call('ZREVRANGEBYSCORE', due, now_s, '-inf', 'WITHSCORES', 'LIMIT', 0, fair_window))
+  -- Oldest first within a key (the newest end was read backwards).
+  for _, group in ipairs(order) do
+    table.sort(groups[group], function(a, b)
+      local sa, sb = tonumber(a[2]), tonumber(b[2])
+      if sa ~= sb then return sa < sb end
+      return a[1] < b[1]
+    end)
+  end
+  local round = 1
+  while #rows / 2 < limit do
+    local took = false
+    for _, group in ipairs(order) do
+      local entry = groups[group][round]
+      if entry and #rows / 2 < limit then
+        rows[#rows + 1] = entry[1]
+        rows[#rows + 1] = entry[2]
+        took = true
+      end
+    end
+    if not took then break end
+    round = round + 1
+  end
+elseif limit > 0 then
+  rows = redis.call('ZRANGEBYSCORE', due, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, limit)
+end
+local ids, scores = {}, {}
+for i = 1, #rows, 2 do
+  ids[#ids + 1] = rows[i]
+  scores[#scores + 1] = rows[i + 1]
+end
+
+local claimed, dead_out = {}, {}
+local first_token = 0
+if #ids > 0 then
+  each_chunk(ids, function(...) redis.call('ZREM', due, ...) end)
+
+  -- 4. A claimed occurrence of a recurring schedule arms the next one.
+  if redis.call('EXISTS', recur) == 1 then
+    local kept_ids, kept_scores = {}, {}
+    for i, id in ipairs(ids) do
+      local run_id, run_score = id, scores[i]
+      local at = string.find(id, '@', 1, true)
+      if at then
+        local name = string.sub(id, 1, at - 1)
+        local f = redis.call('HMGET', recur, name .. ':armed', name .. ':then', name .. ':missed', name .. ':payload')
+        if f[1] == id then
+          local times, policy = parse_times(f[2]), f[3] or 'latest'
+          local j = pick_next(times, now, policy)
+          local moved = false
+          if policy == 'latest' and j and times[j] <= now then
+            -- More occurrences were missed: this run stands for the latest of them.
+            run_score = string.format('%d', times[j])
+            run_id = name .. '@' .. run_score
+            moved = true
+            j = times[j + 1] and (j + 1) or nil
+          elseif policy == 'skip' and tonumber(scores[i]) < now - SKIP_GRACE_MS then
+            run_id = false
+            moved = true
+          end
+          if moved then
+            redis.call('HDEL', payload, id)
+            if run_id and f[4] and f[4] ~= '' then redis.call('HSET', payload, run_id, f[4]) end
+          end
+          if j then
+            arm(recur, due, payload, name, times, j, f[4])
+          else
+            -- Nothing computed to arm yet: the hosts' sync arms the next one.
+            redis.call('HSET', recur, name .. ':armed', run_id or id, name .. ':then', '')
+          end
+        end
+      end
+      if run_id then
+        kept_ids[#kept_ids + 1] = run_id
+        kept_scores[#kept_scores + 1] = run_score
+      end
+    end
+    ids, scores = kept_ids, kept_scores
+  end
+
+  if redis.call('EXISTS', dead) == 1 then
+    local in_dead = multi_get('ZMSCORE', dead, ids)
+    local revived = {}
+    for i, s in ipairs(in_dead) do
+      if s then revived[#revived + 1] = ids[i] end
+    end
+    if #revived > 0 then
+      each_chunk(revived, function(...) redis.call('ZREM', dead, ...) end)
+      each_chunk(revived, function(...) redis.call('HDEL', attempts, ...) end)
+      each_chunk(revived, function(...) redis.call('HDEL', errors, ...) end)
+    end
+  end
+
+  local payloads = multi_get('HMGET', payload, ids)
+  local ok_ids, ok_idx = {}, {}
+  local dead_pairs, error_pairs = {}, {}
+  for i, id in ipairs(ids) do
+    local reason = nil
+    if #id > max_id then
+      reason = string.format('id of %d bytes is over the %d-byte limit', #id, max_id)
+    elseif payloads[i] and #payloads[i] > max_payload then
+      reason = string.format('payload of %d bytes is over the %d-byte limit', #payloads[i], max_payload)
+    end
+    if reason then
+      dead_pairs[#dead_pairs + 1] = now_s
+      dead_pairs[#dead_pairs + 1] = id
+      error_pairs[#error_pairs + 1] = id
+      error_pairs[#error_pairs + 1] = reason
+      dead_out[#dead_out + 1] = id
+      dead_out[#dead_out + 1] = reason
+    else
+      ok_ids[#ok_ids + 1] = id
+      ok_idx[#ok_idx + 1] = i
+    end
+  end
+
+  if #dead_pairs > 0 then
+    each_chunk(dead_pairs, function(...) redis.call('ZADD', dead, ...) end)
+    each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
+    redis.call('HINCRBY', stats, 'dead', #dead_pairs / 2)
+  end
+
+  if #ok_ids > 0 then
+    local first = redis.call('INCRBY', seq, #ok_ids) - #ok_ids + 1
+    first_token = first
+    -- Usually empty: it holds only attempts that ended without an ack.
+    local prior = {}
+    if redis.call('EXISTS', attempts) == 1 then prior = multi_get('HMGET', attempts, ok_ids) end
+    local lease_pairs, token_pairs = {}, {}
+    for k, id in ipairs(ok_ids) do
+      local token = first + k - 1
+      local attempt = (tonumber(prior[k]) or 0) + 1
+      lease_pairs[#lease_pairs + 1] = expiry_s
+      lease_pairs[#lease_pairs + 1] = id
+      token_pairs[#token_pairs + 1] = id
+      token_pairs[#token_pairs + 1] = string.format('%d:%d%s', token, attempt, holder_suffix)
+      local i = ok_idx[k]
+      claimed[#claimed + 1] = id
+      claimed[#claimed + 1] = payloads[i]
+      claimed[#claimed + 1] = attempt
+      claimed[#claimed + 1] = scores[i]
+    end
+    each_chunk(lease_pairs, function(...) redis.call('ZADD', leases, ...) end)
+    each_chunk(token_pairs, function(...) redis.call('HSET', tokens, ...) end)
+  end
+end
+if bucket then
+  redis.call('HSET', throttle, 'tokens', tostring(bucket - #claimed / 4), 'at', now_s)
+end
+
+-- A full claim means the caller claims again at once and ignores both.
+local next_due, next_lease = false, false
+if #claimed / 4 < limit or limit == 0 then
+  next_due = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')[2] or false
+  next_lease = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2] or false
+end
+return { now, claimed, dead_out, next_due, next_lease, expiry, first_token, throttled, 0 }

@@ -1,0 +1,579 @@
+//! Task operations: schedule, cancel, claim, settle, extend, release, and the outbox that carries follow-ups.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use redis::Value;
+
+use super::reply::parse_claim;
+use super::{BATCH, Store, duration_ms};
+use crate::task::{ClaimedTask, FollowUp};
+use crate::task_type::TaskType;
+
+/// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
+pub const FAIR_WINDOW: usize = 1000;
+
+/// What `schedule` does to an id that is already scheduled (the variants of `ZADD`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ScheduleMode {
+    /// `ZADD`: the new due time replaces the old one (upsert).
+    #[default]
+    Upsert,
+    /// `ZADD NX`: keep the first schedule (dedupe).
+    IfAbsent,
+    /// `ZADD GT`: only postpone (a debounce).
+    OnlyLater,
+    /// `ZADD LT`: only bring forward.
+    OnlyEarlier,
+}
+
+impl ScheduleMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            ScheduleMode::Upsert => "upsert",
+            ScheduleMode::IfAbsent => "if-absent",
+            ScheduleMode::OnlyLater => "only-later",
+            ScheduleMode::OnlyEarlier => "only-earlier",
+        }
+    }
+}
+
+/// What one claim may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimLimits {
+    /// Most tasks one claim takes (and most expired leases it reaps).
+    pub max_tasks: usize,
+    /// Lease of each claimed task.
+    pub lease: Duration,
+    /// Larger payloads are dead-lettered at claim.
+    pub max_payload_bytes: u64,
+    /// Longer ids are dead-lettered at claim.
+    pub max_id_bytes: usize,
+    /// Most tasks of the type leased at once over every host (`max_running`; 0 = no limit).
+    pub max_running: u64,
+    /// Most tasks of the type handed out per second over every host (`rate`).
+    pub rate: Option<crate::config::Rate>,
+    /// Share claims fairly among the keys of task ids: the part before this separator (`fair_by`).
+    pub fair_by: Option<String>,
+}
+
+impl Default for ClaimLimits {
+    fn default() -> Self {
+        ClaimLimits {
+            max_tasks: 256,
+            lease: Duration::from_secs(30),
+            max_payload_bytes: 1024 * 1024,
+            max_id_bytes: 1024,
+            max_running: 0,
+            rate: None,
+            fair_by: None,
+        }
+    }
+}
+
+/// The result of one claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Redis `TIME` when the claim ran, in ms since the epoch.
+    pub now_ms: i64,
+    /// The tasks now leased to this host, oldest due first.
+    pub tasks: Vec<ClaimedTask>,
+    /// Tasks dead-lettered at claim (oversize id or payload), with the reason.
+    pub dead_lettered: Vec<(Vec<u8>, String)>,
+    /// Earliest due time still in the due set; `None` also when the claim
+    /// took `max_tasks` tasks (more may be due: claim again).
+    pub next_due_ms: Option<i64>,
+    /// Earliest lease expiry of this type (any host's); `None` also when the claim was full.
+    pub next_lease_expiry_ms: Option<i64>,
+    /// When the leases of `tasks` expire unless extended.
+    pub lease_expiry_ms: i64,
+    /// Set when `max_running`, `rate` or a pause held the claim back: how long until it may take more (ms).
+    pub throttled_ms: Option<i64>,
+    /// The type is paused: nothing was claimed.
+    pub paused: bool,
+}
+
+/// The outcome of one task, to settle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// Task id.
+    pub id: Vec<u8>,
+    /// The lease token it was claimed with.
+    pub token: u64,
+    /// What happened.
+    pub outcome: Outcome,
+    /// When and how it ran, for the events stream (zeros when unknown).
+    pub run: RunInfo,
+}
+
+/// The attempt and times of one run, carried into its completion event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunInfo {
+    /// Which attempt this was (1 = first).
+    pub attempt: u32,
+    /// The task's due time, ms since the epoch.
+    pub due_ms: i64,
+    /// When the handler started, ms since the epoch.
+    pub started_ms: i64,
+    /// When the handler finished, ms since the epoch.
+    pub finished_ms: i64,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Success; the follow-ups are committed atomically with it.
+    Ack {
+        /// Tasks to schedule (delivered through the outbox).
+        followups: Vec<FollowUp>,
+    },
+    /// Failure; run again after `delay`.
+    Retry {
+        /// Delay from now (Redis time).
+        delay: Duration,
+        /// Why it failed.
+        error: String,
+    },
+    /// Failure; dead-letter it.
+    Dead {
+        /// Why it failed.
+        error: String,
+    },
+    /// Stopped by `hourglass cancel`: never retried.
+    Cancelled,
+}
+
+/// What settling one task did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleResult {
+    /// The outcome was committed.
+    Settled,
+    /// The token was stale (the lease was lost): nothing changed.
+    Fenced,
+    /// Settled, as cancelled: `hourglass cancel` had asked to stop it, so a failure is not retried.
+    Cancelled,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was scheduled: removed, with its payload.
+    Scheduled,
+    /// It runs on host `holder`, which was asked to stop it.
+    Running {
+        /// The host that holds its lease ("" when that host records no id).
+        holder: String,
+    },
+    /// Neither scheduled nor running.
+    Unknown,
+}
+
+/// What extending one lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extended {
+    /// The lease runs on.
+    Extended,
+    /// The lease runs on, but a cancel was asked: stop the run.
+    Cancelled,
+    /// The lease was lost (it expired and another host may hold the task).
+    Lost,
+}
+
+/// What one pass over an outbox did.
+#[derive(Debug, Default)]
+pub struct OutboxFlush {
+    /// Entries moved on (delivered, or delivered before and now cleared).
+    pub moved: usize,
+    /// Types that received follow-ups.
+    pub delivered_to: Vec<TaskType>,
+    /// Entries left in the outbox because their target type's keys are broken.
+    pub failed: Vec<(TaskType, anyhow::Error)>,
+}
+
+impl Store {
+    /// Schedules (or re-schedules) a task, as an app would: payload and due
+    /// time in one atomic step; `mode` picks what happens to an id already
+    /// scheduled. Returns whether the due time was written.
+    pub async fn schedule(&self, t: &TaskType, id: &[u8], due_ms: i64, payload: Option<&[u8]>, mode: ScheduleMode) -> Result<bool> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let payload = payload.unwrap_or_default();
+        let written: i64 = self
+            .scripts
+            .schedule
+            .key(&k.due)
+            .key(&k.payload)
+            .arg(id)
+            .arg(due_ms)
+            .arg(payload)
+            .arg(if payload.is_empty() { "0" } else { "1" })
+            .arg(mode.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot schedule a {t} task"))?;
+        Ok(written == 1)
+    }
+
+    /// Waits until `replicas` replicas acknowledged this connection's writes,
+    /// or `timeout` passed (Redis `WAIT`); returns how many did.
+    pub async fn wait_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32> {
+        if self.target.is_cluster() {
+            // WAIT counts the writes of its own connection to one node; a cluster
+            // connection may send it to another node than the slot's master.
+            bail!("--wait-replicas is not supported on a Redis Cluster; use WAIT from a client connected to the slot's master");
+        }
+        let mut conn = self.conn.clone();
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(duration_ms(timeout))
+            .query_async(&mut conn)
+            .await
+            .context("cannot wait for replicas (WAIT)")?;
+        Ok(u32::try_from(acked).unwrap_or(0))
+    }
+
+    /// Pauses type `t` on every host, for `length` or until resumed; returns
+    /// when the pause ends (ms since the epoch), `None` for "until resumed".
+    pub async fn pause(&self, t: &TaskType, length: Option<Duration>) -> Result<Option<i64>> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let ends: i64 = self
+            .scripts
+            .pause
+            .key(&k.paused)
+            .key(&k.due)
+            .arg(length.map_or(0, duration_ms))
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot pause {t}"))?;
+        Ok((ends > 0).then_some(ends))
+    }
+
+    /// Resumes a paused type; false when it was not paused.
+    pub async fn resume(&self, t: &TaskType) -> Result<bool> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let resumed: i64 =
+            self.scripts.resume.key(&k.paused).key(&k.due).invoke_async(&mut conn).await.with_context(|| format!("cannot resume {t}"))?;
+        Ok(resumed == 1)
+    }
+
+    /// Whether task `id` of `t` is leased (claimed and not yet settled) now.
+    pub async fn leased(&self, t: &TaskType, id: &[u8]) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let score: Option<f64> = redis::cmd("ZSCORE").arg(self.keys(t).leases).arg(id).query_async(&mut conn).await?;
+        Ok(score.is_some())
+    }
+
+    /// The channel hosts listen on for cancels of running tasks.
+    pub fn cancel_channel(&self) -> String {
+        format!("{}:cancel", self.prefix)
+    }
+
+    /// Cancels a task: removes it when scheduled; when running, asks its host to stop it.
+    pub async fn cancel(&self, t: &TaskType, id: &[u8]) -> Result<Cancelled> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = self
+            .scripts
+            .cancel
+            .key(&k.due)
+            .key(&k.payload)
+            .key(&k.leases)
+            .key(&k.tokens)
+            .key(&k.cancels)
+            .arg(id)
+            .arg(t.as_str())
+            .arg(self.cancel_channel())
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot cancel a {t} task"))?;
+        Ok(match reply.first().map(String::as_str) {
+            Some("scheduled") => Cancelled::Scheduled,
+            Some("running") => Cancelled::Running { holder: reply.get(1).cloned().unwrap_or_default() },
+            _ => Cancelled::Unknown,
+        })
+    }
+
+    /// The W3C traceparents clients attached to `ids` of `t` in `P:{T}:trace`
+    /// (`None` where there is none), in one HMGET; read only while tracing is on.
+    pub async fn trace_parents(&self, t: &TaskType, ids: &[Vec<u8>]) -> Result<Vec<Option<String>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let found: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+            .arg(&k.trace)
+            .arg(ids)
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot read {}", k.trace))?;
+        Ok(found.into_iter().map(|p| p.and_then(|p| String::from_utf8(p).ok())).collect())
+    }
+
+    /// Reaps expired leases, then leases up to `limits.max_tasks` due tasks of type `t`.
+    pub async fn claim(&self, t: &TaskType, limits: &ClaimLimits) -> Result<Claim> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let value: Value = self
+            .scripts
+            .claim
+            .key(&k.due)
+            .key(&k.payload)
+            .key(&k.leases)
+            .key(&k.tokens)
+            .key(&k.attempts)
+            .key(&k.errors)
+            .key(&k.dead)
+            .key(&k.seq)
+            .key(&k.stats)
+            .key(&k.recur)
+            .key(&k.throttle)
+            .key(&k.paused)
+            .key(&k.cancels)
+            .arg(limits.max_tasks.max(1))
+            .arg(duration_ms(limits.lease).max(1))
+            .arg(limits.max_payload_bytes)
+            .arg(limits.max_id_bytes)
+            .arg(&*self.holder)
+            .arg(limits.max_running)
+            .arg(limits.rate.map_or(0.0, |r| r.per_second()))
+            .arg(limits.rate.map_or(1.0, |r| r.burst()))
+            .arg(limits.fair_by.as_deref().unwrap_or(""))
+            .arg(FAIR_WINDOW)
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot claim {t} tasks"))?;
+        parse_claim(t, value).with_context(|| format!("unexpected claim reply for {t}"))
+    }
+
+    /// Commits the outcomes of finished tasks of type `t` in one atomic step, then
+    /// delivers any follow-ups from the outbox (one that cannot be delivered
+    /// now stays there for the next [`Store::flush_outbox`]).
+    pub async fn settle(&self, t: &TaskType, batch: &[Settlement]) -> Result<Vec<SettleResult>> {
+        let results = self.settle_with_events(t, batch, None).await?;
+        let committed_followups = batch.iter().zip(&results).any(|(s, r)| {
+            *r == SettleResult::Settled && matches!(&s.outcome, Outcome::Ack { followups } if !followups.is_empty())
+        });
+        if committed_followups {
+            match self.flush_outbox(t).await {
+                Ok(flushed) => {
+                    for (target, e) in flushed.failed {
+                        tracing::warn!(task_type = %t, target = %target, "a follow-up stays in the outbox for now: {e:#}");
+                    }
+                }
+                Err(e) => tracing::warn!(task_type = %t, "follow-ups stay in the outbox for now: {e:#}"),
+            }
+        }
+        Ok(results)
+    }
+
+    /// [`Store::settle`], also appending one entry per committed outcome to
+    /// `P:{T}:events` (capped at about `events_maxlen`) in the same atomic step.
+    pub async fn settle_with_events(
+        &self,
+        t: &TaskType,
+        batch: &[Settlement],
+        events_maxlen: Option<u64>,
+    ) -> Result<Vec<SettleResult>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(t);
+        let mut inv = self.scripts.settle.prepare_invoke();
+        inv.key(&k.due)
+            .key(&k.payload)
+            .key(&k.leases)
+            .key(&k.tokens)
+            .key(&k.attempts)
+            .key(&k.errors)
+            .key(&k.dead)
+            .key(&k.stats)
+            .key(&k.outbox)
+            .key(&k.events)
+            .key(&k.cancels)
+            .arg(t.as_str())
+            .arg(events_maxlen.unwrap_or(0));
+        for s in batch {
+            // Most outcomes are acks with nothing else to write: three arguments, not ten.
+            if events_maxlen.is_none() && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty()) {
+                inv.arg("a").arg(&s.id).arg(s.token);
+                continue;
+            }
+            let (kind, delay_ms, error, followups) = match &s.outcome {
+                Outcome::Ack { followups } => ("ack", 0, "", followups.as_slice()),
+                Outcome::Retry { delay, error } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
+                Outcome::Dead { error } => ("dead", 0, error.as_str(), &[][..]),
+                Outcome::Cancelled => ("cancel", 0, "", &[][..]),
+            };
+            inv.arg(kind).arg(&s.id).arg(s.token).arg(s.run.attempt).arg(s.run.due_ms).arg(s.run.started_ms);
+            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len());
+            for f in followups {
+                inv.arg(encode_followup(f));
+            }
+        }
+        let mut conn = self.conn.clone();
+        let flags: Vec<i64> =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot settle {} {t} tasks", batch.len()))?;
+        if flags.len() != batch.len() {
+            bail!("settle of {t}: {} results for {} tasks", flags.len(), batch.len());
+        }
+        // Follow-ups committed with acks wait in the outbox; the caller moves them on (`flush_outbox`).
+        Ok(flags
+            .into_iter()
+            .map(|f| match f {
+                1 => SettleResult::Settled,
+                2 => SettleResult::Cancelled,
+                _ => SettleResult::Fenced,
+            })
+            .collect())
+    }
+
+    /// Extends the leases of running tasks to now + `lease_ms`.
+    pub async fn extend(&self, t: &TaskType, leases: &[(Vec<u8>, u64)], lease_ms: u64) -> Result<Vec<Extended>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(t);
+        let mut inv = self.scripts.extend.prepare_invoke();
+        inv.key(&k.leases).key(&k.tokens).key(&k.cancels).arg(lease_ms.max(1));
+        for (id, token) in leases {
+            inv.arg(id).arg(*token);
+        }
+        let mut conn = self.conn.clone();
+        let flags: Vec<i64> =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot extend {} {t} leases", leases.len()))?;
+        Ok(flags
+            .into_iter()
+            .map(|f| match f {
+                1 => Extended::Extended,
+                2 => Extended::Cancelled,
+                _ => Extended::Lost,
+            })
+            .collect())
+    }
+
+    /// Hands leased tasks back, due now, without counting the attempt; returns how many.
+    pub async fn release(&self, t: &TaskType, leases: &[(Vec<u8>, u64)]) -> Result<usize> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let k = self.keys(t);
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(&k.leases).key(&k.tokens).key(&k.due);
+        for (id, token) in leases {
+            inv.arg(id).arg(*token);
+        }
+        let mut conn = self.conn.clone();
+        let n: usize =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot release {} {t} leases", leases.len()))?;
+        Ok(n)
+    }
+
+    /// Moves every follow-up in `t`'s outbox into its target type's due set
+    /// (exactly once, see `deliver.lua`). An entry whose target type's keys
+    /// are broken stays in the outbox and is reported in [`OutboxFlush::failed`];
+    /// a connection error stops the flush.
+    pub async fn flush_outbox(&self, t: &TaskType) -> Result<OutboxFlush> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let mut flushed = OutboxFlush::default();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("HSCAN")
+                .arg(&k.outbox)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(BATCH)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot read the {t} outbox"))?;
+            for pair in flat.chunks_exact(2) {
+                let (entry_id, encoded) = (&pair[0], &pair[1]);
+                match decode_followup(encoded) {
+                    Ok(f) => {
+                        let tk = self.keys(&f.task_type);
+                        let delivered: Result<i64> = self
+                            .scripts
+                            .deliver
+                            .key(&tk.due)
+                            .key(&tk.payload)
+                            .key(tk.delivered(entry_id))
+                            .arg(&f.id)
+                            .arg(f.due_ms)
+                            .arg(&f.payload)
+                            .arg(if f.payload.is_empty() { "0" } else { "1" })
+                            .invoke_async(&mut conn)
+                            .await
+                            .with_context(|| format!("cannot deliver a follow-up from {t} to {}", f.task_type));
+                        match delivered {
+                            Ok(_) => {
+                                if !flushed.delivered_to.contains(&f.task_type) {
+                                    flushed.delivered_to.push(f.task_type.clone());
+                                }
+                            }
+                            Err(e) if crate::health::classify(&e) != crate::health::Trouble::Outage => {
+                                // The target's keys are broken: the entry waits in the outbox.
+                                flushed.failed.push((f.task_type, e));
+                                continue;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    // A corrupt entry can never be delivered; dropping it keeps the outbox moving.
+                    Err(e) => tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}"),
+                }
+                let _: i64 = redis::cmd("HDEL")
+                    .arg(&k.outbox)
+                    .arg(entry_id)
+                    .query_async(&mut conn)
+                    .await
+                    .with_context(|| format!("cannot clear the {t} outbox"))?;
+                flushed.moved += 1;
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(flushed);
+            }
+        }
+    }
+}
+
+/// Encodes a follow-up for the outbox: `<type>\n<due_ms>\n<id_len>\n<id><payload>` (binary-safe).
+pub fn encode_followup(f: &FollowUp) -> Vec<u8> {
+    let mut out = format!("{}\n{}\n{}\n", f.task_type, f.due_ms, f.id.len()).into_bytes();
+    out.extend_from_slice(&f.id);
+    out.extend_from_slice(&f.payload);
+    out
+}
+
+/// Decodes what [`encode_followup`] wrote.
+pub fn decode_followup(data: &[u8]) -> Result<FollowUp> {
+    let mut parts = data.splitn(4, |&b| b == b'\n');
+    let mut text = |what: &str| -> Result<&str> {
+        let part = parts.next().ok_or_else(|| anyhow!("outbox entry has no {what}"))?;
+        std::str::from_utf8(part).with_context(|| format!("outbox entry {what} is not text"))
+    };
+    let task_type: TaskType = text("type")?.parse()?;
+    let due_ms: i64 = text("due time")?.parse().context("bad due time in outbox entry")?;
+    let id_len: usize = text("id length")?.parse().context("bad id length in outbox entry")?;
+    let rest = parts.next().unwrap_or_default();
+    if rest.len() < id_len {
+        bail!("outbox entry is truncated");
+    }
+    let (id, payload) = rest.split_at(id_len);
+    Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followup_encoding_round_trips() {
+        let f = FollowUp { task_type: "a.b".parse().unwrap(), id: vec![0, 10, 255, b'\n'], payload: vec![b'\n', 0, 1], due_ms: -5 };
+        assert_eq!(decode_followup(&encode_followup(&f)).unwrap(), f);
+        assert!(decode_followup(b"a\n1\n9\nxy").is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! Traces (opt-in, `[telemetry] otlp_endpoint`): one OpenTelemetry span per run, child spans for its outbound HTTP calls.
+//!
+//! Off by default, and then it costs one atomic load per claimed batch and
+//! nothing in Redis. On, every run gets a span (`run <type>`: task type, id,
+//! attempt, outcome, lateness, plugin hash) and every outbound request of the
+//! plugin a child span, whose W3C `traceparent` goes out with the request.
+//! A client that wants its own trace continued puts a `traceparent` into the
+//! optional hash `P:{T}:trace` (id → traceparent); the host reads it with one
+//! HMGET per claimed batch, only while tracing is on, and never writes it.
+//!
+//! Spans go in batches to `<otlp_endpoint>/v1/traces` as OTLP over
+//! HTTP/protobuf, sent by the host's own hyper client on its tokio runtime.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_http::{HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+
+use crate::store::{Outcome, Store};
+use crate::task::ClaimedTask;
+use crate::task_type::TaskType;
+
+/// How often finished spans are sent to the collector (the SDK's default).
+const EXPORT_EVERY: Duration = Duration::from_secs(5);
+/// Longest one export may take, connect to last byte.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest collector response read (it is a small protobuf, usually empty).
+const MAX_RESPONSE: usize = 64 * 1024;
+
+/// The `[telemetry]` table of `runner.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP collector, `http://collector:4318`: spans go to its `/v1/traces`. Unset: no traces.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl TelemetryConfig {
+    /// Checks the endpoint: an `http` or `https` URL with a host and no query.
+    pub fn validate(&self) -> Result<()> {
+        match self.otlp_endpoint.as_deref() {
+            Some("") => bail!("telemetry.otlp_endpoint is empty: remove it to turn traces off"),
+            Some(url) => traces_url(url).map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `<endpoint>/v1/traces`, or why the endpoint is not a collector URL.
+fn traces_url(endpoint: &str) -> Result<String> {
+    let bad = |why: &str| anyhow::anyhow!("telemetry.otlp_endpoint = {endpoint:?} {why}, like \"http://collector:4318\"");
+    let uri: http::Uri = endpoint.parse().map_err(|_| bad("is not a URL"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("must start with http:// or https://"));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(bad("must not have a query"));
+    }
+    Ok(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+}
+
+/// The tracer while tracing is on.
+struct Traces {
+    tracer: SdkTracer,
+}
+
+static TRACES: ArcSwapOption<Traces> = ArcSwapOption::const_empty();
+
+/// Spans being exported; [`Exporting::stop`] sends what is left.
+pub struct Exporting {
+    provider: SdkTracerProvider,
+}
+
+impl Exporting {
+    /// Turns tracing off and sends the spans not sent yet (waits up to the export timeout).
+    pub async fn stop(self) {
+        TRACES.store(None);
+        let provider = self.provider;
+        // The SDK blocks while it flushes; the export itself runs on this runtime.
+        let flushed = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!("traces: the last spans were not all sent: {e}");
+        }
+    }
+}
+
+/// Starts exporting when `[telemetry] otlp_endpoint` is set; `None` (and no cost) otherwise.
+/// Must run inside the tokio runtime the exports should use.
+pub fn start(config: &TelemetryConfig, host_id: &str) -> Result<Option<Exporting>> {
+    let Some(endpoint) = &config.otlp_endpoint else {
+        return Ok(None);
+    };
+    let url = traces_url(endpoint)?;
+    let client = Client { runtime: tokio::runtime::Handle::current() };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(url.clone())
+        .with_timeout(EXPORT_TIMEOUT)
+        .with_http_client(client)
+        .build()
+        .with_context(|| format!("cannot set up the trace exporter to {url}"))?;
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(BatchConfigBuilder::default().with_scheduled_delay(EXPORT_EVERY).build())
+        .build();
+    let resource = opentelemetry_sdk::Resource::builder_empty()
+        .with_service_name("hourglass")
+        .with_attribute(KeyValue::new("service.instance.id", host_id.to_owned()))
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource)
+        // A client's traceparent that says "not sampled" is respected.
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+        .build();
+    let tracer = provider.tracer("hourglass");
+    TRACES.store(Some(Arc::new(Traces { tracer })));
+    tracing::info!(url = %url, "traces: one span per run, sent to {url}");
+    Ok(Some(Exporting { provider }))
+}
+
+/// The trace state of one claimed batch while tracing is on: the client
+/// traceparents of its tasks, read once (one HMGET) by the first run to start.
+pub struct Batch {
+    traces: Arc<Traces>,
+    store: Store,
+    task_type: TaskType,
+    ids: Vec<Vec<u8>>,
+    parents: OnceCell<HashMap<Vec<u8>, String>>,
+}
+
+/// A [`Batch`] for the tasks of one claim when tracing is on, else `None` (nothing else is paid).
+pub fn batch<'a>(store: &Store, mut tasks: impl Iterator<Item = &'a ClaimedTask>) -> Option<Arc<Batch>> {
+    let traces = TRACES.load_full()?;
+    let first = tasks.next()?;
+    let mut ids = vec![first.id.clone()];
+    ids.extend(tasks.map(|t| t.id.clone()));
+    Some(Arc::new(Batch { traces, store: store.clone(), task_type: first.task_type.clone(), ids, parents: OnceCell::new() }))
+}
+
+impl Batch {
+    /// Starts the span of one run, as a child of the client's traceparent when it left one.
+    pub async fn start(&self, task: &ClaimedTask, plugin_hash: &str, started_ms: i64) -> RunSpan {
+        let parents = self
+            .parents
+            .get_or_init(|| async {
+                match self.store.trace_parents(&self.task_type, &self.ids).await {
+                    Ok(found) => self.ids.iter().cloned().zip(found).filter_map(|(id, p)| Some((id, p?))).collect(),
+                    Err(e) => {
+                        // Traces are a nicety: the runs go ahead as new traces.
+                        tracing::warn!(task_type = %self.task_type, "traces: cannot read the client traceparents: {e:#}");
+                        HashMap::new()
+                    }
+                }
+            })
+            .await;
+        let parent = parents.get(&task.id).map_or_else(Context::new, |p| extract(p));
+        let span = self
+            .traces
+            .tracer
+            .span_builder(format!("run {}", task.task_type))
+            .with_kind(SpanKind::Consumer)
+            .with_attributes([
+                KeyValue::new("hourglass.task.type", task.task_type.to_string()),
+                KeyValue::new("hourglass.task.id", String::from_utf8_lossy(&task.id).into_owned()),
+                KeyValue::new("hourglass.task.attempt", i64::from(task.attempt)),
+                KeyValue::new("hourglass.lateness_ms", (started_ms - task.due_ms).max(0)),
+                KeyValue::new("hourglass.plugin.hash", plugin_hash.to_owned()),
+            ])
+            .start_with_context(&self.traces.tracer, &parent);
+        RunSpan { span }
+    }
+}
+
+/// The span of one run; ends with [`RunSpan::end`], or when dropped (a run ended by shutdown).
+pub struct RunSpan {
+    span: opentelemetry_sdk::trace::Span,
+}
+
+impl RunSpan {
+    /// The span's context: the parent of the run's outbound HTTP spans.
+    pub fn context(&self) -> SpanContext {
+        self.span.span_context().clone()
+    }
+
+    /// Ends the span with the run's outcome: `succeeded`, `retried`, `dead` (with the error) or `cancelled`.
+    pub fn end(mut self, outcome: &Outcome) {
+        let (name, error) = match outcome {
+            Outcome::Ack { .. } => ("succeeded", None),
+            Outcome::Retry { error, .. } => ("retried", Some(error)),
+            Outcome::Dead { error } => ("dead", Some(error)),
+            Outcome::Cancelled => ("cancelled", None),
+        };
+        self.span.set_attribute(KeyValue::new("hourglass.outcome", name));
+        if let Some(e) = error {
+            self.span.set_status(Status::error(e.clone()));
+        }
+        self.span.end();
+    }
+
+    /// Ends the span of a run stopped at shutdown (its lease is handed back; it runs again).
+    pub fn stopped(mut self) {
+        self.span.set_attribute(KeyValue::new("hourglass.outcome", "stopped"));
+        self.span.end();
+    }
+}
+
+/// The span of one outbound HTTP request of a run; ends when dropped.
+pub struct HttpSpan {
+    span: opentelemetry_sdk::trace::Span,
+}
+
+/// Starts the client span of one outbound request under the run's span and
+/// writes its `traceparent` into the request's headers (replacing the guest's, if any).
+pub fn http_request(parent: &SpanContext, request: &mut http::Request<impl Sized>) -> Option<HttpSpan> {
+    let traces = TRACES.load_full()?;
+    let uri = request.uri();
+    let mut attributes = vec![
+        KeyValue::new("http.request.method", request.method().as_str().to_owned()),
+        KeyValue::new("server.address", uri.host().unwrap_or_default().to_owned()),
+        // No query: it may carry secrets.
+        KeyValue::new("url.full", format!("{}://{}{}", uri.scheme_str().unwrap_or("http"), uri.authority().map_or("", |a| a.as_str()), uri.path())),
+    ];
+    if let Some(port) = uri.port_u16() {
+        attributes.push(KeyValue::new("server.port", i64::from(port)));
+    }
+    let cx = Context::new().with_remote_span_context(parent.clone());
+    let span = traces
+        .tracer
+        .span_builder(request.method().as_str().to_owned())
+        .with_kind(SpanKind::Client)
+        .with_attributes(attributes)
+        .start_with_context(&traces.tracer, &cx);
+    let cx = Context::new().with_remote_span_context(span.span_context().clone());
+    TraceContextPropagator::new().inject_context(&cx, &mut opentelemetry_http::HeaderInjector(request.headers_mut()));
+    Some(HttpSpan { span })
+}
+
+impl HttpSpan {
+    /// Records the response status (4xx and 5xx mark the span as an error).
+    pub fn status(&mut self, status: u16) {
+        self.span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
+        if status >= 400 {
+            self.span.set_status(Status::error(format!("HTTP {status}")));
+        }
+    }
+
+    /// Records why the request failed.
+    pub fn failed(&mut self, error: &dyn std::fmt::Display) {
+        self.span.set_status(Status::error(error.to_string()));
+    }
+}
+
+/// The context a W3C `traceparent` names (an empty one when it is malformed: a new trace starts).
+fn extract(traceparent: &str) -> Context {
+    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.trim().to_owned())]);
+    TraceContextPropagator::new().extract(&carrier)
+}
+
+/// The exporter's HTTP client: hyper (already the host's), one connection per
+/// export, run on the host's tokio runtime (the SDK calls it from its own thread).
+#[derive(Debug)]
+struct Client {
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for Client {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let sent = self.runtime.spawn(async move { tokio::time::timeout(EXPORT_TIMEOUT, post(request)).await });
+        match sent.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(format!("no answer from the collector within {}s", EXPORT_TIMEOUT.as_secs()).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+async fn post(request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+    let uri = request.uri().clone();
+    let host = uri.host().ok_or("no host in the collector URL")?.to_owned();
+    let https = uri.scheme_str() == Some("https");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let _ = tcp.set_nodelay(true);
+    let (mut parts, body) = request.into_parts();
+    parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse()?;
+    if let Some(authority) = uri.authority() {
+        parts.headers.insert(http::header::HOST, authority.as_str().parse()?);
+    }
+    let request = http::Request::from_parts(parts, Full::new(body));
+    let response = if https {
+        let name = rustls::pki_types::ServerName::try_from(host.as_str())?.to_owned();
+        let tls = crate::runtime::tls_connector().connect(name, tcp).await?;
+        exchange(tls, request).await?
+    } else {
+        exchange(tcp, request).await?
+    };
+    Ok(response)
+}
+
+async fn exchange<S>(stream: S, request: http::Request<Full<Bytes>>) -> Result<Response<Bytes>, HttpError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender.send_request(request).await?;
+    let (parts, body) = response.into_parts();
+    let body = Limited::new(body, MAX_RESPONSE).collect().await?.to_bytes();
+    Ok(Response::from_parts(parts, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_collector_urls() {
+        assert_eq!(traces_url("http://collector:4318").unwrap(), "http://collector:4318/v1/traces");
+        assert_eq!(traces_url("https://otel.example/base/").unwrap(), "https://otel.example/base/v1/traces");
+        for (bad, why) in [("collector:4318", "http://"), ("ftp://x", "http://"), ("http://x/?a=1", "query"), ("not a url", "not a URL")] {
+            let e = traces_url(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("telemetry.otlp_endpoint"), "{bad}: {e}");
+        }
+        assert!(TelemetryConfig { otlp_endpoint: Some(String::new()) }.validate().is_err());
+    }
+
+    #[test]
+    fn traceparents_are_read_or_ignored() {
+        let cx = extract("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let sc = cx.span().span_context().clone();
+        assert!(sc.is_valid() && sc.is_remote());
+        assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(!extract("garbage").span().span_context().is_valid());
+    }
+}

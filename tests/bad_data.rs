@@ -1,0 +1,491 @@
+//! Bad data in Redis never loses a task: for every script and every key it
+//! touches, a value of the wrong type (and a number that is not one) makes
+//! the script fail with an error naming the key and write nothing; once the
+//! key is fixed, everything completes.
+//!
+//! Each case starts from a fresh Redis state with tasks in flight, moves the
+//! real key aside (as an operator who renames the bad value away would get
+//! it back), plants the bad value, snapshots every other key with `DUMP`,
+//! runs the script through `Store`, checks the error and that the snapshot is
+//! unchanged, then restores the key and drives the tasks to their end.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hourglass::config::KeyPrefix;
+use hourglass::health::{Trouble, classify};
+use hourglass::store::{ClaimLimits, Outcome, ScheduleMode, Settlement, Store};
+use hourglass::task::{ClaimedTask, FollowUp};
+use hourglass::task_type::TaskType;
+use redis::Commands;
+use support::RedisServer;
+
+/// The kinds of value a client can leave at a key.
+const KINDS: [&str; 6] = ["string", "list", "set", "hash", "zset", "stream"];
+const IDS: [&str; 5] = ["w-1", "w-2", "w-3", "w-4", "w-5"];
+
+fn ty(name: &str) -> TaskType {
+    name.parse().unwrap()
+}
+
+fn key(t: &str, suffix: &str) -> String {
+    format!("hourglass:{{{t}}}:{suffix}")
+}
+
+/// What a case plants at its key.
+#[derive(Debug, Clone, Copy)]
+enum Bad {
+    /// A value of this kind where another kind belongs.
+    Kind(&'static str),
+    /// A string that is not a number where a counter is kept.
+    NotANumber,
+    /// A hash field that is not a number where a counter field is kept.
+    FieldNotANumber(&'static str),
+}
+
+fn plant(c: &mut redis::Connection, k: &str, bad: Bad) {
+    if !matches!(bad, Bad::FieldNotANumber(_)) {
+        let _: () = redis::cmd("DEL").arg(k).query(c).unwrap();
+    }
+    let cmd = match bad {
+        Bad::Kind("string") => redis::cmd("SET").arg(k).arg("oops").clone(),
+        Bad::Kind("list") => redis::cmd("RPUSH").arg(k).arg("oops").clone(),
+        Bad::Kind("set") => redis::cmd("SADD").arg(k).arg("oops").clone(),
+        Bad::Kind("hash") => redis::cmd("HSET").arg(k).arg("oops").arg("1").clone(),
+        Bad::Kind("zset") => redis::cmd("ZADD").arg(k).arg(1).arg("oops").clone(),
+        Bad::Kind("stream") => redis::cmd("XADD").arg(k).arg("*").arg("oops").arg("1").clone(),
+        Bad::Kind(other) => panic!("unknown kind {other}"),
+        Bad::NotANumber => redis::cmd("SET").arg(k).arg("seven").clone(),
+        Bad::FieldNotANumber(field) => redis::cmd("HSET").arg(k).arg(field).arg("seven").clone(),
+    };
+    let _: () = cmd.query(c).unwrap();
+}
+
+/// Every key and its DUMP, but for the ones in `skip`.
+fn snapshot(c: &mut redis::Connection, skip: &[&str]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    keys.into_iter()
+        .filter(|k| !skip.iter().any(|s| s.as_bytes() == k.as_slice()))
+        .map(|k| {
+            let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
+            (k, dump)
+        })
+        .collect()
+}
+
+fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
+    Settlement { id: task.id.clone(), token: task.token, outcome: Outcome::Ack { followups }, run: Default::default() }
+}
+
+fn fail(task: &ClaimedTask, dead: bool) -> Settlement {
+    let outcome = if dead {
+        Outcome::Dead { error: "boom".into() }
+    } else {
+        Outcome::Retry { delay: Duration::ZERO, error: "again".into() }
+    };
+    Settlement { id: task.id.clone(), token: task.token, outcome, run: Default::default() }
+}
+
+fn limits() -> ClaimLimits {
+    ClaimLimits { max_tasks: 100, lease: Duration::from_secs(60), ..ClaimLimits::default() }
+}
+
+/// The scripts, each with the keys it touches and how to run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Script {
+    Schedule,
+    Cancel,
+    Claim,
+    Settle,
+    Extend,
+    Release,
+    Deliver,
+    DeadRequeue,
+    DeadPurge,
+    DeadList,
+    Stats,
+    Pause,
+    Resume,
+}
+
+impl Script {
+    /// `(key suffix of type "wt" or "next", expected kind)`; "next:" marks the follow-up target.
+    fn keys(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Script::Schedule => &[("due", "zset"), ("payload", "hash")],
+            Script::Cancel => &[("due", "zset"), ("payload", "hash"), ("leases", "zset"), ("tokens", "hash"), ("cancels", "hash")],
+            Script::Claim => &[
+                ("due", "zset"),
+                ("payload", "hash"),
+                ("leases", "zset"),
+                ("tokens", "hash"),
+                ("attempts", "hash"),
+                ("errors", "hash"),
+                ("dead", "zset"),
+                ("seq", "string"),
+                ("stats", "hash"),
+                ("recur", "hash"),
+                ("throttle", "hash"),
+                ("paused", "string"),
+                ("cancels", "hash"),
+            ],
+            Script::Settle => &[
+                ("due", "zset"),
+                ("payload", "hash"),
+                ("leases", "zset"),
+                ("tokens", "hash"),
+                ("attempts", "hash"),
+                ("errors", "hash"),
+                ("dead", "zset"),
+                ("stats", "hash"),
+                ("outbox", "hash"),
+                ("events", "stream"),
+                ("cancels", "hash"),
+            ],
+            Script::Extend => &[("leases", "zset"), ("tokens", "hash"), ("cancels", "hash")],
+            Script::Release => &[("leases", "zset"), ("tokens", "hash"), ("due", "zset")],
+            Script::Deliver => &[("next:due", "zset"), ("next:payload", "hash"), ("next:marker", "string")],
+            Script::DeadRequeue => &[("dead", "zset"), ("attempts", "hash"), ("errors", "hash"), ("due", "zset")],
+            Script::DeadPurge => {
+                &[("dead", "zset"), ("attempts", "hash"), ("errors", "hash"), ("due", "zset"), ("payload", "hash")]
+            }
+            Script::DeadList => &[("dead", "zset"), ("errors", "hash"), ("attempts", "hash"), ("payload", "hash")],
+            Script::Stats => &[
+                ("due", "zset"),
+                ("leases", "zset"),
+                ("dead", "zset"),
+                ("stats", "hash"),
+                ("payload", "hash"),
+                ("tokens", "hash"),
+                ("attempts", "hash"),
+                ("errors", "hash"),
+                ("seq", "string"),
+                ("outbox", "hash"),
+                ("events", "stream"),
+                ("recur", "hash"),
+                ("throttle", "hash"),
+                ("paused", "string"),
+                ("cancels", "hash"),
+            ],
+            Script::Pause | Script::Resume => &[("paused", "string"), ("due", "zset")],
+        }
+    }
+
+    /// Keys where the script parses or increments a number: `(key suffix, bad value)`.
+    fn numbers(self) -> &'static [(&'static str, Bad)] {
+        match self {
+            Script::Claim => &[("seq", Bad::NotANumber), ("stats", Bad::FieldNotANumber("dead"))],
+            Script::Settle => &[
+                ("stats", Bad::FieldNotANumber("succeeded")),
+                ("stats", Bad::FieldNotANumber("dead")),
+                ("stats", Bad::FieldNotANumber("cancelled")),
+            ],
+            Script::Stats => &[("seq", Bad::NotANumber), ("stats", Bad::FieldNotANumber("failed"))],
+            _ => &[],
+        }
+    }
+}
+
+/// The state a script runs against: tasks in flight for it to act on.
+struct Scene {
+    claimed: Vec<ClaimedTask>,
+    /// The delivery marker key of the one outbox entry (Deliver).
+    marker: String,
+}
+
+/// Five tasks due now (with payloads), one of them a lease that has expired,
+/// and whatever the script needs on top: claimed tasks, dead tasks, an outbox entry.
+async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
+    let _: () = redis::cmd("FLUSHALL").query(c).unwrap();
+    let t = ty("wt");
+    if script == Script::Schedule {
+        return Scene { claimed: Vec::new(), marker: String::new() };
+    }
+    for id in IDS {
+        let _: () = c.hset(key("wt", "payload"), id, format!("body of {id}")).unwrap();
+        let _: () = c.zadd(key("wt", "due"), id, 1).unwrap();
+    }
+    // One lease that has run out, for claim's reap step.
+    let short = ClaimLimits { max_tasks: 1, lease: Duration::from_millis(1), ..ClaimLimits::default() };
+    let expired = s.claim(&t, &short).await.unwrap();
+    assert_eq!(expired.tasks.len(), 1);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    if script == Script::Claim {
+        // A recurring schedule whose armed occurrence is due: the claim arms the next one.
+        s.recur_put(&t, "hourly", "{\"rule\":\"every 1h\"}", "latest", b"", &[1, 3_600_001, 7_200_001]).await.unwrap();
+    }
+    let mut claimed = Vec::new();
+    let mut marker = String::new();
+    match script {
+        Script::Settle | Script::Extend | Script::Release | Script::Deliver | Script::DeadRequeue | Script::DeadPurge
+        | Script::DeadList | Script::Stats => {
+            claimed = s.claim(&t, &limits()).await.unwrap().tasks;
+            assert_eq!(claimed.len(), 5, "the expired lease is claimed again with the rest");
+        }
+        _ => {}
+    }
+    if script == Script::Deliver {
+        let f = FollowUp { task_type: ty("next"), id: b"f-1".to_vec(), payload: b"p".to_vec(), due_ms: 1 };
+        // The low-level settle leaves follow-ups in the outbox for the flush under test.
+        s.settle_with_events(&t, &[ack(&claimed[0], vec![f])], None).await.unwrap();
+        marker = format!("hourglass:{{next}}:delivered:wt:{}:0", claimed[0].token);
+    }
+    if matches!(script, Script::DeadRequeue | Script::DeadPurge | Script::DeadList | Script::Stats) {
+        let dead: Vec<Settlement> = claimed.iter().take(3).map(|t| fail(t, true)).collect();
+        s.settle(&t, &dead).await.unwrap();
+    }
+    Scene { claimed, marker }
+}
+
+/// Runs the script under test once; `Ok` with the tasks it claimed (for the
+/// caller to finish) when it did its work, `Err` with its error.
+async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask>, String> {
+    let t = ty("wt");
+    let leases: Vec<(Vec<u8>, u64)> = scene.claimed.iter().map(|t| (t.id.clone(), t.token)).collect();
+    let err = |e: anyhow::Error| format!("{e:#}");
+    match script {
+        Script::Schedule => s.schedule(&t, b"w-9", 1, Some(b"body"), ScheduleMode::Upsert).await.map(none).map_err(err),
+        Script::Cancel => s.cancel(&t, b"w-5").await.map(none).map_err(err),
+        Script::Claim => s.claim(&t, &limits()).await.map(|claim| claim.tasks).map_err(err),
+        Script::Settle => {
+            let c = &scene.claimed;
+            let follow = FollowUp { task_type: ty("next"), id: b"f-2".to_vec(), payload: Vec::new(), due_ms: 1 };
+            let batch = vec![ack(&c[0], vec![follow]), ack(&c[1], vec![]), ack(&c[2], vec![]), fail(&c[3], false), fail(&c[4], true)];
+            s.settle_with_events(&t, &batch, Some(100)).await.map(none).map_err(err)
+        }
+        Script::Extend => s.extend(&t, &leases, 60_000).await.map(none).map_err(err),
+        Script::Release => s.release(&t, &leases).await.map(none).map_err(err),
+        Script::Deliver => {
+            let flushed = s.flush_outbox(&t).await.map_err(err)?;
+            match flushed.failed.into_iter().next() {
+                Some((target, e)) => {
+                    assert_eq!(target, ty("next"));
+                    assert_ne!(classify(&e), Trouble::Outage, "a data fault, not an outage: {e:#}");
+                    Err(err(e))
+                }
+                None => Ok(Vec::new()),
+            }
+        }
+        Script::DeadRequeue => s.dead_requeue(&t, None).await.map(none).map_err(err),
+        Script::DeadPurge => s.dead_purge(&t, None).await.map(none).map_err(err),
+        Script::DeadList => s.dead_list(&t, 100).await.map(none).map_err(err),
+        Script::Pause => {
+            let paused = s.pause(&t, Some(Duration::from_millis(1))).await.map(none).map_err(err);
+            // A pause of 1 ms: over before the tasks are driven to their end.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            paused
+        }
+        Script::Resume => s.resume(&t).await.map(none).map_err(err),
+        Script::Stats => match s.stats(&t).await {
+            Ok(stats) => match stats.fault {
+                Some(fault) => Err(fault),
+                None => Ok(Vec::new()),
+            },
+            Err(e) => Err(err(e)),
+        },
+    }
+}
+
+/// A script's result that claimed nothing.
+fn none<T>(_: T) -> Vec<ClaimedTask> {
+    Vec::new()
+}
+
+/// After the key is fixed: the script works, and every task reaches its end.
+async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &Scene) {
+    let claimed = run(s, script, scene).await.unwrap_or_else(|e| panic!("{script:?} still fails after the fix: {e}"));
+    let t = ty("wt");
+    if !claimed.is_empty() {
+        let batch: Vec<Settlement> = claimed.iter().map(|t| ack(t, vec![])).collect();
+        s.settle(&t, &batch).await.unwrap();
+    }
+    // Drive what is left to the end: claim and ack until nothing is due or leased.
+    for _ in 0..20 {
+        let claim = s.claim(&t, &limits()).await.unwrap();
+        if claim.tasks.is_empty() {
+            break;
+        }
+        let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
+        s.settle(&t, &batch).await.unwrap();
+    }
+    // Leases the scene's own claim still holds (settled ones are fenced, changing nothing).
+    let batch: Vec<Settlement> = scene.claimed.iter().map(|t| ack(t, vec![])).collect();
+    if !batch.is_empty() {
+        s.settle(&t, &batch).await.unwrap();
+    }
+    let due: usize = c.zcard(key("wt", "due")).unwrap();
+    let leases: usize = c.zcard(key("wt", "leases")).unwrap();
+    let dead: usize = c.zcard(key("wt", "dead")).unwrap();
+    let succeeded: Option<u64> = c.hget(key("wt", "stats"), "succeeded").unwrap();
+    assert_eq!(leases, 0, "{script:?}: tasks left leased");
+    // Nothing vanished: every task succeeded or is dead (the dead scenes keep some dead; a purge removes them).
+    let accounted = succeeded.unwrap_or(0) as usize + dead;
+    match script {
+        Script::DeadPurge => assert!(accounted >= 2, "{script:?}: succeeded {succeeded:?}, dead {dead}"),
+        Script::Schedule => assert_eq!(due, 0),
+        Script::Cancel => assert_eq!(accounted, 4, "{script:?}: one task was cancelled, the rest ran"),
+        _ => assert!(accounted >= 5, "{script:?}: only {accounted} of 5 tasks accounted for"),
+    }
+    assert_eq!(due, 0, "{script:?}: tasks left due");
+    if script == Script::Deliver {
+        let delivered: Option<f64> = c.zscore(key("next", "due"), "f-1").unwrap();
+        assert!(delivered.is_some(), "the follow-up was not delivered after the fix");
+    }
+}
+
+/// Every id of the scene is somewhere: due, leased or dead (or, the one the
+/// Deliver scene acked with its follow-up, settled).
+fn no_task_vanished(c: &mut redis::Connection, script: Script, scene: &Scene) {
+    if matches!(script, Script::Schedule) {
+        return;
+    }
+    for id in IDS {
+        let places: Vec<Option<f64>> =
+            ["due", "leases", "dead"].iter().map(|k| c.zscore(key("wt", k), id).unwrap_or(None)).collect();
+        let saved: Vec<Option<f64>> = ["due", "leases", "dead"]
+            .iter()
+            .map(|k| c.zscore(format!("{}:saved", key("wt", k)), id).unwrap_or(None))
+            .collect();
+        let settled_ok = script == Script::Deliver && scene.claimed[0].id == id.as_bytes();
+        assert!(
+            places.iter().chain(&saved).any(Option::is_some) || settled_ok,
+            "{script:?}: task {id} is in none of due, leases and dead"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_key_fails_every_script_cleanly_and_loses_nothing() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let prefix: KeyPrefix = "hourglass".parse().unwrap();
+    let s = Store::connect(&server.url(), &prefix).await.unwrap();
+    let scripts = [
+        Script::Schedule,
+        Script::Cancel,
+        Script::Claim,
+        Script::Settle,
+        Script::Extend,
+        Script::Release,
+        Script::Deliver,
+        Script::DeadRequeue,
+        Script::DeadPurge,
+        Script::DeadList,
+        Script::Stats,
+        Script::Pause,
+        Script::Resume,
+    ];
+    let mut cases = 0;
+    for script in scripts {
+        let mut plan: Vec<(&str, Bad)> = Vec::new();
+        for &(suffix, expected) in script.keys() {
+            for kind in KINDS.into_iter().filter(|k| *k != expected) {
+                plan.push((suffix, Bad::Kind(kind)));
+            }
+        }
+        plan.extend(script.numbers().iter().copied());
+        for (suffix, bad) in plan {
+            let scene = scene(&s, &mut c, script).await;
+            let k = match suffix {
+                "next:due" => key("next", "due"),
+                "next:payload" => key("next", "payload"),
+                "next:marker" => scene.marker.clone(),
+                other => key("wt", other),
+            };
+            let saved = format!("{k}:saved");
+            let existed: bool = c.exists(&k).unwrap();
+            if existed {
+                let _: () = c.rename(&k, &saved).unwrap();
+            }
+            if let Bad::FieldNotANumber(_) = bad
+                && existed
+            {
+                // The other counters stay: copy them back under the bad field.
+                let _: () = redis::cmd("COPY").arg(&saved).arg(&k).query(&mut c).unwrap();
+            }
+            plant(&mut c, &k, bad);
+            let before = snapshot(&mut c, &[&k, &saved]);
+            let outcome = run(&s, script, &scene).await;
+            let error = outcome.expect_err(&format!("{script:?} with {bad:?} at {k} did not fail"));
+            assert!(error.contains(&k), "{script:?} with {bad:?}: the error does not name {k}: {error}");
+            assert!(error.contains("DEL") || error.contains("HSET"), "{script:?}: the error gives no fix: {error}");
+            let after = snapshot(&mut c, &[&k, &saved]);
+            assert!(before == after, "{script:?} with {bad:?} at {k} wrote before failing");
+            no_task_vanished(&mut c, script, &scene);
+
+            // The fix: the bad value goes, the real key comes back.
+            let _: () = redis::cmd("DEL").arg(&k).query(&mut c).unwrap();
+            if existed {
+                let _: () = c.rename(&saved, &k).unwrap();
+            }
+            complete(&s, &mut c, script, &scene).await;
+            cases += 1;
+        }
+    }
+    assert!(cases > 200, "only {cases} cases ran");
+}
+
+#[test]
+fn a_wrong_typed_key_faults_its_type_only_and_the_tasks_run_once_it_is_fixed() {
+    use support::{Host, admin_addr, get, plugin, sample, stat, wait_for};
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("wt", plugin("noop")), ("wt2", plugin("noop")), ("fine", plugin("noop"))],
+        "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let addr = admin_addr(&host);
+    let mut c = redis.client();
+    // The report: a string where the payload hash belongs, then five tasks.
+    let _: () = c.set(key("wt", "payload"), "oops").unwrap();
+    let _: () = c.set(key("wt2", "seq"), "not a number").unwrap();
+    let now = support::now_ms();
+    for id in IDS {
+        let _: () = c.zadd(key("wt", "due"), id, now).unwrap();
+        let _: () = c.zadd(key("wt2", "due"), id, now).unwrap();
+        let _: () = c.zadd(key("fine", "due"), id, now).unwrap();
+    }
+    let wait = Duration::from_secs(60);
+    wait_for("the sound type to run", wait, || (stat(&mut c, "fine", "succeeded") == 5).then_some(()));
+    wait_for("both broken types to be reported", wait, || {
+        let log = host.log();
+        (log.contains("hourglass:{wt}:payload holds a string, not a hash") && log.contains("hourglass:{wt2}:seq holds"))
+            .then_some(())
+    });
+    // A few claim attempts later, the tasks are still all due, none lost.
+    std::thread::sleep(Duration::from_millis(500));
+    for t in ["wt", "wt2"] {
+        let due: usize = c.zcard(key(t, "due")).unwrap();
+        assert_eq!(due, 5, "{t}: tasks left the due set");
+        assert_eq!(stat(&mut c, t, "succeeded"), 0);
+    }
+    let log = host.log();
+    assert_eq!(log.matches("type faulted (claim)").count(), 2, "each fault is logged once:\n{log}");
+    assert!(!log.contains("Redis is unreachable"), "a data fault was reported as an outage:\n{log}");
+    let metrics = get(&addr, "/metrics").body;
+    assert_eq!(sample(&metrics, "hourglass_type_faulted", &["type=\"wt\""]), Some(1.0));
+    assert_eq!(sample(&metrics, "hourglass_type_faulted", &["type=\"wt2\""]), Some(1.0));
+    let ready = get(&addr, "/readyz");
+    assert_eq!(ready.status, 200, "one type's bad data must not make the host unready: {}", ready.body);
+    assert!(ready.body.contains("faulted: wt: claim: hourglass:{wt}:payload"), "{}", ready.body);
+    let dashboard = get(&addr, "/").body;
+    assert!(dashboard.contains("Faulted types") && dashboard.contains("hourglass:{wt}:payload holds a string"));
+    let stats = std::process::Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        .args(["--redis", &redis.url(), "stats"])
+        .output()
+        .unwrap();
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    assert!(stats.contains("FAULTED wt: hourglass:{wt}:payload holds a string, not a hash"), "{stats}");
+
+    // The fix: the bad values go; the types resume by themselves.
+    let _: () = c.del(key("wt", "payload")).unwrap();
+    let _: () = c.del(key("wt2", "seq")).unwrap();
+    wait_for("the fixed types to run", wait, || {
+        (stat(&mut c, "wt", "succeeded") == 5 && stat(&mut c, "wt2", "succeeded") == 5).then_some(())
+    });
+    wait_for("the fault to clear", wait, || host.log().contains("type fault (claim) cleared").then_some(()));
+    let metrics = get(&addr, "/metrics").body;
+    assert_eq!(sample(&metrics, "hourglass_type_faulted", &["type=\"wt\""]), Some(0.0));
+}

@@ -1,0 +1,110 @@
+//! Operator controls on running hosts: pause and resume a type on every host,
+//! and cancel a task, scheduled or running on another host.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use redis::Commands;
+use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for, zcard};
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn hourglass(redis: &RedisServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        .arg("--redis")
+        .arg(redis.url())
+        .args(args)
+        .env_remove("HOURGLASS_REDIS_URL")
+        .output()
+        .unwrap()
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+#[test]
+fn a_pause_holds_every_host_and_a_resume_runs_everything_once() {
+    let redis = RedisServer::start();
+    let hosts: Vec<Host> = (1..=2)
+        .map(|i| Host::start(&redis, &[("mail", plugin("noop"))], &format!("[runner]\nhost_id = \"h{i}\"\n")))
+        .collect();
+    let out = hourglass(&redis, &["pause", "mail"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("paused mail on every host until 'hourglass resume mail'"));
+    for host in &hosts {
+        host.wait_log("type paused: no claims until it is resumed", LONG);
+    }
+    let mut conn = redis.client();
+    let now = now_ms();
+    for i in 0..200 {
+        let _: () = conn.zadd("hourglass:{mail}:due", format!("m{i}"), now).unwrap();
+    }
+    // The hosts keep looking (once a second each) and take nothing.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 200, "a paused type's tasks were claimed");
+    assert_eq!(stat(&mut conn, "mail", "succeeded"), 0);
+    let stats = text(&hourglass(&redis, &["stats"]).stdout);
+    assert!(stats.contains("PAUSED mail: until resumed (200 due now wait)"), "{stats}");
+
+    let out = hourglass(&redis, &["resume", "mail"]);
+    assert!(out.status.success());
+    wait_for("all 200 after the resume", LONG, || (stat(&mut conn, "mail", "succeeded") == 200).then_some(()));
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let mut runs = 0;
+    for host in &refs {
+        runs += host.log().lines().filter(|l| l.contains("succeeded") && l.contains("task_type=mail ")).count();
+    }
+    assert_eq!(runs, 200, "each task ran once");
+    let out = hourglass(&redis, &["resume", "mail"]);
+    assert_eq!(out.status.code(), Some(1), "resuming a type that is not paused is an error");
+
+    // A pause given a length ends by itself.
+    let out = hourglass(&redis, &["pause", "mail", "--for", "1s"]);
+    assert!(text(&out.stdout).contains("then it resumes by itself"), "{}", text(&out.stdout));
+    let _: () = conn.zadd("hourglass:{mail}:due", "after", now_ms()).unwrap();
+    wait_for("the task after the pause ended", LONG, || (stat(&mut conn, "mail", "succeeded") == 201).then_some(()));
+    let exists: bool = conn.exists("hourglass:{mail}:paused").unwrap();
+    assert!(!exists);
+}
+
+#[test]
+fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task() {
+    let redis = RedisServer::start();
+    let config = |i: usize| format!("[runner]\nhost_id = \"h{i}\"\n[types.job]\ntimeout = \"120s\"\nevents = true\n");
+    let hosts: Vec<Host> = (1..=2).map(|i| Host::start(&redis, &[("job", test_plugin("chaos"))], &config(i))).collect();
+    let mut conn = redis.client();
+    // A handler spinning in a loop until its (long) deadline.
+    let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
+    let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
+    wait_for("the loop to run", LONG, || (zcard(&mut conn, "hourglass:{job}:leases") == 1).then_some(()));
+    let token: String = conn.hget("hourglass:{job}:tokens", "spin").unwrap();
+    let holder = token.split('@').nth(1).unwrap().to_owned();
+
+    let out = hourglass(&redis, &["cancel", "job", "spin"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(&format!("cancelled running task job/spin: host {holder} stopped its handler")),
+        "the CLI did not see the run end: {said}"
+    );
+    assert_eq!(zcard(&mut conn, "hourglass:{job}:leases"), 0);
+    assert_eq!(zcard(&mut conn, "hourglass:{job}:due"), 0, "a cancelled run was retried");
+    assert_eq!(stat(&mut conn, "job", "cancelled"), 1);
+    assert_eq!(stat(&mut conn, "job", "failed"), 0);
+    let events: redis::streams::StreamRangeReply = conn.xrange_all("hourglass:{job}:events").unwrap();
+    let outcomes: Vec<String> = events.ids.iter().filter_map(|e| e.get("outcome")).collect();
+    assert_eq!(outcomes, ["cancelled"]);
+    let host = hosts.iter().find(|h| h.log().contains("cancelled while running")).expect("a host stopped it");
+    assert!(host.log().contains(&format!("host_id={holder}")) || host.log().contains(&holder));
+
+    // A scheduled task is removed.
+    let _: () = conn.zadd("hourglass:{job}:due", "later", now_ms() + 3_600_000).unwrap();
+    let out = hourglass(&redis, &["cancel", "job", "later"]);
+    assert_eq!(text(&out.stdout).trim(), "cancelled scheduled task job/later");
+    let out = hourglass(&redis, &["cancel", "job", "nothing"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("job/nothing is neither scheduled nor running"));
+}
