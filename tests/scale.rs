@@ -494,7 +494,16 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     for id in (0..2000).map(|i| format!("a{i}")).chain((0..200).map(|i| format!("b{i}"))) {
         assert!(runs.get(&id).copied().unwrap_or(0) >= 1, "{id} never ran");
     }
-    host.wait_log("cluster masters changed", LONG);
+    // Its wake-up listener followed the new master: by its topology check, or
+    // by a reconnect when the old master closed the subscription first.
+    wait_for("a keyspace subscription on the promoted master", LONG, || {
+        cluster.cli(replica, &["CLIENT", "LIST"]).contains("psub=1").then_some(())
+    });
+    let log = host.log();
+    assert!(
+        log.contains("cluster masters changed") || log.contains("re-subscribed after a reconnect"),
+        "the listener never said it followed the failover:\n{log}"
+    );
 }
 
 #[test]
