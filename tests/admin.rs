@@ -287,7 +287,7 @@ fn events(conn: &mut redis::Connection, task_type: &str) -> Vec<HashMap<String, 
 
 /// The short version hash the host gives a plugin file (first 12 hex digits of SHA-256).
 fn hash_of(file: &Path) -> String {
-    hourglass::registry::short_hash(&std::fs::read(file).unwrap())
+    hourglass::runtime::short_hash(&std::fs::read(file).unwrap())
 }
 
 #[test]
@@ -815,4 +815,48 @@ fn dashboard_in_a_real_browser_finds_a_task_and_runs_it_now() {
                         && !!document.querySelector('#task[data-state=unknown]'); })()"#,
     );
     assert_eq!(stat(&mut conn, "mail", "succeeded"), 1);
+}
+
+#[test]
+fn dashboard_in_a_real_browser_pauses_and_resumes_a_type_and_cancels_a_running_task() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("mail", test_plugin("chaos"))], ADMIN);
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    // One task run first, so the type has a row on the page.
+    schedule(&mut conn, "mail", "first", "ok");
+    wait_for("the first task to succeed", LONG, || (stat(&mut conn, "mail", "succeeded") == 1).then_some(()));
+
+    let mut browser = Browser::launch();
+    browser.goto(&format!("http://{addr}/"));
+    browser.wait_until("the pause button of mail", "!!document.querySelector('button[data-action=pause]')");
+    browser.click("button[data-action=pause]");
+    browser.wait_until(
+        "the type shown paused, with a resume button",
+        "!!document.querySelector('[data-paused]') && !!document.querySelector('button[data-action=resume]')",
+    );
+    let paused: bool = conn.exists("hourglass:{mail}:paused").unwrap();
+    assert!(paused, "the pause button wrote no pause to Redis");
+    // Paused: a due task waits in due and is not run.
+    schedule(&mut conn, "mail", "held", "ok");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(stat(&mut conn, "mail", "succeeded"), 1, "a paused type ran a task");
+    browser.click("button[data-action=resume]");
+    browser.wait_until("the pause button back", "!!document.querySelector('button[data-action=pause]')");
+    wait_for("the held task to run once resumed", LONG, || (stat(&mut conn, "mail", "succeeded") == 2).then_some(()));
+
+    // A running task (30 s of sleep): found by id, cancelled from its page.
+    schedule(&mut conn, "mail", "busy", "sleep:30000");
+    wait_for("busy to run", LONG, || (zcard(&mut conn, "hourglass:{mail}:leases") == 1).then_some(()));
+    browser.goto(&format!("http://{addr}/task?type=mail&id=busy"));
+    browser.wait_until("the running task with its cancel button", "!!document.querySelector('#task[data-state=running] button[data-action=cancel]')");
+    browser.click("#task-actions input[name=confirm]");
+    browser.click("button[data-action=cancel]");
+    browser.wait_until(
+        "the message that it was cancelled while running",
+        r#"(() => { const msg = document.getElementById('msg'); return !!msg && msg.innerText.includes('cancelled while running'); })()"#,
+    );
+    wait_for("the run to be stopped and counted cancelled", LONG, || (stat(&mut conn, "mail", "cancelled") == 1).then_some(()));
+    assert_eq!(zcard(&mut conn, "hourglass:{mail}:leases"), 0);
+    assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 0, "a cancelled task was retried");
 }

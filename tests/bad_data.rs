@@ -243,7 +243,7 @@ async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
 /// caller to finish) when it did its work, `Err` with its error.
 async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask>, String> {
     let t = ty("wt");
-    let leases: Vec<(Vec<u8>, u64)> = scene.claimed.iter().map(|t| (t.id.clone(), t.token)).collect();
+    let leases: Vec<hourglass::task::Lease> = scene.claimed.iter().map(hourglass::task::ClaimedTask::lease).collect();
     let err = |e: anyhow::Error| format!("{e:#}");
     match script {
         Script::Schedule => s.schedule(&t, b"w-9", 1, Some(b"body"), ScheduleMode::Upsert).await.map(none).map_err(err),

@@ -9,7 +9,7 @@ use hourglass::config::KeyPrefix;
 use hourglass::store::{
     Cancelled, ClaimLimits, Extended, Outcome, ScheduleMode, SettleResult, Settlement, Store, encode_followup,
 };
-use hourglass::task::{ClaimedTask, FollowUp};
+use hourglass::task::{ClaimedTask, FollowUp, Lease};
 use hourglass::task_type::TaskType;
 use redis::Commands;
 use support::{RedisServer, wait_for};
@@ -222,11 +222,11 @@ async fn extend_keeps_the_lease_past_its_original_expiry() {
     let claim = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
     let task = claim.tasks[0].clone();
 
-    let ok = s.extend(&t, &[(task.id.clone(), task.token)], 60_000).await.unwrap();
+    let ok = s.extend(&t, &[task.lease()], 60_000).await.unwrap();
     assert_eq!(ok, vec![Extended::Extended]);
-    let stale = s.extend(&t, &[(task.id.clone(), task.token + 1000)], 60_000).await.unwrap();
+    let stale = s.extend(&t, &[Lease { id: task.id.clone(), token: task.token + 1000 }], 60_000).await.unwrap();
     assert_eq!(stale, vec![Extended::Lost], "a wrong token cannot extend");
-    let unknown = s.extend(&t, &[(b"nope".to_vec(), 1)], 60_000).await.unwrap();
+    let unknown = s.extend(&t, &[Lease { id: b"nope".to_vec(), token: 1 }], 60_000).await.unwrap();
     assert_eq!(unknown, vec![Extended::Lost]);
 
     wait_past(&mut c, claim.lease_expiry_ms);
@@ -517,8 +517,8 @@ async fn release_hands_tasks_back_at_once() {
     let _: () = c.zadd(key("shutdown", "due"), "y", now - 1).unwrap();
     let tasks = s.claim(&t, &limits(10, Duration::from_secs(600))).await.unwrap().tasks;
     assert_eq!(tasks.len(), 2);
-    let leases: Vec<(Vec<u8>, u64)> = tasks.iter().map(|t| (t.id.clone(), t.token)).collect();
-    let stale = vec![(tasks[0].id.clone(), tasks[0].token + 1000)];
+    let leases: Vec<Lease> = tasks.iter().map(ClaimedTask::lease).collect();
+    let stale = vec![Lease { id: tasks[0].id.clone(), token: tasks[0].token + 1000 }];
     assert_eq!(s.release(&t, &stale).await.unwrap(), 0, "a stale token releases nothing");
     assert_eq!(s.release(&t, &leases).await.unwrap(), 2);
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);

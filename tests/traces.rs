@@ -160,7 +160,7 @@ fn a_run_exports_its_span_and_its_outbound_call_carries_the_trace() {
     assert_eq!(attr(call, "hourglass.task.attempt").as_deref(), Some("1"));
     assert_eq!(attr(call, "hourglass.outcome").as_deref(), Some("dead"));
     assert!(attr(call, "hourglass.lateness_ms").unwrap().parse::<i64>().unwrap() >= 0);
-    let hash = hourglass::registry::short_hash(&std::fs::read(test_plugin("chaos")).unwrap());
+    let hash = hourglass::runtime::short_hash(&std::fs::read(test_plugin("chaos")).unwrap());
     assert_eq!(attr(call, "hourglass.plugin.hash"), Some(hash));
     assert!(call.parent_span_id.is_empty(), "a task without a client traceparent starts a trace");
 

@@ -132,7 +132,7 @@ pub async fn start(
             id: config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id),
             addr,
             started: Instant::now(),
-            started_ms: crate::cli::now_ms(),
+            started_ms: crate::clock::now_ms(),
         }),
         history: Arc::default(),
     };
@@ -381,7 +381,7 @@ async fn pause(State(state): State<AdminState>, headers: HeaderMap, Form(form): 
     match state.store.pause(&t, length).await {
         Ok(ends) => {
             warn!(task_type = %t, "type paused from the dashboard");
-            let until = ends.map_or("until resumed".to_owned(), |ms| format!("until {}", crate::cli::format_ms(ms)));
+            let until = ends.map_or("until resumed".to_owned(), |ms| format!("until {}", crate::clock::format_ms(ms)));
             back_to(&t, &format!("paused {t} {until}"))
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
@@ -474,7 +474,7 @@ fn moved(t: &TaskType, id: &[u8], what: &str, result: Result<Option<i64>>) -> Re
     match result {
         Ok(Some(due_ms)) => {
             info!(task_type = %t, task_id = %crate::logging::clean_id(id), due_ms, "task {what} from the dashboard");
-            back_to_task(t, id, &format!("{name}: {what}, due at {}", crate::cli::format_ms(due_ms)))
+            back_to_task(t, id, &format!("{name}: {what}, due at {}", crate::clock::format_ms(due_ms)))
         }
         Ok(None) => back_to_task(t, id, &format!("{name} was not moved: it is no longer scheduled (running, dead or gone)")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),

@@ -391,9 +391,7 @@ fn now_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
-fn now_ms() -> i64 {
-    now_us() / 1000
-}
+use crate::clock::now_ms;
 
 /// `/proc/loadavg`'s 1-minute figure: other work on the machine skews the numbers.
 fn load_average() -> f64 {
@@ -911,7 +909,7 @@ impl Bench {
         // The same plugin with a custom section appended: new bytes, new version.
         let mut bytes = std::fs::read(&self.plugin)?;
         append_custom_section(&mut bytes, "hourglass-bench", &rand::random::<u64>().to_le_bytes());
-        let new_hash = crate::registry::short_hash(&bytes);
+        let new_hash = crate::runtime::short_hash(&bytes);
         *recorder.watch_hash.lock().unwrap_or_else(|p| p.into_inner()) = Some(new_hash.clone());
         let staged = host.plugins.join(format!(".{TYPE}.wasm.tmp"));
         std::fs::write(&staged, &bytes)?;

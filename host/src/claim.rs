@@ -10,6 +10,7 @@ use crate::health::Trouble;
 use crate::logging::clean_id;
 use crate::runner::{Permits, Runner, TypeState};
 use crate::store::{ClaimLimits, Extended};
+use crate::task::Lease;
 use crate::task_type::TaskType;
 
 /// Longest idle sleep when keyspace notifications are live: a safety net, not the wake-up path.
@@ -174,7 +175,7 @@ impl Runner {
                 info!(task_type = %task_type, delivered = moved, "delivered follow-ups left in the outbox");
             }
             tokio::time::sleep(every).await;
-            let due: Vec<(Vec<u8>, u64)> = {
+            let due: Vec<Lease> = {
                 let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 map.iter().filter(|(_, run)| run.renewed.elapsed() >= every).map(|(k, _)| k.clone()).collect()
             };
@@ -194,7 +195,7 @@ impl Runner {
                                 run.stop.cancel();
                             }
                             (Extended::Lost, _) => {
-                                warn!(task_type = %task_type, task_id = %clean_id(&key.0), "lease lost while running")
+                                warn!(task_type = %task_type, task_id = %clean_id(&key.id), "lease lost while running")
                             }
                             (_, None) => {}
                         }

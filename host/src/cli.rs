@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::clock::{format_ms, now_ms};
 use crate::config::Config;
 use crate::store::{ScheduleMode, Store, TypeStats};
 use crate::task_type::TaskType;
@@ -300,11 +301,6 @@ fn parse_at(s: &str) -> Result<i64, String> {
 /// Parses `--in`: a human duration like `30s` or `1h 30m`.
 fn parse_in(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("not a duration (like 30s, 5m, 2h): {e}"))
-}
-
-/// Milliseconds since the Unix epoch, by this machine's clock.
-pub fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
 }
 
 impl Cli {
@@ -721,15 +717,6 @@ fn print_hosts(hosts: &[crate::hosts::HostInfo], json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Formats ms since the epoch as RFC 3339 UTC, for humans.
-pub fn format_ms(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_else(|_| format!("{ms} ms"))
-}
-
-/// Sets up logging to stderr; `HOURGLASS_LOG` (or `RUST_LOG`) picks the levels.
-pub fn init_tracing() {
-    crate::logging::init(crate::logging::LogFormat::Text);
-}
 
 #[cfg(test)]
 mod tests {

@@ -33,7 +33,7 @@ impl Runner {
             let mut in_flight = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             for (task, _) in &tasks {
                 let stop = CancellationToken::new();
-                in_flight.insert((task.id.clone(), task.token), InFlightRun { renewed: now, stop: stop.clone() });
+                in_flight.insert(task.lease(), InFlightRun { renewed: now, stop: stop.clone() });
                 stops.push(stop);
             }
         }
@@ -84,7 +84,7 @@ impl Run {
         if let Some(observe) = &self.runner.observer {
             observe(Event::Started { task_type: &task.task_type, id: &task.id, due_ms: task.due_ms, plugin_hash: &self.entry.hash });
         }
-        let started_ms = crate::cli::now_ms();
+        let started_ms = crate::clock::now_ms();
         let span = match &self.trace {
             Some(batch) => Some(batch.start(task, &self.entry.hash, started_ms).await),
             None => None,
@@ -113,7 +113,7 @@ impl Run {
             self.unreported.fetch_sub(1, Ordering::AcqRel);
             return;
         };
-        let finished_ms = crate::cli::now_ms();
+        let finished_ms = crate::clock::now_ms();
         let outcome = match run {
             Some(run) => decide(&self.entry, task, run.result, run.followups, started_ms),
             None => {

@@ -67,7 +67,7 @@ impl Presence {
         let facts = HostFacts {
             pid: std::process::id(),
             hostname: default_host_id().rsplit_once('-').map(|(h, _)| h.to_owned()).unwrap_or_default(),
-            started_ms: crate::cli::now_ms(),
+            started_ms: crate::clock::now_ms(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         let facts = serde_json::to_string(&facts)?;

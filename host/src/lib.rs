@@ -27,7 +27,8 @@
 //! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
 //!   [`managed`]: a private `redis-server` for the quick start, started by
 //!   [`redis_server`], the one spawner (also for `bench` and the tests).
-//! - [`cli`]: the `hourglass` command line; [`show`]: where one task is, in words; [`logging`]: log output.
+//! - [`cli`]: the `hourglass` command line; [`show`]: where one task is, in words; [`logging`]: log output;
+//!   [`clock`]: ms since the epoch and how to show them.
 //! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves;
 //!   [`traces`]: opt-in OpenTelemetry spans of runs and their outbound HTTP calls.
 //! - [`bench`]: `hourglass bench`, the in-process benchmark.
@@ -37,6 +38,7 @@ pub mod backoff;
 pub mod bench;
 pub mod claim;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod health;

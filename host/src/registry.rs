@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use arc_swap::ArcSwap;
 use notify::{RecursiveMode, Watcher};
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -197,7 +196,7 @@ impl Registry {
                 return previous;
             }
         };
-        let hash = short_hash(&bytes);
+        let hash = crate::runtime::short_hash(&bytes);
         if let Some(prev) = &previous
             && prev.hash() == hash
         {
@@ -371,11 +370,6 @@ fn wanted_files(dir: &Path, config: &Config) -> Result<BTreeMap<PathBuf, BTreeSe
 
 fn file_stem(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-/// The short content hash that names a plugin version (first 12 hex digits of SHA-256).
-pub fn short_hash(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))[..12].to_owned()
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::registry::Registry;
 use crate::runtime::Runtime;
 use crate::settle::Finished;
 use crate::store::Store;
+use crate::task::Lease;
 use crate::task_type::TaskType;
 use crate::wakeup::Wakeups;
 
@@ -109,7 +110,7 @@ pub(crate) struct InFlightRun {
 }
 
 /// Claimed tasks of one type by (id, lease token).
-pub(crate) type InFlight = Arc<Mutex<HashMap<(Vec<u8>, u64), InFlightRun>>>;
+pub(crate) type InFlight = Arc<Mutex<HashMap<Lease, InFlightRun>>>;
 
 /// A request to stop one run, from `hourglass cancel` through Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,7 +171,7 @@ impl TypeState {
     /// Stops the run of `id` under `token`, if this host holds it; true if it did.
     fn stop(&self, id: &[u8], token: u64) -> bool {
         let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(&(id.to_vec(), token)) {
+        match map.get(&Lease { id: id.to_vec(), token }) {
             Some(run) => {
                 run.stop.cancel();
                 true
@@ -180,7 +181,7 @@ impl TypeState {
     }
 
     /// Leases of tasks claimed and not yet settled.
-    fn in_flight_leases(&self) -> Vec<(Vec<u8>, u64)> {
+    fn in_flight_leases(&self) -> Vec<Lease> {
         let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         map.keys().cloned().collect()
     }

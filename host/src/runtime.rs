@@ -345,7 +345,7 @@ fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
 }
 
 /// The short content hash that names a plugin version (first 12 hex digits of SHA-256).
-fn short_hash(bytes: &[u8]) -> String {
+pub fn short_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))[..12].to_owned()
 }
 

@@ -197,7 +197,7 @@ impl Definition {
 
     /// Puts it in Redis (arming its first occurrence after now); false when it was already so.
     pub async fn put(&self, store: &Store) -> Result<bool> {
-        let now = crate::cli::now_ms();
+        let now = crate::clock::now_ms();
         // The first occurrence after now (an interval starts one interval from now).
         let times = self.times_after(now, now);
         store.recur_put(&self.task_type, self.name.as_str(), &self.stored(), self.policy(), self.payload.as_bytes(), &times).await
@@ -237,7 +237,7 @@ pub async fn apply_config(store: &Store, config: &BTreeMap<ScheduleName, crate::
 
 /// One round over every schedule: keep its next times known, re-arm a stopped chain.
 pub async fn sync_round(store: &Store) -> Result<()> {
-    let now = crate::cli::now_ms();
+    let now = crate::clock::now_ms();
     for t in store.recurring_types().await? {
         for state in store.recur_list(&t).await? {
             if let Err(e) = sync_one(store, &t, &state, now).await {

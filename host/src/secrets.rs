@@ -57,11 +57,6 @@ impl ConfigValue {
         }
     }
 
-    /// Whether this is a secret (from the environment or a file).
-    pub fn is_secret(&self) -> bool {
-        !matches!(self, ConfigValue::Plain(_))
-    }
-
     /// Makes a relative secret file path relative to `base` (the config file's folder).
     pub fn resolve_path(&mut self, base: &Path) {
         if let ConfigValue::File(path) = self

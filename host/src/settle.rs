@@ -10,6 +10,7 @@ use tracing::warn;
 use crate::logging::clean_id;
 use crate::runner::{Event, InFlight, Permits, Runner};
 use crate::store::{Outcome, SettleResult, Settlement};
+use crate::task::Lease;
 use crate::task_type::TaskType;
 
 /// Most outcomes one settle call writes.
@@ -103,7 +104,7 @@ impl Runner {
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for s in &batch {
-                    map.remove(&(s.id.clone(), s.token));
+                    map.remove(&Lease { id: s.id.clone(), token: s.token });
                 }
             }
             drop(permits); // frees the concurrency slots only now that the outcome is stored

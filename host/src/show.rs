@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cli::format_ms;
+use crate::clock::format_ms;
 use crate::logging::clean_id;
 use crate::store::{Store, TaskState, TaskView};
 use crate::task_type::TaskType;

@@ -19,6 +19,23 @@ pub struct ClaimedTask {
     pub token: u64,
 }
 
+impl ClaimedTask {
+    /// The lease this host holds on it.
+    pub fn lease(&self) -> Lease {
+        Lease { id: self.id.clone(), token: self.token }
+    }
+}
+
+/// A lease on one task: its id and the token of the claim that took it.
+/// Only the holder of the current token can renew, release or settle it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The task id.
+    pub id: Vec<u8>,
+    /// The claim's fencing token.
+    pub token: u64,
+}
+
 /// A follow-up task a handler scheduled; committed atomically with the success ack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FollowUp {

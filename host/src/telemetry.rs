@@ -131,7 +131,7 @@ impl TypeMetrics {
         }
         if !claim.dead_lettered.is_empty() {
             self.dead.increment(claim.dead_lettered.len() as u64);
-            let now = crate::cli::now_ms();
+            let now = crate::clock::now_ms();
             let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
             for (id, reason) in last(&claim.dead_lettered) {
                 push(

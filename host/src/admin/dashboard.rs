@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::{AdminState, PageParams, TaskQuery, html};
-use crate::cli::format_ms;
+use crate::clock::format_ms;
 use crate::store::{TaskState, TaskView};
 use crate::task_type::TaskType;
 
@@ -340,7 +340,7 @@ fn faults(state: &AdminState, stats: &[(TaskType, crate::store::TypeStats)], h: 
 
 /// Inline SVG bar chart: tasks of `t` falling due in each minute of the next hour.
 async fn chart(state: &AdminState, t: &TaskType, h: &mut String) -> Result<()> {
-    let now = crate::cli::now_ms();
+    let now = crate::clock::now_ms();
     let from = now - now % 60_000;
     let counts = state.store.due_buckets(t, from, 60_000, CHART_MINUTES).await?;
     let total: u64 = counts.iter().sum();

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::reply::parse_claim;
 use super::{BATCH, Store, duration_ms};
-use crate::task::{ClaimedTask, FollowUp};
+use crate::task::{ClaimedTask, FollowUp, Lease};
 use crate::task_type::TaskType;
 
 /// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
@@ -431,15 +431,15 @@ impl Store {
     }
 
     /// Extends the leases of running tasks to now + `lease_ms`.
-    pub async fn extend(&self, t: &TaskType, leases: &[(Vec<u8>, u64)], lease_ms: u64) -> Result<Vec<Extended>> {
+    pub async fn extend(&self, t: &TaskType, leases: &[Lease], lease_ms: u64) -> Result<Vec<Extended>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
         let k = self.keys(t);
         let mut inv = self.scripts.extend.prepare_invoke();
         inv.key(&k.leases).key(&k.tokens).key(&k.cancels).arg(lease_ms.max(1));
-        for (id, token) in leases {
-            inv.arg(id).arg(*token);
+        for lease in leases {
+            inv.arg(&lease.id).arg(lease.token);
         }
         let mut conn = self.conn.clone();
         let flags: Vec<i64> =
@@ -455,15 +455,15 @@ impl Store {
     }
 
     /// Hands leased tasks back, due now, without counting the attempt; returns how many.
-    pub async fn release(&self, t: &TaskType, leases: &[(Vec<u8>, u64)]) -> Result<usize> {
+    pub async fn release(&self, t: &TaskType, leases: &[Lease]) -> Result<usize> {
         if leases.is_empty() {
             return Ok(0);
         }
         let k = self.keys(t);
         let mut inv = self.scripts.release.prepare_invoke();
         inv.key(&k.leases).key(&k.tokens).key(&k.due);
-        for (id, token) in leases {
-            inv.arg(id).arg(*token);
+        for lease in leases {
+            inv.arg(&lease.id).arg(lease.token);
         }
         let mut conn = self.conn.clone();
         let n: usize =
