@@ -35,7 +35,11 @@ fn hourglass(config: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, Strin
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `hourglass stats --hosts --json` as (id → state, id → {type → count}).
@@ -61,7 +65,8 @@ fn host_states(host: &Host) -> (HashMap<String, String>, HashMap<String, HashMap
 
 /// Ids of `task_type` whose lease `host_id` holds now.
 fn held_by(conn: &mut impl redis::ConnectionLike, task_type: &str, host_id: &str) -> HashSet<String> {
-    let tokens: HashMap<String, String> = redis::cmd("HGETALL").arg(format!("hourglass:{{{task_type}}}:tokens")).query(conn).unwrap();
+    let tokens: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(format!("hourglass:{{{task_type}}}:tokens")).query(conn).unwrap();
     let suffix = format!("@{host_id}");
     tokens.into_iter().filter(|(_, v)| v.ends_with(&suffix)).map(|(id, _)| id).collect()
 }
@@ -108,7 +113,8 @@ fn three_hosts_share_the_work_and_run_each_task_once() {
 fn kill_9_of_one_host_the_others_finish_its_tasks() {
     let redis = RedisServer::start();
     let config = |i: usize| format!("[runner]\nhost_id = \"h{i}\"\nlease = \"1s\"\n[types.work]\nconcurrency = 8\n");
-    let mut hosts: Vec<Host> = (1..=3).map(|i| Host::start(&redis, &[("work", test_plugin("chaos"))], &config(i))).collect();
+    let mut hosts: Vec<Host> =
+        (1..=3).map(|i| Host::start(&redis, &[("work", test_plugin("chaos"))], &config(i))).collect();
     let mut conn = redis.client();
     let now = now_ms();
     for i in 0..300 {
@@ -152,9 +158,12 @@ fn graceful_shutdown_hands_leases_to_the_other_hosts_at_once() {
     let redis = RedisServer::start();
     // Leases far longer than the test: only a hand-back can move the tasks.
     let config = |i: usize| {
-        format!("[runner]\nhost_id = \"h{i}\"\nlease = \"10m\"\ngrace_period = \"300ms\"\n[types.long]\nconcurrency = 2\ntimeout = \"60s\"\n")
+        format!(
+            "[runner]\nhost_id = \"h{i}\"\nlease = \"10m\"\ngrace_period = \"300ms\"\n[types.long]\nconcurrency = 2\ntimeout = \"60s\"\n"
+        )
     };
-    let mut hosts: Vec<Host> = (1..=3).map(|i| Host::start(&redis, &[("long", test_plugin("chaos"))], &config(i))).collect();
+    let mut hosts: Vec<Host> =
+        (1..=3).map(|i| Host::start(&redis, &[("long", test_plugin("chaos"))], &config(i))).collect();
     let mut conn = redis.client();
     // As many tasks as slots (3 hosts x 2): no host can take more than 2, so h1 surely holds some.
     for i in 0..6 {
@@ -177,16 +186,56 @@ fn graceful_shutdown_hands_leases_to_the_other_hosts_at_once() {
 
 /// The minimum a runner user needs, as the README documents it.
 const RUNNER_ACL: &[&str] = &[
-    "resetkeys", "~hourglass:*", "resetchannels", "&__keyspace@*__:hourglass:{*}:due", "&hourglass:cancel", "-@all",
+    "resetkeys",
+    "~hourglass:*",
+    "resetchannels",
+    "&__keyspace@*__:hourglass:{*}:due",
+    "&hourglass:cancel",
+    "-@all",
     // connection (`+client|setinfo` too on Redis 7.2+, where it exists)
     "+ping",
     // scripts (and what they run; TYPE checks every key before a script writes)
-    "+evalsha", "+script|load", "+time", "+type", "+exists", "+get", "+set", "+del", "+incrby", "+pttl", "+pexpire",
-    "+publish", "+zincrby",
-    "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zrevrangebyscore", "+zscore", "+zmscore", "+zcard", "+zcount",
-    "+hget", "+hmget", "+hset", "+hdel", "+hexists", "+hgetall", "+hincrby", "+hstrlen", "+xadd",
+    "+evalsha",
+    "+script|load",
+    "+time",
+    "+type",
+    "+exists",
+    "+get",
+    "+set",
+    "+del",
+    "+incrby",
+    "+pttl",
+    "+pexpire",
+    "+publish",
+    "+zincrby",
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrevrangebyscore",
+    "+zscore",
+    "+zmscore",
+    "+zcard",
+    "+zcount",
+    "+hget",
+    "+hmget",
+    "+hset",
+    "+hdel",
+    "+hexists",
+    "+hgetall",
+    "+hincrby",
+    "+hstrlen",
+    "+xadd",
     // outside scripts: outbox, stats, wake-ups, recurring schedules' index, schedule --wait-replicas
-    "+hscan", "+scan", "+psubscribe", "+punsubscribe", "+subscribe", "+unsubscribe", "+smembers", "+sadd", "+wait",
+    "+hscan",
+    "+scan",
+    "+psubscribe",
+    "+punsubscribe",
+    "+subscribe",
+    "+unsubscribe",
+    "+smembers",
+    "+sadd",
+    "+wait",
 ];
 
 #[test]
@@ -201,8 +250,14 @@ fn a_restricted_acl_user_runs_everything_and_its_password_never_shows() {
     assert_eq!(redis.cli(&setuser).trim(), "OK");
     let host = Host::start(
         &redis,
-        &[("noop", plugin("noop")), ("device.offline", plugin("device.offline")), ("device.alert", plugin("device.alert"))],
-        &format!("username = \"runner\"\npassword = \"{password}\"\n[runner]\nwakeup = \"notify\"\nhost_id = \"restricted\"\n"),
+        &[
+            ("noop", plugin("noop")),
+            ("device.offline", plugin("device.offline")),
+            ("device.alert", plugin("device.alert")),
+        ],
+        &format!(
+            "username = \"runner\"\npassword = \"{password}\"\n[runner]\nwakeup = \"notify\"\nhost_id = \"restricted\"\n"
+        ),
     );
     let mut conn = redis.client();
     zadd_now(&mut conn, "noop", "n1");
@@ -279,16 +334,37 @@ impl Cluster {
             let mut args: Vec<String> = Vec::new();
             let tcp_port = match certs {
                 Some(certs) => {
-                    let tls = ["--tls-port", &port.to_string(), "--tls-cluster", "yes", "--tls-replication", "yes", "--bind", "127.0.0.1"];
+                    let tls = [
+                        "--tls-port",
+                        &port.to_string(),
+                        "--tls-cluster",
+                        "yes",
+                        "--tls-replication",
+                        "yes",
+                        "--bind",
+                        "127.0.0.1",
+                    ];
                     args.extend(tls.map(String::from));
                     args.extend(certs.server_args());
                     None
                 }
                 None => Some(port),
             };
-            let cluster = ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "2000"];
+            let cluster = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &format!("nodes-{port}.conf"),
+                // Long enough that a node stalled by a loaded machine (fsync on every
+                // write) is not failed over by itself in the middle of a test.
+                "--cluster-node-timeout",
+                "5000",
+            ];
             args.extend(cluster.map(String::from));
-            args.extend(["--appendfilename", &format!("aof-{port}"), "--appenddirname", &format!("aof-{port}")].map(String::from));
+            args.extend(
+                ["--appendfilename", &format!("aof-{port}"), "--appenddirname", &format!("aof-{port}")]
+                    .map(String::from),
+            );
             let spec = hourglass::redis_server::ServerSpec {
                 dir: dir.path().to_owned(),
                 port: tcp_port,
@@ -297,7 +373,8 @@ impl Cluster {
                 args,
                 ..Default::default()
             };
-            let node = hourglass::redis_server::RedisServer::spawn(spec, "the cluster tests").unwrap_or_else(|e| panic!("{e:#}"));
+            let node = hourglass::redis_server::RedisServer::spawn(spec, "the cluster tests")
+                .unwrap_or_else(|e| panic!("{e:#}"));
             nodes.push((port, node));
         }
         let cluster = Cluster { nodes, masters, tls: certs.is_some(), dir };
@@ -395,7 +472,6 @@ impl Cluster {
     }
 }
 
-
 fn cstat(conn: &mut redis::cluster::ClusterConnection, task_type: &str) -> i64 {
     conn.hget::<_, _, Option<i64>>(format!("hourglass:{{{task_type}}}:stats"), "succeeded").unwrap().unwrap_or(0)
 }
@@ -423,7 +499,8 @@ fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
     plugins.push(("device.offline", plugin("device.offline")));
     plugins.push(("device.alert", plugin("device.alert")));
     let url = cluster.url();
-    let hosts: Vec<Host> = (1..=2).map(|i| Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n"))).collect();
+    let hosts: Vec<Host> =
+        (1..=2).map(|i| Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n"))).collect();
     for host in &hosts {
         host.wait_log("keyspace notifications on every cluster master", LONG);
     }
@@ -527,9 +604,19 @@ fn cluster_master_killed_its_replica_takes_over_with_the_acked_work_and_the_runn
     // die with it. Only what reached the replica is acked work; wait until it all has.
     let mut on_replica = cluster.node_conn(replica);
     redis::cmd("READONLY").query::<()>(&mut on_replica).unwrap();
-    wait_for("the first wave on the replica", LONG, || {
-        (stat(&mut on_replica, &t, "succeeded") == 500 && left(&mut on_replica, &t) == 0).then_some(())
-    });
+    let deadline = Instant::now() + LONG;
+    while !(stat(&mut on_replica, &t, "succeeded") == 500 && left(&mut on_replica, &t) == 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the first wave never reached the replica: {} succeeded, {} left on it\nmaster {master}:\n{}\nreplica {replica}:\n{}\nnodes:\n{}",
+            stat(&mut on_replica, &t, "succeeded"),
+            left(&mut on_replica, &t),
+            cluster.cli(master, &["INFO", "replication"]),
+            cluster.cli(replica, &["INFO", "replication"]),
+            cluster.cli(replica, &["CLUSTER", "NODES"]),
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     cluster.kill(master);
     wait_for("the replica promoted by the cluster", LONG, || (cluster.serving(&due) == Some(replica)).then_some(()));
     cluster.wait_ok();
@@ -578,10 +665,51 @@ impl Certs {
             let out = Command::new("openssl").args(args).current_dir(d).output().expect("openssl");
             assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
-        openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=hourglass-test-ca"]);
-        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"]);
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=hourglass-test-ca",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
         std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-        openssl(&["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext"]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ]);
         Certs { dir }
     }
 
@@ -596,7 +724,8 @@ impl Certs {
 
     /// `redis-server` arguments serving TLS with the server certificate (clients need no certificate).
     fn server_args(&self) -> Vec<String> {
-        let mut args = vec!["--tls-cert-file".to_owned(), self.path("srv.pem"), "--tls-key-file".to_owned(), self.path("srv.key")];
+        let mut args =
+            vec!["--tls-cert-file".to_owned(), self.path("srv.pem"), "--tls-key-file".to_owned(), self.path("srv.key")];
         args.extend(["--tls-ca-cert-file".to_owned(), self.ca(), "--tls-auth-clients".to_owned(), "no".to_owned()]);
         args
     }
@@ -643,7 +772,11 @@ fn rediss_with_an_untrusted_certificate_fails_naming_the_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("runner.toml");
     let with_password = url.replace("rediss://", "rediss://user:secret-pw@");
-    std::fs::write(&config, format!("[redis]\nurl = \"{with_password}\"\n[runner]\nplugins_dir = \"{}\"\n", dir.path().display())).unwrap();
+    std::fs::write(
+        &config,
+        format!("[redis]\nurl = \"{with_password}\"\n[runner]\nplugins_dir = \"{}\"\n", dir.path().display()),
+    )
+    .unwrap();
     let (ok, _, err) = hourglass(&config, &["stats"], &[]);
     assert_certificate_error(ok, &err, &url);
     let (ok, _, err) = hourglass(&config, &["run"], &[]);
@@ -681,7 +814,8 @@ fn cluster_over_tls_with_a_private_ca_file() {
     let dir = tempfile::tempdir().unwrap();
     let seeds: Vec<String> = url["rediss+cluster://".len()..].split(',').map(|s| format!("\"rediss://{s}\"")).collect();
     let listed = dir.path().join("listed.toml");
-    std::fs::write(&listed, format!("[redis]\ncluster = [{}]\nca_file = \"{}\"\n", seeds.join(", "), certs.ca())).unwrap();
+    std::fs::write(&listed, format!("[redis]\ncluster = [{}]\nca_file = \"{}\"\n", seeds.join(", "), certs.ca()))
+        .unwrap();
     let (ok, out, err) = hourglass(&listed, &["stats"], &[]);
     assert!(ok, "{err}");
     for t in &types {

@@ -156,9 +156,19 @@ fn start(spec: &ServerSpec, needed_by: &str) -> Result<Child> {
         Some(fsync) => cmd.args(["--appendonly", "yes", "--appendfsync", fsync]),
         None => cmd.args(["--appendonly", "no"]),
     };
-    cmd.arg("--dir").arg(&spec.dir).args(&spec.args);
+    // Servers sharing a folder (a cluster's nodes) each need their own RDB file:
+    // a replica saves the snapshot of a full sync under this name and then
+    // loads it, so with a shared name one replica can load another's dataset.
+    let rdb = match (spec.port, &spec.socket) {
+        (Some(port), _) => format!("dump-{port}.rdb"),
+        (None, Some(socket)) => format!("dump-{socket}.rdb"),
+        (None, None) => "dump.rdb".to_owned(),
+    };
+    cmd.arg("--dir").arg(&spec.dir).arg("--dbfilename").arg(rdb).args(&spec.args);
     let log = match &spec.log {
-        Some(path) => Stdio::from(std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?),
+        Some(path) => {
+            Stdio::from(std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?)
+        }
         None => Stdio::null(),
     };
     cmd.stdin(Stdio::null()).stdout(log).stderr(Stdio::null());
