@@ -52,7 +52,10 @@ fn burst_runs_with_the_config_files_concurrency() {
     let config = dir.path().join("bench.toml");
     std::fs::write(&config, "[runner]\nconcurrency = 40\nbatch_size = 8\n[defaults]\nconcurrency = 20\n").unwrap();
     let runs = bench(None, &["--config", config.to_str().unwrap(), "burst", "--tasks", "2000"]);
-    assert_eq!((&runs[0]["concurrency"], &runs[0]["type_concurrency"], &runs[0]["batch_size"]), (&40.into(), &20.into(), &8.into()));
+    assert_eq!(
+        (&runs[0]["concurrency"], &runs[0]["type_concurrency"], &runs[0]["batch_size"]),
+        (&40.into(), &20.into(), &8.into())
+    );
     assert_clean(&runs[0], &["tasks_per_s"]);
     let runs = bench(None, &["--config", config.to_str().unwrap(), "burst", "--tasks", "2000", "--concurrency", "64"]);
     assert_eq!((&runs[0]["concurrency"], &runs[0]["type_concurrency"]), (&64.into(), &64.into()), "the flag wins");
@@ -72,7 +75,8 @@ fn burst_on_three_hosts_and_four_types_shares_the_work() {
     assert_eq!(runs[0]["hosts"], 3);
     assert_eq!(runs[0]["types"], 4);
     assert_clean(&runs[0], &["tasks_per_s"]);
-    let per_host: Vec<u64> = runs[0]["acked_per_host"].as_array().expect("acked_per_host").iter().map(|v| v.as_u64().unwrap()).collect();
+    let per_host: Vec<u64> =
+        runs[0]["acked_per_host"].as_array().expect("acked_per_host").iter().map(|v| v.as_u64().unwrap()).collect();
     assert_eq!(per_host.len(), 3, "{}", runs[0]);
     assert_eq!(per_host.iter().sum::<u64>(), 3000, "every task acked by exactly one host: {}", runs[0]);
 }
@@ -80,7 +84,8 @@ fn burst_on_three_hosts_and_four_types_shares_the_work() {
 #[test]
 fn burst_on_a_spawned_cluster_runs_every_task_once() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
-    cmd.args(["bench", "burst", "--tasks", "3000", "--types", "3", "--spawn-cluster", "--json", "--plugin"]).arg(plugin("noop"));
+    cmd.args(["bench", "burst", "--tasks", "3000", "--types", "3", "--spawn-cluster", "--json", "--plugin"])
+        .arg(plugin("noop"));
     let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
@@ -133,4 +138,22 @@ fn reload_serves_the_new_version_without_losing_tasks() {
     let redis = RedisServer::start();
     let runs = bench(Some(&redis), &["reload", "--rate", "500", "--duration", "3"]);
     assert_clean(&runs[0], &["reload_ms", "new_version"]);
+}
+
+#[test]
+fn hostile_runs_every_ordinary_task_once_beside_a_type_that_blocks_every_run() {
+    let redis = RedisServer::start();
+    let chaos = support::test_plugin("chaos");
+    let runs = bench(
+        Some(&redis),
+        &["hostile", "--tasks", "2000", "--concurrency", "16", "--hostile-plugin", chaos.to_str().unwrap()],
+    );
+    assert_eq!(runs[0]["scenario"], "hostile");
+    // --concurrency sets the global and the per-type limit alike: half is left for the hostile type.
+    assert_eq!(runs[0]["hostile_slots"], 8);
+    assert_clean(&runs[0], &["alone_tasks_per_s", "beside_hostile_tasks_per_s", "ratio", "hostile_runs_cut"]);
+    // The hostile tasks never finish; the bench removes them afterwards.
+    let mut c = redis.client();
+    let left: i64 = redis::cmd("EXISTS").arg("hourglass-bench:{hostile}:due").query(&mut c).unwrap();
+    assert_eq!(left, 0, "the bench leaves no hostile keys behind");
 }

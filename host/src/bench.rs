@@ -11,17 +11,22 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_ms;
 use crate::config::{Config, KeyPrefix, TypeConfig};
 use crate::host;
 use crate::redis_server::{RedisServer, ServerSpec};
 use crate::runner::{Event, Observer};
-use crate::store::Store;
+use crate::store::{ScheduleMode, Store};
 use crate::task_type::TaskType;
 
 /// Key prefix of everything the benchmark writes, so it never touches real tasks.
 const PREFIX: &str = "hourglass-bench";
 /// The task type the benchmark runs (served by the `noop` plugin).
 const TYPE: &str = "noop";
+/// The `hostile` scenario's type: every run blocks in a host call until its deadline.
+const HOSTILE: &str = "hostile";
+/// `hostile`'s deadline: its runs are cut and retried every second during the burst.
+const HOSTILE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Members per ZADD command and commands per pipeline when writing tasks.
 const ZADD_CHUNK: usize = 1000;
 const PIPELINE_COMMANDS: usize = 20;
@@ -54,6 +59,9 @@ pub struct BenchArgs {
     /// The `noop` component [default: plugins/noop.wasm near the binary or the current folder].
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
+    /// `hostile`'s component, whose `sleep:<ms>` payload blocks in a host call [default: plugins/testing/chaos.wasm].
+    #[arg(long, value_name = "PATH")]
+    pub hostile_plugin: Option<PathBuf>,
     /// Let one instance serve up to N consecutive tasks (`instance_reuse`) [default: a fresh instance per task].
     #[arg(long, value_name = "N")]
     pub reuse: Option<u32>,
@@ -90,6 +98,8 @@ pub enum Scenario {
     Footprint,
     /// Time from renaming a new plugin into place to the first task it serves, under load.
     Reload,
+    /// A burst beside a hostile type whose every run blocks in a host call until its deadline, as a ratio to the burst alone.
+    Hostile,
     /// Every scenario in turn.
     All,
 }
@@ -110,7 +120,11 @@ pub async fn run(args: BenchArgs, config: Config, redis_url: String) -> Result<(
     let plugin = find_plugin(args.plugin.as_deref())?;
     let spawned = if args.spawn_redis { Some(SpawnedRedis::start().await?) } else { None };
     let cluster = if args.spawn_cluster { Some(SpawnedCluster::start().await?) } else { None };
-    let url = spawned.as_ref().map(SpawnedRedis::url).or_else(|| cluster.as_ref().map(SpawnedCluster::url)).unwrap_or(redis_url);
+    let url = spawned
+        .as_ref()
+        .map(SpawnedRedis::url)
+        .or_else(|| cluster.as_ref().map(SpawnedCluster::url))
+        .unwrap_or(redis_url);
     let bench = Bench::new(args, config, url, plugin).await?;
     let result = bench.run_all().await;
     bench.cleanup().await;
@@ -121,22 +135,26 @@ pub async fn run(args: BenchArgs, config: Config, redis_url: String) -> Result<(
 
 /// `plugins/noop.wasm` next to the binary's workspace or the current folder, or `--plugin`.
 fn find_plugin(given: Option<&Path>) -> Result<PathBuf> {
+    find_file(given, "plugins/noop.wasm")
+}
+
+/// `given` if it exists, else `relative` in the current folder or up to four above the binary.
+fn find_file(given: Option<&Path>, relative: &str) -> Result<PathBuf> {
     if let Some(p) = given {
         if p.is_file() {
             return Ok(p.to_owned());
         }
         bail!("plugin {} does not exist (build it with bash plugins/build.sh)", p.display());
     }
-    let mut candidates = vec![PathBuf::from("plugins/noop.wasm")];
+    let mut candidates = vec![PathBuf::from(relative)];
     if let Ok(exe) = std::env::current_exe() {
         // target/{release,debug}/hourglass → the workspace root is three levels up.
         for dir in exe.ancestors().skip(1).take(4) {
-            candidates.push(dir.join("plugins/noop.wasm"));
+            candidates.push(dir.join(relative));
         }
     }
     candidates.into_iter().find(|p| p.is_file()).with_context(|| {
-        "plugins/noop.wasm not found near the binary or in the current folder: build it with bash plugins/build.sh, or pass --plugin <path>"
-            .to_owned()
+        format!("{relative} not found near the binary or in the current folder: build it with bash plugins/build.sh, or give its path")
     })
 }
 
@@ -151,7 +169,10 @@ impl SpawnedRedis {
     async fn start() -> Result<SpawnedRedis> {
         let dir = TempDir::new("redis")?;
         let spec = ServerSpec { dir: dir.path.clone(), socket: Some("redis.sock".into()), ..ServerSpec::default() };
-        let server = tokio::task::spawn_blocking(move || RedisServer::spawn_ready(spec, "--spawn-redis", Duration::from_secs(10))).await??;
+        let server = tokio::task::spawn_blocking(move || {
+            RedisServer::spawn_ready(spec, "--spawn-redis", Duration::from_secs(10))
+        })
+        .await??;
         Ok(SpawnedRedis { server, _dir: dir })
     }
 
@@ -179,7 +200,9 @@ impl SpawnedCluster {
             let spec = ServerSpec {
                 dir: dir.path.clone(),
                 port: Some(port),
-                args: ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")].map(String::from).to_vec(),
+                args: ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")]
+                    .map(String::from)
+                    .to_vec(),
                 ..ServerSpec::default()
             };
             ports.push(port);
@@ -203,7 +226,10 @@ impl SpawnedCluster {
             .await
             .context("--spawn-cluster needs redis-cli (apt-get install redis-tools)")?;
         if !out.status.success() {
-            bail!("redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or(""));
+            bail!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("")
+            );
         }
         let store = Store::connect(&cluster.url(), &PREFIX.parse().map_err(anyhow::Error::msg)?).await?;
         wait_until("the cluster to be ready (cluster_state:ok on every node)", || async {
@@ -223,7 +249,8 @@ impl SpawnedCluster {
 fn free_cluster_port(taken: &[u16]) -> Result<u16> {
     for _ in 0..100 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if port < 55_000 && !taken.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+        if port < 55_000 && !taken.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+        {
             return Ok(port);
         }
     }
@@ -231,7 +258,10 @@ fn free_cluster_port(taken: &[u16]) -> Result<u16> {
 }
 
 /// Polls `check` every 20 ms for up to 20 s.
-async fn wait_until<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> Result<T> {
+async fn wait_until<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> Result<T> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(v) = check().await {
@@ -303,6 +333,10 @@ impl Recorder {
     }
 
     fn observe(&self, host: usize, event: Event<'_>) {
+        let (Event::Started { task_type, .. } | Event::Settled { task_type, .. }) = &event;
+        if task_type.as_str() == HOSTILE {
+            return;
+        }
         match event {
             Event::Started { id, due_ms, plugin_hash, .. } => {
                 let now = now_us();
@@ -391,8 +425,6 @@ fn now_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
-use crate::clock::now_ms;
-
 /// `/proc/loadavg`'s 1-minute figure: other work on the machine skews the numbers.
 fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -458,16 +490,7 @@ impl Bench {
         let store = Store::connect(&url, &prefix).await?;
         let progress = std::io::stderr().is_terminal();
         let task_types = bench_types(&store, usize::from(args.types)).await?;
-        let bench = Bench {
-            args,
-            base_config,
-            url,
-            plugin,
-            store,
-            task_types,
-            work: TempDir::new("host")?,
-            progress,
-        };
+        let bench = Bench { args, base_config, url, plugin, store, task_types, work: TempDir::new("host")?, progress };
         bench.clear().await?;
         Ok(bench)
     }
@@ -488,6 +511,9 @@ impl Bench {
         }
         if matches!(s, Scenario::Reload | Scenario::All) {
             self.reload().await?;
+        }
+        if matches!(s, Scenario::Hostile | Scenario::All) {
+            self.hostile().await?;
         }
         Ok(())
     }
@@ -542,8 +568,7 @@ impl Bench {
     /// Deletes every key of the benchmark types (one command per type: one slot each).
     async fn clear(&self) -> Result<()> {
         for t in &self.task_types {
-            let k = self.store.keys(t);
-            self.store.unlink(&[k.due, k.payload, k.stats, k.leases, k.tokens, k.attempts, k.errors, k.dead, k.seq, k.outbox]).await?;
+            self.store.unlink(&self.all_keys(t)).await?;
         }
         self.store.unlink(&[format!("{PREFIX}:{{footprint}}:due")]).await
     }
@@ -554,6 +579,16 @@ impl Bench {
 
     /// Starts the host with `noop` (and `extra` plugin files) in a fresh plugins folder.
     async fn start_host(&self, recorder: &Arc<Recorder>, extra: &[PathBuf]) -> Result<Host> {
+        self.start_host_with(recorder, extra, &[]).await
+    }
+
+    /// [`Self::start_host`], with `types` configured besides the bench's own.
+    async fn start_host_with(
+        &self,
+        recorder: &Arc<Recorder>,
+        extra: &[PathBuf],
+        types: &[(TaskType, TypeConfig)],
+    ) -> Result<Host> {
         let plugins = self.work.path.join(format!("plugins-{:x}", rand::random::<u32>()));
         std::fs::create_dir_all(&plugins)?;
         std::fs::copy(&self.plugin, plugins.join(format!("{TYPE}.wasm")))
@@ -579,6 +614,7 @@ impl Bench {
             ..TypeConfig::default()
         };
         config.types = self.task_types.iter().map(|t| (t.clone(), type_config.clone())).collect();
+        config.types.extend(types.iter().cloned());
         let shutdown = CancellationToken::new();
         let mut host = Host { shutdown: shutdown.clone(), handles: Vec::new(), plugins };
         for k in 0..usize::from(self.args.hosts) {
@@ -652,7 +688,9 @@ impl Bench {
             } else if last.1.elapsed() > STALL {
                 break;
             }
-            if self.progress && started.elapsed() > Duration::from_secs(2) && shown.elapsed() > Duration::from_millis(250)
+            if self.progress
+                && started.elapsed() > Duration::from_secs(2)
+                && shown.elapsed() > Duration::from_millis(250)
             {
                 eprint!("\r{label}: {done}/{n} done   ");
                 shown = Instant::now();
@@ -840,6 +878,88 @@ impl Bench {
         Ok(())
     }
 
+    /// Two bursts on the same host: alone, then while a `hostile` type holds all
+    /// of its own slots with runs blocked in a host call (cut at a 1 s deadline
+    /// and retried at once, so it churns through the burst). Containment means
+    /// the hostile type costs the others little: the ratio is the figure.
+    async fn hostile(&self) -> Result<()> {
+        let n = self.burst_size();
+        let chaos = find_file(self.args.hostile_plugin.as_deref(), "plugins/testing/chaos.wasm")?;
+        let dir = self.work.path.join(format!("hostile-{:x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(format!("{HOSTILE}.wasm"));
+        std::fs::copy(&chaos, &file).with_context(|| format!("cannot copy {}", chaos.display()))?;
+        let hostile: TaskType = HOSTILE.parse().map_err(anyhow::Error::msg)?;
+        // What the global limit leaves beside the bench's own type (with the
+        // shipped defaults, 512 - 256): a hostile type given all the global
+        // slots would starve every other type by configuration, not by escape.
+        let slots = match self.concurrency().saturating_sub(self.type_concurrency()) {
+            0 => (self.concurrency() / 2).max(1),
+            left => left,
+        };
+        let hostile_config = TypeConfig {
+            concurrency: Some(slots),
+            timeout: Some(HOSTILE_TIMEOUT),
+            max_attempts: Some(1_000_000),
+            backoff_base: Some(Duration::from_millis(1)),
+            backoff_cap: Some(Duration::from_millis(1)),
+            events: Some(false),
+            ..TypeConfig::default()
+        };
+        let types = [(hostile.clone(), hostile_config)];
+        self.store.unlink(&self.all_keys(&hostile)).await?;
+
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
+        let host = self.start_host_with(&recorder, std::slice::from_ref(&file), &types).await?;
+        let (alone, _, lost_a, doubled_a) = self.one_burst(n, &recorder).await?;
+        host.stop().await?;
+        self.clear().await?;
+
+        // Twice its slots, so a run cut at its deadline is replaced at once.
+        let now = now_ms();
+        for i in 0..2 * slots {
+            let id = format!("h-{i}");
+            self.store.schedule(&hostile, id.as_bytes(), now, Some(b"sleep:3600000"), ScheduleMode::Upsert).await?;
+        }
+        let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
+        let host = self.start_host_with(&recorder, std::slice::from_ref(&file), &types).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.store.stats(&hostile).await?.in_flight < slots as u64 {
+            if Instant::now() > deadline {
+                bail!("the hostile type never filled its {slots} slots");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let before = self.store.stats(&hostile).await?;
+        let (beside, _, lost_b, doubled_b) = self.one_burst(n, &recorder).await?;
+        let after = self.store.stats(&hostile).await?;
+        host.stop().await?;
+        self.clear().await?;
+        self.store.unlink(&self.all_keys(&hostile)).await?;
+
+        let mut m = self.common();
+        m.insert("scenario".into(), json!("hostile"));
+        m.insert("tasks".into(), json!(n));
+        m.insert("hostile_slots".into(), json!(slots));
+        m.insert("hostile_timeout_s".into(), json!(HOSTILE_TIMEOUT.as_secs_f64()));
+        m.insert("hostile_runs_cut".into(), json!(after.retried.saturating_sub(before.retried)));
+        m.insert("alone_tasks_per_s".into(), json!(alone.round()));
+        m.insert("beside_hostile_tasks_per_s".into(), json!(beside.round()));
+        m.insert("ratio".into(), json!(round3(beside / alone)));
+        m.insert("lost".into(), json!(lost_a + lost_b));
+        m.insert("doubled".into(), json!(doubled_a + doubled_b));
+        self.report(
+            &format!("hostile: burst of {n} beside a type whose every run blocks until its deadline"),
+            Value::Object(m),
+        );
+        Ok(())
+    }
+
+    /// Every key of type `t`.
+    fn all_keys(&self, t: &TaskType) -> Vec<String> {
+        self.store.keys(t).fixed().map(str::to_owned).to_vec()
+    }
+
     async fn footprint(&self) -> Result<()> {
         if self.store.target().is_cluster() {
             bail!("footprint measures one Redis server's memory: run it against a single server, not a cluster");
@@ -916,7 +1036,8 @@ impl Bench {
 
         let renamed_us = Arc::new(AtomicI64::new(0));
         let swap = {
-            let (staged, target, renamed_us) = (staged.clone(), host.plugins.join(format!("{TYPE}.wasm")), renamed_us.clone());
+            let (staged, target, renamed_us) =
+                (staged.clone(), host.plugins.join(format!("{TYPE}.wasm")), renamed_us.clone());
             let wait = duration / 3 + Duration::from_secs(1);
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
@@ -981,7 +1102,8 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
     if !store.target().is_cluster() {
         return (0..n).map(|i| Ok(name(i).parse::<TaskType>()?)).collect();
     }
-    let masters: Vec<_> = store.cluster_nodes().await?.into_iter().filter(|n| n.master && !n.slots.is_empty()).map(|n| n.slots).collect();
+    let masters: Vec<_> =
+        store.cluster_nodes().await?.into_iter().filter(|n| n.master && !n.slots.is_empty()).map(|n| n.slots).collect();
     if masters.is_empty() {
         bail!("CLUSTER NODES lists no master serving slots");
     }
@@ -1004,4 +1126,3 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
     }
     Ok(chosen)
 }
-

@@ -66,6 +66,28 @@ impl Keys {
         }
     }
 
+    /// Every key of the type with a fixed name (not the per-entry delivery markers).
+    pub fn fixed(&self) -> [&str; 16] {
+        [
+            &self.due,
+            &self.payload,
+            &self.stats,
+            &self.leases,
+            &self.tokens,
+            &self.attempts,
+            &self.errors,
+            &self.dead,
+            &self.seq,
+            &self.outbox,
+            &self.events,
+            &self.recur,
+            &self.throttle,
+            &self.paused,
+            &self.cancels,
+            &self.trace,
+        ]
+    }
+
     /// The delivery marker of one outbox entry, in this (the target) type's slot.
     pub fn delivered(&self, entry_id: &[u8]) -> Vec<u8> {
         let mut key = self.delivered_prefix.clone().into_bytes();
