@@ -3,7 +3,7 @@
 #   them when run as root), builds the example plugins and starts the host on runner.toml;
 # `make test` does the same set-up for every test's needs (see .ci/setup), builds
 #   the plugins and runs every test.
-.PHONY: run test plugins polyglot check setup setup-run
+.PHONY: run test plugins polyglot fmt check setup setup-run
 
 run: setup-run plugins
 	cargo run -p hourglass -- run
@@ -24,5 +24,11 @@ plugins:
 polyglot:
 	bash plugins/build-polyglot.sh
 
+fmt:
+	cargo fmt --all
+	cargo fmt --all --manifest-path plugins/Cargo.toml
+
 check:
+	cargo fmt --all --check
+	cargo fmt --all --check --manifest-path plugins/Cargo.toml
 	cargo clippy --workspace --all-targets -- -D warnings

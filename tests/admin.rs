@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use serde_json::{Value, json};
-use support::{Host, RedisServer, admin_addr, get, http, now_ms, plugin, post, sample, schedule_now as schedule, stat, test_plugin, wait_for, zcard};
+use support::{
+    Host, RedisServer, admin_addr, get, http, now_ms, plugin, post, sample, schedule_now as schedule, stat,
+    test_plugin, wait_for, zcard,
+};
 
 const LONG: Duration = Duration::from_secs(60);
 const ADMIN: &str = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n";
@@ -81,7 +84,8 @@ fn endpoints_answer_with_the_right_content_and_status() {
     assert_eq!(post(&addr, "/dead/requeue", "type=Bad+Type").status, 400);
     assert_eq!(post(&addr, "/dead/requeue", "type=mail&id_hex=zz").status, 400);
     // Another site's page may not post here.
-    let r = http(&addr, "POST", "/dead/requeue", &[("Origin", "http://evil.example")], &format!("type=mail&id_hex={m1}"));
+    let r =
+        http(&addr, "POST", "/dead/requeue", &[("Origin", "http://evil.example")], &format!("type=mail&id_hex={m1}"));
     assert_eq!(r.status, 403);
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:dead"), 1);
 
@@ -168,8 +172,11 @@ fn a_non_loopback_admin_address_without_token_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("plugins")).unwrap();
     let config = dir.path().join("runner.toml");
-    std::fs::write(&config, "[redis]\nurl = \"redis://127.0.0.1:1\"\n[admin]\nenabled = true\nlisten = \"0.0.0.0:0\"\n")
-        .unwrap();
+    std::fs::write(
+        &config,
+        "[redis]\nurl = \"redis://127.0.0.1:1\"\n[admin]\nenabled = true\nlisten = \"0.0.0.0:0\"\n",
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hourglass"))
         .arg("--config")
         .arg(&config)
@@ -236,7 +243,10 @@ fn metrics_and_events_match_a_known_run() {
     assert_eq!(sample(&metrics, "hourglass_tasks_fenced_total", &["type=\"noop\""]), Some(0.0));
     assert_eq!(sample(&metrics, "hourglass_redis_errors_total", &[]).unwrap_or(0.0), 0.0);
     let noop_hash = hash_of(&support::plugin("noop"));
-    assert_eq!(sample(&metrics, "hourglass_plugin_info", &["plugin=\"noop\"", &format!("hash=\"{noop_hash}\"")]), Some(1.0));
+    assert_eq!(
+        sample(&metrics, "hourglass_plugin_info", &["plugin=\"noop\"", &format!("hash=\"{noop_hash}\"")]),
+        Some(1.0)
+    );
     assert!(sample(&metrics, "hourglass_task_lateness_seconds_bucket", &["type=\"noop\"", "le=\"+Inf\""]) == Some(5.0));
 
     // Events: one entry per outcome, in the order they were committed.
@@ -279,9 +289,7 @@ fn events(conn: &mut redis::Connection, task_type: &str) -> Vec<HashMap<String, 
     reply
         .ids
         .into_iter()
-        .map(|entry| {
-            entry.map.into_iter().map(|(k, v)| (k, redis::from_redis_value::<String>(v).unwrap())).collect()
-        })
+        .map(|entry| entry.map.into_iter().map(|(k, v)| (k, redis::from_redis_value::<String>(v).unwrap())).collect())
         .collect()
 }
 
@@ -315,8 +323,11 @@ fn json_logs_carry_task_and_plugin_fields() {
     std::fs::copy(test_plugin("chaos"), dir.path().join("plugins/talk.wasm")).unwrap();
     let config = dir.path().join("runner.toml");
     let cache = support::workspace_root().join("target/test-plugin-cache");
-    std::fs::write(&config, format!("[redis]\nurl = \"{}\"\n[runner]\ncache_dir = \"{}\"\n", redis.url(), cache.display()))
-        .unwrap();
+    std::fs::write(
+        &config,
+        format!("[redis]\nurl = \"{}\"\n[runner]\ncache_dir = \"{}\"\n", redis.url(), cache.display()),
+    )
+    .unwrap();
     let log = dir.path().join("host.log");
     let mut child = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_hourglass"))
@@ -341,7 +352,10 @@ fn json_logs_carry_task_and_plugin_fields() {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
         .collect();
     let done = lines.iter().find(|l| l["message"] == "succeeded").unwrap();
-    assert_eq!((done["task_type"].as_str(), done["task_id"].as_str(), done["attempt"].as_u64()), (Some("talk"), Some("t-1"), Some(1)));
+    assert_eq!(
+        (done["task_type"].as_str(), done["task_id"].as_str(), done["attempt"].as_u64()),
+        (Some("talk"), Some("t-1"), Some(1))
+    );
     assert_eq!(done["level"], "DEBUG");
     assert!(done["timestamp"].is_string());
     let said = lines.iter().find(|l| l["message"] == "hello from stdout").expect("the plugin's output line");
@@ -476,10 +490,8 @@ impl Browser {
 
     /// Evaluates a JavaScript expression in the page and returns its value.
     fn eval(&mut self, expression: &str) -> Value {
-        let r = self.call(
-            "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
-        );
+        let r = self
+            .call("Runtime.evaluate", json!({"expression": expression, "returnByValue": true, "awaitPromise": true}));
         r["result"]["value"].clone()
     }
 
@@ -571,13 +583,22 @@ fn stats_watch_redraws_every_second_until_ctrl_c() {
     assert!(status.success());
     let code = wait_for("exit on Ctrl-C", LONG, || child.0.try_wait().unwrap()).code();
     assert_eq!(code, Some(0));
-    assert!(Command::new(env!("CARGO_BIN_EXE_hourglass")).args(["stats", "--watch", "--json"]).output().unwrap().status.code() == Some(2));
+    assert!(
+        Command::new(env!("CARGO_BIN_EXE_hourglass"))
+            .args(["stats", "--watch", "--json"])
+            .output()
+            .unwrap()
+            .status
+            .code()
+            == Some(2)
+    );
 }
 
 #[test]
 fn dashboard_in_a_real_browser_requeues_a_dead_task_that_then_succeeds() {
     let redis = RedisServer::start();
-    let host = Host::start(&redis, &[("mail", test_plugin("chaos"))], &format!("{ADMIN}[types.mail]\nmax_attempts = 1\n"));
+    let host =
+        Host::start(&redis, &[("mail", test_plugin("chaos"))], &format!("{ADMIN}[types.mail]\nmax_attempts = 1\n"));
     let addr = admin_addr(&host);
     let mut conn = redis.client();
     schedule(&mut conn, "mail", "d-1", "error:smtp server down");
@@ -672,7 +693,10 @@ fn backlog_gauges_follow_the_due_set() {
     }
     assert!(named.iter().any(|(f, n)| *f == "keda-scaledobject.yaml" && n == "hourglass_tasks_due"), "{named:?}");
     for (file, name) in named {
-        assert!(metrics.contains(&format!("# TYPE {name} ")), "deploy/{file} names {name}, which /metrics does not serve");
+        assert!(
+            metrics.contains(&format!("# TYPE {name} ")),
+            "deploy/{file} names {name}, which /metrics does not serve"
+        );
     }
 }
 
@@ -690,7 +714,8 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
     let mut conn = redis.client();
     assert!(get(&addr, "/").body.contains("<form method=get action=/task class=search"), "the search box");
     let page = |id: &str| get(&addr, &format!("/task?type=mail&id={id}"));
-    let score = |conn: &mut redis::Connection, id: &str| -> Option<i64> { conn.zscore("hourglass:{mail}:due", id).unwrap() };
+    let score =
+        |conn: &mut redis::Connection, id: &str| -> Option<i64> { conn.zscore("hourglass:{mail}:due", id).unwrap() };
 
     // Scheduled: run now, postpone and cancel are offered.
     let in_an_hour = now_ms() + 3_600_000;
@@ -698,7 +723,14 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
     support::zadd(&mut conn, "mail", "later", in_an_hour);
     let r = page("later");
     assert_eq!(r.status, 200, "{}", r.body);
-    for needle in ["data-state=scheduled", "scheduled for", "2 bytes, text: ok", "data-action=run-now", "data-action=postpone", "data-action=cancel"] {
+    for needle in [
+        "data-state=scheduled",
+        "scheduled for",
+        "2 bytes, text: ok",
+        "data-action=run-now",
+        "data-action=postpone",
+        "data-action=cancel",
+    ] {
         assert!(r.body.contains(needle), "task page lacks {needle:?}:\n{}", r.body);
     }
     assert!(!r.body.contains("data-action=requeue"));
@@ -710,7 +742,12 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
     assert_eq!(score(&mut conn, "later"), Some(in_an_hour));
     let r = post(&addr, "/task/postpone", &format!("type=mail&id_hex={later}&by=5m"));
     assert_eq!(r.status, 303, "{}", r.body);
-    assert!(r.headers["location"].starts_with(&format!("/task?type=mail&id_hex={later}&msg=mail%2Flater%3A+postponed+by+5m")), "{:?}", r.headers);
+    assert!(
+        r.headers["location"]
+            .starts_with(&format!("/task?type=mail&id_hex={later}&msg=mail%2Flater%3A+postponed+by+5m")),
+        "{:?}",
+        r.headers
+    );
     assert_eq!(score(&mut conn, "later"), Some(in_an_hour + 300_000));
 
     // Run now: it runs (the chaos payload "ok" succeeds) and is then gone.
@@ -718,7 +755,11 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
     assert_eq!(r.status, 303, "{}", r.body);
     wait_for("the task run now to succeed", LONG, || (stat(&mut conn, "mail", "succeeded") == 1).then_some(()));
     let r = page("later");
-    assert!(r.body.contains("data-state=unknown") && r.body.contains("unknown: not scheduled, running or dead"), "{}", r.body);
+    assert!(
+        r.body.contains("data-state=unknown") && r.body.contains("unknown: not scheduled, running or dead"),
+        "{}",
+        r.body
+    );
     // Run now and postpone of a task no longer scheduled write nothing: no task is re-created.
     for (action, extra) in [("run-now", ""), ("postpone", "&by=5m")] {
         let r = post(&addr, &format!("/task/{action}"), &format!("type=mail&id_hex={later}{extra}"));
@@ -757,7 +798,11 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
     schedule(&mut conn, "mail", "bad", "error:smtp down");
     wait_for("the task to die", LONG, || (zcard(&mut conn, "hourglass:{mail}:dead") == 1).then_some(()));
     let r = page("bad");
-    assert!(r.body.contains("data-state=dead") && r.body.contains("smtp down") && r.body.contains("data-action=requeue"), "{}", r.body);
+    assert!(
+        r.body.contains("data-state=dead") && r.body.contains("smtp down") && r.body.contains("data-action=requeue"),
+        "{}",
+        r.body
+    );
     assert!(!r.body.contains("data-action=cancel") && !r.body.contains("data-action=run-now"));
     let r = post(&addr, "/task/requeue", &format!("type=mail&id_hex={}", hex("bad")));
     assert!(r.headers["location"].contains("re-queued"), "{:?}", r.headers);
@@ -849,14 +894,19 @@ fn dashboard_in_a_real_browser_pauses_and_resumes_a_type_and_cancels_a_running_t
     schedule(&mut conn, "mail", "busy", "sleep:30000");
     wait_for("busy to run", LONG, || (zcard(&mut conn, "hourglass:{mail}:leases") == 1).then_some(()));
     browser.goto(&format!("http://{addr}/task?type=mail&id=busy"));
-    browser.wait_until("the running task with its cancel button", "!!document.querySelector('#task[data-state=running] button[data-action=cancel]')");
+    browser.wait_until(
+        "the running task with its cancel button",
+        "!!document.querySelector('#task[data-state=running] button[data-action=cancel]')",
+    );
     browser.click("#task-actions input[name=confirm]");
     browser.click("button[data-action=cancel]");
     browser.wait_until(
         "the message that it was cancelled while running",
         r#"(() => { const msg = document.getElementById('msg'); return !!msg && msg.innerText.includes('cancelled while running'); })()"#,
     );
-    wait_for("the run to be stopped and counted cancelled", LONG, || (stat(&mut conn, "mail", "cancelled") == 1).then_some(()));
+    wait_for("the run to be stopped and counted cancelled", LONG, || {
+        (stat(&mut conn, "mail", "cancelled") == 1).then_some(())
+    });
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:leases"), 0);
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 0, "a cancelled task was retried");
 }

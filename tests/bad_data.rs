@@ -115,7 +115,9 @@ impl Script {
     fn keys(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Script::Schedule => &[("due", "zset"), ("payload", "hash")],
-            Script::Cancel => &[("due", "zset"), ("payload", "hash"), ("leases", "zset"), ("tokens", "hash"), ("cancels", "hash")],
+            Script::Cancel => {
+                &[("due", "zset"), ("payload", "hash"), ("leases", "zset"), ("tokens", "hash"), ("cancels", "hash")]
+            }
             Script::Claim => &[
                 ("due", "zset"),
                 ("payload", "hash"),
@@ -219,8 +221,14 @@ async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
     let mut claimed = Vec::new();
     let mut marker = String::new();
     match script {
-        Script::Settle | Script::Extend | Script::Release | Script::Deliver | Script::DeadRequeue | Script::DeadPurge
-        | Script::DeadList | Script::Stats => {
+        Script::Settle
+        | Script::Extend
+        | Script::Release
+        | Script::Deliver
+        | Script::DeadRequeue
+        | Script::DeadPurge
+        | Script::DeadList
+        | Script::Stats => {
             claimed = s.claim(&t, &limits()).await.unwrap().tasks;
             assert_eq!(claimed.len(), 5, "the expired lease is claimed again with the rest");
         }
@@ -252,7 +260,13 @@ async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask
         Script::Settle => {
             let c = &scene.claimed;
             let follow = FollowUp { task_type: ty("next"), id: b"f-2".to_vec(), payload: Vec::new(), due_ms: 1 };
-            let batch = vec![ack(&c[0], vec![follow]), ack(&c[1], vec![]), ack(&c[2], vec![]), fail(&c[3], false), fail(&c[4], true)];
+            let batch = vec![
+                ack(&c[0], vec![follow]),
+                ack(&c[1], vec![]),
+                ack(&c[2], vec![]),
+                fail(&c[3], false),
+                fail(&c[4], true),
+            ];
             s.settle_with_events(&t, &batch, Some(100)).await.map(none).map_err(err)
         }
         Script::Extend => s.extend(&t, &leases, 60_000).await.map(none).map_err(err),

@@ -88,7 +88,10 @@ fn schedule_dedupe_and_debounce_flags_keep_or_move_the_due_time() {
     let out = hourglass(Some(&redis), &["schedule", "alarm", "dev-1", "--in", "1s", "--if-absent", "--only-later"]);
     assert_eq!(out.status.code(), Some(2));
     // --wait-replicas on a server without replicas: fewer than asked acknowledge, exit 1.
-    let out = hourglass(Some(&redis), &["schedule", "alarm", "dev-2", "--in", "1h", "--wait-replicas", "1", "--wait-timeout", "100ms"]);
+    let out = hourglass(
+        Some(&redis),
+        &["schedule", "alarm", "dev-2", "--in", "1h", "--wait-replicas", "1", "--wait-timeout", "100ms"],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("only 0 of 1 replicas acknowledged the write within 100ms"), "{}", stderr(&out));
 }
@@ -184,7 +187,10 @@ fn an_instance_pool_too_large_to_reserve_names_the_setting() {
     let plugins = dir.path().to_str().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
     cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "error").current_dir(dir.path());
-    let out = cmd.args(["--redis", &redis.url(), "--config", path.to_str().unwrap(), "run", "--plugins", plugins]).output().unwrap();
+    let out = cmd
+        .args(["--redis", &redis.url(), "--config", path.to_str().unwrap(), "run", "--plugins", plugins])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("pool of 100000 instances") && err.contains("runner.concurrency"), "{err}");
@@ -223,7 +229,11 @@ fn show_tells_where_a_task_is() {
     };
 
     // Scheduled, with a text payload.
-    assert!(hourglass(Some(&redis), &["schedule", "t", "later", "--in", "1h", "--payload", "{\"order_id\": 42}"]).status.success());
+    assert!(
+        hourglass(Some(&redis), &["schedule", "t", "later", "--in", "1h", "--payload", "{\"order_id\": 42}"])
+            .status
+            .success()
+    );
     let out = show(&["t", "later"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -233,7 +243,11 @@ fn show_tells_where_a_task_is() {
 
     // Due and waiting (no host serves t), with a long payload cut to 200 characters.
     let long = "x".repeat(1000);
-    assert!(hourglass(Some(&redis), &["schedule", "t", "waiting", "--at", "1700000000000", "--payload", &long]).status.success());
+    assert!(
+        hourglass(Some(&redis), &["schedule", "t", "waiting", "--at", "1700000000000", "--payload", &long])
+            .status
+            .success()
+    );
     let text = stdout(&show(&["t", "waiting"]));
     assert!(text.contains("due since 2023-11-14T22:13:20Z") && text.contains("waiting for a host"), "{text}");
     assert!(text.contains(&format!("1000 bytes, text: {} …", "x".repeat(200))), "{text}");
@@ -268,7 +282,10 @@ fn show_tells_where_a_task_is() {
     assert!(text.contains("attempts so far: 5") && text.contains("last error: permanent: bad card"), "{text}");
     assert!(text.contains("payload: 4 bytes, binary: 000102fa\n"), "{text}");
     let json: serde_json::Value = serde_json::from_slice(&show(&["t", "--id-hex", "ff006b", "--json"]).stdout).unwrap();
-    assert_eq!((json["state"].as_str(), json["id_hex"].as_str(), json["died_ms"].as_i64()), (Some("dead"), Some("ff006b"), Some(1_700_000_000_000)));
+    assert_eq!(
+        (json["state"].as_str(), json["id_hex"].as_str(), json["died_ms"].as_i64()),
+        (Some("dead"), Some("ff006b"), Some(1_700_000_000_000))
+    );
     assert_eq!(json["payload"]["hex"], "000102fa");
 
     // Unknown: says so, exits 1, and the JSON says so too.
@@ -313,7 +330,8 @@ fn the_kubernetes_configmap_parses_with_the_hosts_own_parser() {
     let manifest = std::fs::read_to_string(&path).unwrap();
     let text = configmap_runner_toml(&manifest);
     assert!(text.contains("[admin]"), "no runner.toml block found in {}", path.display());
-    let config = hourglass::config::Config::parse(&text, "deploy/hourglass.yaml runner.toml").unwrap_or_else(|e| panic!("{e:#}"));
+    let config = hourglass::config::Config::parse(&text, "deploy/hourglass.yaml runner.toml")
+        .unwrap_or_else(|e| panic!("{e:#}"));
     // What the Deployment relies on: probes and scrapes on 9090 of the pod IP, a
     // drain that ends before the kubelet's SIGKILL, folders on the mounted volumes.
     assert!(config.admin.enabled && config.admin.listen.port() == 9090 && !config.admin.listen.ip().is_loopback());
@@ -323,10 +341,17 @@ fn the_kubernetes_configmap_parses_with_the_hosts_own_parser() {
         .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds: "))
         .and_then(|v| v.parse().ok())
         .expect("terminationGracePeriodSeconds");
-    assert!(config.runner.grace_period < std::time::Duration::from_secs(kill_after), "grace_period must end before SIGKILL");
+    assert!(
+        config.runner.grace_period < std::time::Duration::from_secs(kill_after),
+        "grace_period must end before SIGKILL"
+    );
     assert!(!config.redis.managed);
     for dir in [&config.runner.plugins_dir, &config.runner.cache_dir] {
-        assert!(manifest.contains(&format!("mountPath: {}", dir.display())), "{} is not a mounted volume", dir.display());
+        assert!(
+            manifest.contains(&format!("mountPath: {}", dir.display())),
+            "{} is not a mounted volume",
+            dir.display()
+        );
     }
     // The parser is the one that refuses unknown keys: a typo in the block would fail here.
     let typo = text.replace("grace_period", "grace_periode");

@@ -117,7 +117,9 @@ fn handlers_blocked_in_host_calls_end_at_their_deadline_and_hold_only_their_own_
     let log = host.log();
     assert!(!log.contains("maximum concurrent limit"), "the instance pool ran out:\n{log}");
     // Every run ended: no handler is left in flight, and no thread was left blocked behind one.
-    wait_for("no handler in flight", LONG, || (support::zcard(&mut conn, "hourglass:{chaos}:leases") == 0).then_some(()));
+    wait_for("no handler in flight", LONG, || {
+        (support::zcard(&mut conn, "hourglass:{chaos}:leases") == 0).then_some(())
+    });
     let threads = proc_status(&host, "Threads:");
     assert!(threads < 30, "{threads} threads: blocked runs kept their threads");
 }
@@ -164,11 +166,20 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
 
     for i in 0..4 {
         let fields = error_of(&mut conn, &format!("fields-{i}"));
-        assert!(fields.starts_with("host memory budget exceeded: a header fields resource over 4.0 KiB"), "fields-{i}: {fields}");
+        assert!(
+            fields.starts_with("host memory budget exceeded: a header fields resource over 4.0 KiB"),
+            "fields-{i}: {fields}"
+        );
         let many = error_of(&mut conn, &format!("many-fields-{i}"));
-        assert!(many.starts_with("host memory budget exceeded: more than 512 live resources"), "many-fields-{i}: {many}");
+        assert!(
+            many.starts_with("host memory budget exceeded: more than 512 live resources"),
+            "many-fields-{i}: {many}"
+        );
         let bodies = error_of(&mut conn, &format!("bodies-{i}"));
-        assert!(bodies.starts_with("host memory budget exceeded: more than 512 live resources"), "bodies-{i}: {bodies}");
+        assert!(
+            bodies.starts_with("host memory budget exceeded: more than 512 live resources"),
+            "bodies-{i}: {bodies}"
+        );
         let followups = error_of(&mut conn, &format!("followups-{i}"));
         assert!(followups.starts_with("host memory budget exceeded: follow-ups"), "followups-{i}: {followups}");
         let error = error_of(&mut conn, &format!("error-{i}"));
@@ -197,7 +208,10 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     // own linear memory): 8 × (16 + 4 + 16) MiB.
     let peak = proc_status(&host, "VmHWM:");
     let bound_kb = 8 * (16 + 4 + 16) * 1024;
-    assert!(peak < rss_before + bound_kb, "peak RSS {peak} kB, {rss_before} kB before: over the bound of {bound_kb} kB");
+    assert!(
+        peak < rss_before + bound_kb,
+        "peak RSS {peak} kB, {rss_before} kB before: over the bound of {bound_kb} kB"
+    );
     eprintln!("RSS before {rss_before} kB, peak {peak} kB, now {} kB", proc_status(&host, "VmRSS:"));
 }
 
@@ -215,7 +229,8 @@ fn guest_text_cannot_forge_log_lines_or_flood_refusals() {
         &[("forge".to_owned(), "log-forge".to_owned()), ("refused".to_owned(), "refused-flood:20000".to_owned())],
     );
     // A task id is any bytes a client writes: a newline in it must not forge a line either.
-    let _: () = conn.zadd("hourglass:{noop}:due", "evil\n2030-01-01T00:00:00.000000Z  INFO forged id", now_ms()).unwrap();
+    let _: () =
+        conn.zadd("hourglass:{noop}:due", "evil\n2030-01-01T00:00:00.000000Z  INFO forged id", now_ms()).unwrap();
     noop_stream(&mut conn, 500, 1000);
     wait_for("the hostile tasks", LONG, || (stat(&mut conn, "chaos", "succeeded") == 2).then_some(()));
     wait_all_settled(&mut conn, 501, 0);
@@ -240,7 +255,9 @@ fn shutdown_past_the_grace_period_stops_hung_handlers_and_hands_their_leases_bac
     let tasks: Vec<(String, String)> = (0..50).map(|i| (format!("hung-{i}"), "sleep:600000".to_owned())).collect();
     hostile(&mut conn, &tasks);
     noop_stream(&mut conn, 500, 500);
-    wait_for("the hung tasks to run", LONG, || (support::zcard(&mut conn, "hourglass:{chaos}:leases") == 50).then_some(()));
+    wait_for("the hung tasks to run", LONG, || {
+        (support::zcard(&mut conn, "hourglass:{chaos}:leases") == 50).then_some(())
+    });
     wait_all_settled(&mut conn, 500, 0);
     host.signal("TERM");
     assert_eq!(host.wait_exit(Duration::from_secs(30)), Some(0));

@@ -286,7 +286,10 @@ fn a_host_not_on_the_list_is_refused_without_a_connection() {
     let h = handler_from_toml(
         "webhook",
         "webhook",
-        &format!("allowed_outbound_hosts = [\"http://*:*\", \"*://*.localhost:*\"]\nconfig = {{ url = \"{}/hook\" }}", other.url()),
+        &format!(
+            "allowed_outbound_hosts = [\"http://*:*\", \"*://*.localhost:*\"]\nconfig = {{ url = \"{}/hook\" }}",
+            other.url()
+        ),
     );
     assert!(error_of(&h.run_now(&task("webhook", "w-6", "{}", 1))).contains("not allowed"));
     let port = other.addr.port();
@@ -343,14 +346,16 @@ fn an_oversized_response_is_cut_off_with_a_clear_error() {
 
 #[test]
 fn order_timeout_calls_the_order_service_or_only_logs() {
-    let server = Server::start(vec![Reply::Status(200, vec![], vec![]), Reply::Status(404, vec![], b"no such order".to_vec())]);
+    let server =
+        Server::start(vec![Reply::Status(200, vec![], vec![]), Reply::Status(404, vec![], b"no such order".to_vec())]);
     let table = format!(
         "allowed_outbound_hosts = [\"{}\"]\nconfig = {{ order_service = \"{}/api/\" }}",
         server.url(),
         server.url()
     );
     let h = handler_from_toml("order.timeout", "order.timeout", &table);
-    let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", "o-1", r#"{"order_id":"A 17","amount":12.5}"#, 1)));
+    let (run, logs) =
+        capture_logs(|| h.run_now(&task("order.timeout", "o-1", r#"{"order_id":"A 17","amount":12.5}"#, 1)));
     assert_eq!(run.result, Ok(()), "{logs}");
     let seen = server.seen();
     assert_eq!(seen[0].method, "POST");
@@ -412,9 +417,7 @@ fn end_to_end_retry_dead_letter_and_secret_kept_out_of_the_log() {
     });
     assert_eq!(stat(&mut conn, "webhook", "retried"), 1);
     let _: () = conn.zadd("hourglass:{webhook}:due", "rejected", now_ms()).unwrap();
-    wait_for("the dead letter", Duration::from_secs(60), || {
-        (stat(&mut conn, "webhook", "dead") == 1).then_some(())
-    });
+    wait_for("the dead letter", Duration::from_secs(60), || (stat(&mut conn, "webhook", "dead") == 1).then_some(()));
     let error: String = conn.hget("hourglass:{webhook}:errors", "rejected").unwrap();
     assert!(error.contains("400"), "{error}");
     let seen = server.seen();
@@ -445,7 +448,9 @@ fn a_missing_secret_stops_the_host_with_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("types.\"webhook\".config.token: environment variable HOURGLASS_TEST_SURELY_UNSET_TOKEN is not set"),
+        stderr.contains(
+            "types.\"webhook\".config.token: environment variable HOURGLASS_TEST_SURELY_UNSET_TOKEN is not set"
+        ),
         "{stderr}"
     );
 }

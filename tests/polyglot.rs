@@ -102,7 +102,13 @@ fn echo_plugin_end_to_end(task_type: &str) {
         let got = wait_for(&format!("the echo of {}", String::from_utf8_lossy(id)), LONG, || {
             echoed(&mut conn, task_type, id)
         });
-        assert!(got == *payload, "{task_type}: payload of {:?} changed: {} bytes in, {} out", id, payload.len(), got.len());
+        assert!(
+            got == *payload,
+            "{task_type}: payload of {:?} changed: {} bytes in, {} out",
+            id,
+            payload.len(),
+            got.len()
+        );
     }
 
     // Failure with retry, then success: two failed attempts, two retries, one echo.
@@ -219,7 +225,9 @@ mod measure {
         let runs: u32 = std::env::var("POLYGLOT_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         println!("load average before: {}", load.trim());
-        println!("| plugin | .wasm size | compile, cold | load from cache | instantiate + call (mean of {runs}) | min memory_limit |");
+        println!(
+            "| plugin | .wasm size | compile, cold | load from cache | instantiate + call (mean of {runs}) | min memory_limit |"
+        );
         println!("|---|---|---|---|---|---|");
         for (task_type, path, payload) in cases {
             let size = std::fs::metadata(&path).unwrap().len();

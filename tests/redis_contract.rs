@@ -377,7 +377,12 @@ async fn client_reschedule_during_a_run_wins() {
             outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into() },
             run: Default::default(),
         },
-        Settlement { id: d.id.clone(), token: d.token, outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },
+        Settlement {
+            id: d.id.clone(),
+            token: d.token,
+            outcome: Outcome::Dead { error: "e".into() },
+            run: Default::default(),
+        },
     ];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 3]);
     for id in ["acked", "retried", "dead"] {

@@ -28,20 +28,11 @@ fn runtime() -> &'static Runtime {
 
 fn chaos() -> Component {
     static C: OnceLock<Component> = OnceLock::new();
-    C.get_or_init(|| {
-        runtime()
-            .load(&support::test_plugin("chaos"))
-            .expect("load chaos")
-    })
-    .clone()
+    C.get_or_init(|| runtime().load(&support::test_plugin("chaos")).expect("load chaos")).clone()
 }
 
 fn policy(timeout: Duration, memory: ByteSize) -> TypePolicy {
-    TypePolicy {
-        timeout,
-        memory_limit: memory,
-        ..TypePolicy::default()
-    }
+    TypePolicy { timeout, memory_limit: memory, ..TypePolicy::default() }
 }
 
 fn task(task_type: &str, id: &[u8], payload: &str) -> ClaimedTask {
@@ -56,20 +47,13 @@ fn task(task_type: &str, id: &[u8], payload: &str) -> ClaimedTask {
 }
 
 fn handler_with(component: Component, policy: &TypePolicy, config: &[(&str, &str)]) -> Handler {
-    let config: BTreeMap<String, String> = config
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let config: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Handler::new(component, "chaos", policy, Arc::new(config))
 }
 
 /// Runs chaos with `payload` under a 10s deadline and 64 MiB.
 fn run_chaos(payload: &str) -> TaskRun {
-    let h = handler_with(
-        chaos(),
-        &policy(Duration::from_secs(10), ByteSize::mib(64)),
-        &[],
-    );
+    let h = handler_with(chaos(), &policy(Duration::from_secs(10), ByteSize::mib(64)), &[]);
     h.run_now(&task("chaos", b"t-1", payload))
 }
 
@@ -97,36 +81,21 @@ fn noop_succeeds() {
 #[test]
 fn returned_failures_map_one_to_one() {
     assert_eq!(run_chaos("ok").result, Ok(()));
-    assert_eq!(
-        run_chaos("retry-after:1500").result,
-        Err(Failure::RetryAfter(Duration::from_millis(1500)))
-    );
-    assert_eq!(
-        run_chaos("permanent:bad order").result,
-        Err(Failure::Permanent("bad order".into()))
-    );
-    assert_eq!(
-        run_chaos("error:try later").result,
-        Err(Failure::Error("try later".into()))
-    );
+    assert_eq!(run_chaos("retry-after:1500").result, Err(Failure::RetryAfter(Duration::from_millis(1500))));
+    assert_eq!(run_chaos("permanent:bad order").result, Err(Failure::Permanent("bad order".into())));
+    assert_eq!(run_chaos("error:try later").result, Err(Failure::Error("try later".into())));
 }
 
 #[test]
 fn task_fields_reach_the_guest() {
     let msg = error_of(&run_chaos("task"));
-    assert_eq!(
-        msg,
-        "task type=chaos id=\"t-1\" attempt=1 due=1700000000000"
-    );
+    assert_eq!(msg, "task type=chaos id=\"t-1\" attempt=1 due=1700000000000");
 }
 
 #[test]
 fn trap_is_an_error_and_the_runtime_keeps_working() {
     let msg = error_of(&run_chaos("trap"));
-    assert!(
-        msg.contains("unreachable") || msg.contains("abort"),
-        "{msg}"
-    );
+    assert!(msg.contains("unreachable") || msg.contains("abort"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");
     assert_eq!(run_chaos("ok").result, Ok(()));
 }
@@ -134,41 +103,27 @@ fn trap_is_an_error_and_the_runtime_keeps_working() {
 #[test]
 fn panic_is_an_error_with_its_message() {
     let msg = error_of(&run_chaos("panic:boom"));
-    assert!(
-        msg.contains("panicked") && msg.contains("chaos panic: boom"),
-        "{msg}"
-    );
+    assert!(msg.contains("panicked") && msg.contains("chaos panic: boom"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");
     assert_eq!(run_chaos("ok").result, Ok(()));
 }
 
 #[test]
 fn infinite_loop_is_stopped_at_the_deadline() {
-    let h = handler_with(
-        chaos(),
-        &policy(Duration::from_secs(1), ByteSize::mib(64)),
-        &[],
-    );
+    let h = handler_with(chaos(), &policy(Duration::from_secs(1), ByteSize::mib(64)), &[]);
     let started = Instant::now();
     let run = h.run_now(&task("chaos", b"t-loop", "loop"));
     let took = started.elapsed();
     let msg = error_of(&run);
     assert_eq!(msg, "deadline of 1s exceeded");
-    assert!(
-        took >= Duration::from_millis(900),
-        "stopped too early: {took:?}"
-    );
+    assert!(took >= Duration::from_millis(900), "stopped too early: {took:?}");
     assert!(took < Duration::from_secs(10), "stopped too late: {took:?}");
     assert_eq!(run_chaos("ok").result, Ok(()));
 }
 
 #[test]
 fn memory_bomb_is_stopped_at_the_cap() {
-    let h = handler_with(
-        chaos(),
-        &policy(Duration::from_secs(10), ByteSize::mib(16)),
-        &[],
-    );
+    let h = handler_with(chaos(), &policy(Duration::from_secs(10), ByteSize::mib(16)), &[]);
     let msg = error_of(&h.run_now(&task("chaos", b"t-mem", "membomb")));
     assert!(msg.contains("memory limit of 16.0 MiB exceeded"), "{msg}");
     assert!(!msg.contains('\n'), "{msg}");
@@ -196,32 +151,18 @@ fn sandbox_grants_no_files_env_or_network() {
 fn stdout_and_stderr_become_log_lines() {
     let (run, logs) = capture_logs(|| run_chaos("stdout"));
     assert_eq!(run.result, Ok(()));
-    for needle in [
-        "hello from stdout",
-        "second line",
-        "hello from stderr",
-        "stream=\"stdout\"",
-        "stream=\"stderr\"",
-    ] {
+    for needle in ["hello from stdout", "second line", "hello from stderr", "stream=\"stdout\"", "stream=\"stderr\""] {
         assert!(logs.contains(needle), "{needle} missing in:\n{logs}");
     }
     // Over the cap: truncated and reported, and the handler still succeeds.
     let (run, logs) = capture_logs(|| run_chaos("bigstdout"));
     assert_eq!(run.result, Ok(()));
-    assert!(
-        logs.contains("was dropped"),
-        "{}",
-        &logs[logs.len().saturating_sub(500)..]
-    );
+    assert!(logs.contains("was dropped"), "{}", &logs[logs.len().saturating_sub(500)..]);
 }
 
 #[test]
 fn guest_logs_keep_level_and_fields() {
-    let h = handler_with(
-        chaos(),
-        &policy(Duration::from_secs(10), ByteSize::mib(64)),
-        &[],
-    );
+    let h = handler_with(chaos(), &policy(Duration::from_secs(10), ByteSize::mib(64)), &[]);
     let mut t = task("chaos", b"order-42", "log");
     t.attempt = 3;
     let (run, logs) = capture_logs(|| h.run_now(&t));
@@ -251,10 +192,7 @@ fn followups_are_kept_only_on_success() {
     assert!(f.due_ms > 1_700_000_000_000);
 
     let run = run_chaos("schedule-then-fail");
-    assert_eq!(
-        run.result,
-        Err(Failure::Error("failed after scheduling".into()))
-    );
+    assert_eq!(run.result, Err(Failure::Error("failed after scheduling".into())));
     assert!(run.followups.is_empty());
 }
 
@@ -263,21 +201,13 @@ fn followups_are_validated() {
     let msg = error_of(&run_chaos("schedule-invalid"));
     assert!(msg.contains("invalid task type"), "{msg}");
     let msg = error_of(&run_chaos("schedule-many"));
-    assert!(
-        msg.contains("follow-up 1000 refused") && msg.contains("at most 1000"),
-        "{msg}"
-    );
+    assert!(msg.contains("follow-up 1000 refused") && msg.contains("at most 1000"), "{msg}");
 }
 
 #[test]
 fn device_offline_schedules_an_alert() {
     let component = runtime().load(&support::plugin("device.offline")).unwrap();
-    let h = Handler::new(
-        component,
-        "device.offline",
-        &TypePolicy::default(),
-        Arc::default(),
-    );
+    let h = Handler::new(component, "device.offline", &TypePolicy::default(), Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("device.offline", b"sensor-9", "")));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("WARN") && logs.contains("sensor-9"), "{logs}");
@@ -286,12 +216,7 @@ fn device_offline_schedules_an_alert() {
     assert_eq!(run.followups[0].id, b"sensor-9");
 
     let alert = runtime().load(&support::plugin("device.alert")).unwrap();
-    let h = Handler::new(
-        alert,
-        "device.alert",
-        &TypePolicy::default(),
-        Arc::default(),
-    );
+    let h = Handler::new(alert, "device.alert", &TypePolicy::default(), Arc::default());
     let mut t = task("device.alert", b"sensor-9", "");
     t.payload = run.followups[0].payload.clone();
     assert_eq!(h.run_now(&t).result, Ok(()));
@@ -300,19 +225,8 @@ fn device_offline_schedules_an_alert() {
 #[test]
 fn order_timeout_and_flaky_examples() {
     let component = runtime().load(&support::plugin("order.timeout")).unwrap();
-    let h = Handler::new(
-        component,
-        "order.timeout",
-        &TypePolicy::default(),
-        Arc::default(),
-    );
-    let (run, logs) = capture_logs(|| {
-        h.run_now(&task(
-            "order.timeout",
-            b"o-1",
-            r#"{"order_id":"A17","amount":12.5}"#,
-        ))
-    });
+    let h = Handler::new(component, "order.timeout", &TypePolicy::default(), Arc::default());
+    let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", b"o-1", r#"{"order_id":"A17","amount":12.5}"#)));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("A17") && logs.contains("cancelled"), "{logs}");
     match h.run_now(&task("order.timeout", b"o-2", "not json")).result {
@@ -333,11 +247,7 @@ fn order_timeout_and_flaky_examples() {
 
 #[test]
 fn config_values_reach_the_plugin() {
-    let h = handler_with(
-        chaos(),
-        &TypePolicy::default(),
-        &[("webhook", "http://example.test/hook")],
-    );
+    let h = handler_with(chaos(), &TypePolicy::default(), &[("webhook", "http://example.test/hook")]);
     let msg = error_of(&h.run_now(&task("chaos", b"c", "config:webhook")));
     assert_eq!(msg, r#"config webhook=Some("http://example.test/hook")"#);
     let msg = error_of(&h.run_now(&task("chaos", b"c", "config:missing")));
@@ -346,10 +256,7 @@ fn config_values_reach_the_plugin() {
 
 #[test]
 fn oversized_payload_fails_permanently_without_running() {
-    let p = TypePolicy {
-        max_payload: ByteSize::b(8),
-        ..TypePolicy::default()
-    };
+    let p = TypePolicy { max_payload: ByteSize::b(8), ..TypePolicy::default() };
     let h = handler_with(chaos(), &p, &[]);
     match h.run_now(&task("chaos", b"big", "ok but far too long")).result {
         Err(Failure::Permanent(m)) => assert!(m.contains("max_payload"), "{m}"),
@@ -371,10 +278,7 @@ fn invalid_files_are_rejected_with_one_clear_line() {
     let core = dir.path().join("core.wasm");
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
     let err = format!("{:#}", runtime().load(&core).unwrap_err());
-    assert!(
-        err.contains("not a WebAssembly component") && err.contains("wasm32-wasip2"),
-        "{err}"
-    );
+    assert!(err.contains("not a WebAssembly component") && err.contains("wasm32-wasip2"), "{err}");
 
     // A component header with garbage after it.
     let broken = dir.path().join("broken.wasm");
@@ -389,14 +293,8 @@ fn wrong_world_is_rejected_naming_what_it_is() {
     let path = support::test_plugin("wrong-world");
     let err = format!("{:#}", runtime().load(&path).unwrap_err());
     assert!(err.starts_with(&path.display().to_string()), "{err}");
-    assert!(
-        err.contains("does not export `handle` of hourglass:plugin/task-handler@0.1.0"),
-        "{err}"
-    );
-    assert!(
-        err.contains("wasi:cli/command") && err.contains("wasi:cli/run"),
-        "{err}"
-    );
+    assert!(err.contains("does not export `handle` of hourglass:plugin/task-handler@0.1.0"), "{err}");
+    assert!(err.contains("wasi:cli/command") && err.contains("wasi:cli/run"), "{err}");
     assert!(!err.contains('\n'), "{err}");
 }
 
@@ -405,43 +303,25 @@ fn check_describes_good_and_wrong_plugins() {
     let good = runtime().check(&support::test_plugin("chaos")).unwrap();
     assert!(good.fits());
     let text = good.to_string();
-    assert!(
-        text.contains("world:   hourglass:plugin/task-handler@0.1.0"),
-        "{text}"
-    );
-    assert!(
-        text.contains("hourglass:plugin/log@0.1.0: instance { log }"),
-        "{text}"
-    );
+    assert!(text.contains("world:   hourglass:plugin/task-handler@0.1.0"), "{text}");
+    assert!(text.contains("hourglass:plugin/log@0.1.0: instance { log }"), "{text}");
     assert!(text.contains("hourglass:plugin/schedule@0.1.0"), "{text}");
-    assert!(
-        text.contains("handle: func(task: record { id: list<u8>"),
-        "{text}"
-    );
+    assert!(text.contains("handle: func(task: record { id: list<u8>"), "{text}");
     assert!(text.contains("OK, fits"), "{text}");
 
-    let bad = runtime()
-        .check(&support::test_plugin("wrong-world"))
-        .unwrap();
+    let bad = runtime().check(&support::test_plugin("wrong-world")).unwrap();
     assert!(!bad.fits());
     let text = bad.to_string();
     eprintln!("{good}\n{bad}");
     assert!(text.contains("wasi:cli/command"), "{text}");
     assert!(text.contains("wasi:cli/run@"), "{text}");
-    assert!(
-        text.contains("does NOT fit") && text.contains("does not export `handle`"),
-        "{text}"
-    );
+    assert!(text.contains("does NOT fit") && text.contains("does not export `handle`"), "{text}");
 }
 
 #[test]
 fn a_second_runtime_loads_from_the_shared_cache() {
     let cache: PathBuf = tempfile::tempdir().unwrap().keep();
-    let opts = RuntimeOptions {
-        cache_dir: Some(cache.clone()),
-        max_instances: 4,
-        ..RuntimeOptions::default()
-    };
+    let opts = RuntimeOptions { cache_dir: Some(cache.clone()), max_instances: 4, ..RuntimeOptions::default() };
     let first = Runtime::new(opts.clone()).unwrap();
     let started = Instant::now();
     first.load(&support::test_plugin("chaos")).unwrap();
@@ -463,17 +343,7 @@ fn a_second_runtime_loads_from_the_shared_cache() {
 
 fn walk(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| {
-                    if e.path().is_dir() {
-                        walk(&e.path())
-                    } else {
-                        1
-                    }
-                })
-                .sum()
-        })
+        .map(|rd| rd.flatten().map(|e| if e.path().is_dir() { walk(&e.path()) } else { 1 }).sum())
         .unwrap_or(0)
 }
 

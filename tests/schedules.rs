@@ -79,7 +79,11 @@ async fn a_claimed_occurrence_arms_the_next_one_in_the_same_step_and_only_once()
     }
     assert_eq!(ids(&got), vec![format!("daily@{}", now - 5)]);
     assert_eq!(got[0].payload, b"hello");
-    assert_eq!(due_ids(&mut c, "digest"), vec![format!("daily@{}", now + 60_000)], "exactly the next occurrence is due");
+    assert_eq!(
+        due_ids(&mut c, "digest"),
+        vec![format!("daily@{}", now + 60_000)],
+        "exactly the next occurrence is due"
+    );
     assert_eq!(armed(&mut c, "digest", "daily"), Some(format!("daily@{}", now + 60_000)));
     let then: String = c.hget(key("digest", "recur"), "daily:then").unwrap();
     assert_eq!(then, (now + 120_000).to_string());
@@ -87,7 +91,12 @@ async fn a_claimed_occurrence_arms_the_next_one_in_the_same_step_and_only_once()
     assert_eq!(payload.as_deref(), Some("hello"));
 
     // A dead-lettered occurrence does not stop the next one: it is already armed.
-    let dead = Settlement { id: got[0].id.clone(), token: got[0].token, outcome: Outcome::Dead { error: "boom".into() }, run: Default::default() };
+    let dead = Settlement {
+        id: got[0].id.clone(),
+        token: got[0].token,
+        outcome: Outcome::Dead { error: "boom".into() },
+        run: Default::default(),
+    };
     s.settle(&t, &[dead]).await.unwrap();
     assert_eq!(due_ids(&mut c, "digest"), vec![format!("daily@{}", now + 60_000)]);
 
@@ -176,7 +185,12 @@ async fn max_running_and_rate_hold_claims_back_over_every_claimer() {
     let second = s.claim(&t, &capped).await.unwrap();
     assert!(second.tasks.is_empty(), "max_running counts every claimer's leases");
     assert!(second.throttled_ms.is_some());
-    let ack = Settlement { id: first.tasks[0].id.clone(), token: first.tasks[0].token, outcome: Outcome::Ack { followups: vec![] }, run: Default::default() };
+    let ack = Settlement {
+        id: first.tasks[0].id.clone(),
+        token: first.tasks[0].token,
+        outcome: Outcome::Ack { followups: vec![] },
+        run: Default::default(),
+    };
     s.settle(&t, &[ack]).await.unwrap();
     assert_eq!(ids(&s.claim(&t, &capped).await.unwrap().tasks), vec!["a03"], "one slot freed, one taken");
 
@@ -231,7 +245,9 @@ fn a_schedule_fires_every_occurrence_exactly_once_across_three_hosts_and_a_resta
     assert_eq!(hosts[1].wait_exit(LONG), Some(0));
     hosts[1].spawn();
     let after_restart = stat(&mut conn, "tick", "succeeded");
-    wait_for("four more occurrences", LONG, || (stat(&mut conn, "tick", "succeeded") >= after_restart + 4).then_some(()));
+    wait_for("four more occurrences", LONG, || {
+        (stat(&mut conn, "tick", "succeeded") >= after_restart + 4).then_some(())
+    });
     // Stop the hosts, then read what ran.
     for host in &mut hosts {
         host.signal("TERM");
@@ -242,14 +258,22 @@ fn a_schedule_fires_every_occurrence_exactly_once_across_three_hosts_and_a_resta
     let events = succeeded_events(&mut conn, "tick");
     let mut occurrences: Vec<i64> = events
         .iter()
-        .map(|(id, _)| id.strip_prefix("heartbeat@").unwrap_or_else(|| panic!("not an occurrence: {id}")).parse().unwrap())
+        .map(|(id, _)| {
+            id.strip_prefix("heartbeat@").unwrap_or_else(|| panic!("not an occurrence: {id}")).parse().unwrap()
+        })
         .collect();
     let unique: HashSet<i64> = occurrences.iter().copied().collect();
     assert_eq!(unique.len(), occurrences.len(), "an occurrence ran twice: {occurrences:?}");
     occurrences.sort();
     assert!(occurrences.len() >= 8, "{occurrences:?}");
     for pair in occurrences.windows(2) {
-        assert_eq!(pair[1] - pair[0], 1000, "an occurrence is missing between {} and {}: {occurrences:?}", pair[0], pair[1]);
+        assert_eq!(
+            pair[1] - pair[0],
+            1000,
+            "an occurrence is missing between {} and {}: {occurrences:?}",
+            pair[0],
+            pair[1]
+        );
     }
     let payload_seen = hosts.iter().any(|h| h.log().contains("task_type=tick"));
     assert!(payload_seen);
@@ -274,8 +298,17 @@ fn a_schedule_made_from_the_cli_runs_and_an_edit_or_removal_takes_effect_at_once
         "[types.tick]\nevents = true\n[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n",
     );
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hourglass")).arg("--redis").arg(redis.url()).args(args).output().unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hourglass"))
+            .arg("--redis")
+            .arg(redis.url())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (ok, out, err) = cli(&["every", "often", "tick", "1s", "--payload", "p"]);
     assert!(ok, "{err}");
@@ -292,7 +325,10 @@ fn a_schedule_made_from_the_cli_runs_and_an_edit_or_removal_takes_effect_at_once
     let (ok, out, _) = cli(&["schedules"]);
     assert!(ok && out.contains("often") && out.contains("cli"), "{out}");
     let page = support::get(&support::admin_addr(&host), "/").body;
-    assert!(page.contains("Recurring schedules") && page.contains("data-schedule=\"often\""), "the dashboard does not list it");
+    assert!(
+        page.contains("Recurring schedules") && page.contains("data-schedule=\"often\""),
+        "the dashboard does not list it"
+    );
     // Bad input: one line, nothing written.
     let (ok, _, err) = cli(&["cron", "other", "tick", "0 7 * *"]);
     assert!(!ok && err.lines().count() == 1 && err.contains("invalid cron expression"), "{err}");
@@ -310,11 +346,7 @@ fn a_schedule_made_from_the_cli_runs_and_an_edit_or_removal_takes_effect_at_once
 #[test]
 fn a_schedule_removed_from_runner_toml_stops_without_a_restart() {
     let redis = RedisServer::start();
-    let host = Host::start(
-        &redis,
-        &[("tick", plugin("noop"))],
-        "[schedules.beat]\ntype = \"tick\"\nevery = \"1s\"\n",
-    );
+    let host = Host::start(&redis, &[("tick", plugin("noop"))], "[schedules.beat]\ntype = \"tick\"\nevery = \"1s\"\n");
     let mut conn = redis.client();
     wait_for("an occurrence", LONG, || (stat(&mut conn, "tick", "succeeded") >= 1).then_some(()));
     let path = host.dir.path().join("runner.toml");
@@ -380,12 +412,14 @@ fn max_running_holds_over_three_hosts() {
             meter.port
         )
     };
-    let hosts: Vec<Host> = (1..=3).map(|i| Host::start(&redis, &[("partner", test_plugin("chaos"))], &config(i))).collect();
+    let hosts: Vec<Host> =
+        (1..=3).map(|i| Host::start(&redis, &[("partner", test_plugin("chaos"))], &config(i))).collect();
     let mut conn = redis.client();
     let now = now_ms();
     let mut pipe = redis::pipe();
     for i in 0..30 {
-        pipe.hset(key("partner", "payload"), format!("p{i}"), format!("http-get:http://127.0.0.1:{}/x", meter.port)).ignore();
+        pipe.hset(key("partner", "payload"), format!("p{i}"), format!("http-get:http://127.0.0.1:{}/x", meter.port))
+            .ignore();
         pipe.zadd(key("partner", "due"), format!("p{i}"), now).ignore();
     }
     let _: () = pipe.query(&mut conn).unwrap();
@@ -401,7 +435,9 @@ fn max_running_holds_over_three_hosts() {
 fn a_rate_shared_by_three_hosts_is_never_exceeded() {
     let redis = RedisServer::start();
     let config = |i: usize| {
-        format!("[runner]\nhost_id = \"h{i}\"\n[types.rated]\nrate = \"200/s\"\nevents = true\nevents_maxlen = 100000\n")
+        format!(
+            "[runner]\nhost_id = \"h{i}\"\n[types.rated]\nrate = \"200/s\"\nevents = true\nevents_maxlen = 100000\n"
+        )
     };
     let hosts: Vec<Host> = (1..=3).map(|i| Host::start(&redis, &[("rated", plugin("noop"))], &config(i))).collect();
     let mut conn = redis.client();

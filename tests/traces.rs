@@ -148,8 +148,10 @@ fn a_run_exports_its_span_and_its_outbound_call_carries_the_trace() {
 
     let all = wait_for("both run spans and the HTTP span at the collector", LONG, || {
         let all = spans(&collector);
-        (run_span(&all, "call-1").is_some() && run_span(&all, "quiet-1").is_some() && all.iter().any(|s| s.name == "GET"))
-            .then_some(all)
+        (run_span(&all, "call-1").is_some()
+            && run_span(&all, "quiet-1").is_some()
+            && all.iter().any(|s| s.name == "GET"))
+        .then_some(all)
     });
     assert_eq!((stat(&mut conn, "web", "dead"), stat(&mut conn, "web", "succeeded")), (1, 1));
 
@@ -168,7 +170,11 @@ fn a_run_exports_its_span_and_its_outbound_call_carries_the_trace() {
     let http = all.iter().find(|s| s.name == "GET").unwrap();
     assert_eq!((&http.trace_id, &http.parent_span_id), (&call.trace_id, &call.span_id));
     assert_eq!(attr(http, "http.response.status_code").as_deref(), Some("200"));
-    assert_eq!(attr(http, "url.full"), Some(format!("http://{}/hello", target.addr)), "the query stays out of the span");
+    assert_eq!(
+        attr(http, "url.full"),
+        Some(format!("http://{}/hello", target.addr)),
+        "the query stays out of the span"
+    );
     let sent = target.seen();
     assert_eq!(sent.len(), 1, "{sent:?}");
     let traceparent = sent[0].headers.get("traceparent").expect("the outbound request carries a traceparent");

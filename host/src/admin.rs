@@ -281,7 +281,10 @@ fn authorize(state: &AdminState, headers: &HeaderMap, form_token: Option<&str>) 
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         Ok(())
     } else {
-        Err((StatusCode::UNAUTHORIZED, "this admin server needs its token (form field `token` or `Authorization: Bearer`)\n".to_owned()))
+        Err((
+            StatusCode::UNAUTHORIZED,
+            "this admin server needs its token (form field `token` or `Authorization: Bearer`)\n".to_owned(),
+        ))
     }
 }
 
@@ -294,9 +297,7 @@ fn target(form: &DeadForm) -> Result<DeadTarget, Refused> {
     let t: TaskType = form.task_type.parse().map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
     let ids = match form.id_hex.as_deref().filter(|h| !h.is_empty()) {
         None => None,
-        Some(h) => {
-            Some(vec![hex::decode(h).map_err(|_| (StatusCode::BAD_REQUEST, "id_hex is not hex\n".to_owned()))?])
-        }
+        Some(h) => Some(vec![hex::decode(h).map_err(|_| (StatusCode::BAD_REQUEST, "id_hex is not hex\n".to_owned()))?]),
     };
     Ok((t, ids))
 }
@@ -375,7 +376,10 @@ async fn pause(State(state): State<AdminState>, headers: HeaderMap, Form(form): 
         None => None,
         Some(text) => match humantime::parse_duration(text) {
             Ok(d) if !d.is_zero() => Some(d),
-            _ => return (StatusCode::BAD_REQUEST, format!("for: not a duration like 10m or 1h: {text:?}\n")).into_response(),
+            _ => {
+                return (StatusCode::BAD_REQUEST, format!("for: not a duration like 10m or 1h: {text:?}\n"))
+                    .into_response();
+            }
         },
     };
     match state.store.pause(&t, length).await {
@@ -461,11 +465,19 @@ async fn task_postpone(State(state): State<AdminState>, headers: HeaderMap, Form
     let delay = match humantime::parse_duration(by) {
         Ok(d) if !d.is_zero() && d <= MAX_POSTPONE => d,
         _ => {
-            return (StatusCode::BAD_REQUEST, format!("postpone by {by:?}: give a duration from 1s to 366d, like 30s, 5m or 2h\n"))
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("postpone by {by:?}: give a duration from 1s to 366d, like 30s, 5m or 2h\n"),
+            )
                 .into_response();
         }
     };
-    moved(&t, &id, &format!("postponed by {}", humantime::format_duration(delay)), state.store.reschedule(&t, &id, Some(delay)).await)
+    moved(
+        &t,
+        &id,
+        &format!("postponed by {}", humantime::format_duration(delay)),
+        state.store.reschedule(&t, &id, Some(delay)).await,
+    )
 }
 
 /// The answer to a run-now or postpone: back to the task page, saying what happened.
@@ -476,7 +488,9 @@ fn moved(t: &TaskType, id: &[u8], what: &str, result: Result<Option<i64>>) -> Re
             info!(task_type = %t, task_id = %crate::logging::clean_id(id), due_ms, "task {what} from the dashboard");
             back_to_task(t, id, &format!("{name}: {what}, due at {}", crate::clock::format_ms(due_ms)))
         }
-        Ok(None) => back_to_task(t, id, &format!("{name} was not moved: it is no longer scheduled (running, dead or gone)")),
+        Ok(None) => {
+            back_to_task(t, id, &format!("{name} was not moved: it is no longer scheduled (running, dead or gone)"))
+        }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
     }
 }
@@ -518,10 +532,15 @@ async fn task_cancel(State(state): State<AdminState>, headers: HeaderMap, Form(f
         }
         Ok(Cancelled::Running { holder }) => {
             warn!(task_type = %t, task_id = %crate::logging::clean_id(&id), %holder, "running task cancelled from the dashboard");
-            let on = if holder.is_empty() { String::new() } else { format!(" on host {}", crate::logging::Clean(&holder)) };
+            let on =
+                if holder.is_empty() { String::new() } else { format!(" on host {}", crate::logging::Clean(&holder)) };
             back_to_task(&t, &id, &format!("{name}: cancelled while running{on}; its handler is being stopped"))
         }
-        Ok(Cancelled::Unknown) => back_to_task(&t, &id, &format!("{name} was not cancelled: it is neither scheduled nor running (dead or gone)")),
+        Ok(Cancelled::Unknown) => back_to_task(
+            &t,
+            &id,
+            &format!("{name} was not cancelled: it is neither scheduled nor running (dead or gone)"),
+        ),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
     }
 }

@@ -437,7 +437,9 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
         Command::Pause { task_type, for_ } => {
             let store = connect(&config, redis_override.as_deref()).await?;
             match store.pause(&task_type, for_).await? {
-                Some(ends) => println!("paused {task_type} on every host until {} (then it resumes by itself)", format_ms(ends)),
+                Some(ends) => {
+                    println!("paused {task_type} on every host until {} (then it resumes by itself)", format_ms(ends))
+                }
                 None => println!("paused {task_type} on every host until 'hourglass resume {task_type}'"),
             }
             Ok(ExitCode::SUCCESS)
@@ -472,7 +474,9 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     if stopped {
-                        println!("cancelled running task {task_type}/{id}: {holder} stopped its handler (outcome cancelled, not retried)");
+                        println!(
+                            "cancelled running task {task_type}/{id}: {holder} stopped its handler (outcome cancelled, not retried)"
+                        );
                     } else {
                         println!(
                             "asked {holder} to stop running task {task_type}/{id}: it has not yet; it will at its next lease renewal, \
@@ -682,10 +686,15 @@ fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
     }
     for (t, s) in rows {
         match s.paused {
-            Some(crate::store::Paused::UntilResumed) => writeln!(out, "PAUSED {t}: until resumed ({} due now wait)", s.due_now)?,
-            Some(crate::store::Paused::For(ms)) => {
-                writeln!(out, "PAUSED {t}: for {} more ({} due now wait)", humantime::format_duration(Duration::from_millis(ms as u64)), s.due_now)?
+            Some(crate::store::Paused::UntilResumed) => {
+                writeln!(out, "PAUSED {t}: until resumed ({} due now wait)", s.due_now)?
             }
+            Some(crate::store::Paused::For(ms)) => writeln!(
+                out,
+                "PAUSED {t}: for {} more ({} due now wait)",
+                humantime::format_duration(Duration::from_millis(ms as u64)),
+                s.due_now
+            )?,
             None => {}
         }
         if let Some(fault) = &s.fault {
@@ -708,7 +717,8 @@ fn print_hosts(hosts: &[crate::hosts::HostInfo], json: bool) -> Result<()> {
     }
     writeln!(out, "{:<32} {:<8} {:>10}  HOLDS", "HOST", "STATE", "LAST-SEEN")?;
     for h in hosts {
-        let seen = if h.last_seen_ms == 0 { "-".to_owned() } else { format!("{:.1}s ago", h.silent_ms as f64 / 1000.0) };
+        let seen =
+            if h.last_seen_ms == 0 { "-".to_owned() } else { format!("{:.1}s ago", h.silent_ms as f64 / 1000.0) };
         let holds: Vec<String> = h.holds.iter().map(|(t, held)| format!("{t}: {}", held.count)).collect();
         let holds = if holds.is_empty() { "-".to_owned() } else { holds.join(", ") };
         let id = if h.id.is_empty() { "(no host id)" } else { h.id.as_str() };
@@ -716,7 +726,6 @@ fn print_hosts(hosts: &[crate::hosts::HostInfo], json: bool) -> Result<()> {
     }
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {

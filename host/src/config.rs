@@ -65,7 +65,10 @@ impl AdminConfig {
             bail!("admin.token must be at least 8 characters, without whitespace");
         }
         if self.enabled && !self.listen.ip().is_loopback() && self.token.is_none() {
-            bail!("admin.listen = \"{}\" is not a loopback address: set admin.token, or listen on 127.0.0.1", self.listen);
+            bail!(
+                "admin.listen = \"{}\" is not a loopback address: set admin.token, or listen on 127.0.0.1",
+                self.listen
+            );
         }
         Ok(())
     }
@@ -405,8 +408,8 @@ impl Config {
 
     /// Reads and parses a config file; relative folders in it are resolved against the file's folder.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
         let mut config = Config::parse(&text, &path.display().to_string())?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
@@ -415,11 +418,7 @@ impl Config {
 
     /// Makes relative folders relative to `base` (the config file's folder).
     pub fn resolve_paths(&mut self, base: &Path) {
-        for dir in [
-            &mut self.redis.data_dir,
-            &mut self.runner.plugins_dir,
-            &mut self.runner.cache_dir,
-        ] {
+        for dir in [&mut self.redis.data_dir, &mut self.runner.plugins_dir, &mut self.runner.cache_dir] {
             if dir.is_relative() {
                 *dir = base.join(&*dir);
             }
@@ -486,7 +485,10 @@ impl Config {
             backoff_base: t.backoff_base.unwrap_or(d.backoff_base),
             backoff_cap: t.backoff_cap.unwrap_or(d.backoff_cap),
             timeout: t.timeout.unwrap_or(d.timeout),
-            allowed_outbound_hosts: t.allowed_outbound_hosts.clone().unwrap_or_else(|| d.allowed_outbound_hosts.clone()),
+            allowed_outbound_hosts: t
+                .allowed_outbound_hosts
+                .clone()
+                .unwrap_or_else(|| d.allowed_outbound_hosts.clone()),
             http_timeout: t.http_timeout.unwrap_or(d.http_timeout),
             http_max_response: t.http_max_response.unwrap_or(d.http_max_response),
             http_concurrency: t.http_concurrency.unwrap_or(d.http_concurrency),
@@ -636,8 +638,14 @@ mod tests {
             ("[types.a]\nrate = \"0/s\"", "at least 1"),
             ("[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * *\"", "schedules.\"digest\""),
             ("[schedules.digest]\ntype = \"digest.send\"", "schedules.\"digest\""),
-            ("[schedules.digest]\ntype = \"digest.send\"\nevery = \"1m\"\ncron = \"* * * * *\"", "schedules.\"digest\""),
-            ("[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * * *\"\ntimezone = \"Mars/Olympus\"", "unknown time zone"),
+            (
+                "[schedules.digest]\ntype = \"digest.send\"\nevery = \"1m\"\ncron = \"* * * * *\"",
+                "schedules.\"digest\"",
+            ),
+            (
+                "[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * * *\"\ntimezone = \"Mars/Olympus\"",
+                "unknown time zone",
+            ),
         ] {
             let err = format!("{:#}", Config::parse(text, "runner.toml").unwrap_err());
             assert!(err.contains(needle), "{text}: {err}");

@@ -82,7 +82,12 @@ impl Run {
     async fn go(self) {
         let task = &self.task;
         if let Some(observe) = &self.runner.observer {
-            observe(Event::Started { task_type: &task.task_type, id: &task.id, due_ms: task.due_ms, plugin_hash: &self.entry.hash });
+            observe(Event::Started {
+                task_type: &task.task_type,
+                id: &task.id,
+                due_ms: task.due_ms,
+                plugin_hash: &self.entry.hash,
+            });
         }
         let started_ms = crate::clock::now_ms();
         let span = match &self.trace {

@@ -116,7 +116,9 @@ impl Health {
         let faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
         faults
             .iter()
-            .map(|(t, ops)| (t.clone(), ops.iter().map(|(op, why)| format!("{op}: {why}")).collect::<Vec<_>>().join("; ")))
+            .map(|(t, ops)| {
+                (t.clone(), ops.iter().map(|(op, why)| format!("{op}: {why}")).collect::<Vec<_>>().join("; "))
+            })
             .collect()
     }
 
@@ -131,7 +133,8 @@ mod tests {
     use super::*;
 
     fn server_error(code: &str, detail: &str) -> anyhow::Error {
-        anyhow::Error::new(redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))).context("cannot claim t tasks")
+        anyhow::Error::new(redis::make_extension_error(code.to_owned(), Some(detail.to_owned())))
+            .context("cannot claim t tasks")
     }
 
     #[test]
@@ -139,7 +142,8 @@ mod tests {
         let fault = server_error("HGFAULT", "hourglass:{t}:payload is a string, not a hash");
         assert_eq!(classify(&fault), Trouble::Data("hourglass:{t}:payload is a string, not a hash".into()));
         assert!(matches!(classify(&server_error("WRONGTYPE", "Operation against a key")), Trouble::Data(_)));
-        let io = anyhow::Error::new(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)));
+        let io =
+            anyhow::Error::new(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)));
         assert_eq!(classify(&io), Trouble::Outage);
         assert_eq!(classify(&server_error("LOADING", "Redis is loading the dataset in memory")), Trouble::Outage);
     }

@@ -16,7 +16,12 @@ use crate::task_type::TaskType;
 
 /// Runs a host until `shutdown` is cancelled, then drains gracefully (see
 /// [`runner::run`]). `config_file`, when given, is watched and re-applied on change.
-pub async fn run(config: Config, config_file: Option<PathBuf>, store: Store, shutdown: CancellationToken) -> Result<()> {
+pub async fn run(
+    config: Config,
+    config_file: Option<PathBuf>,
+    store: Store,
+    shutdown: CancellationToken,
+) -> Result<()> {
     run_observed(config, config_file, store, shutdown, None).await
 }
 

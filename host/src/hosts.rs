@@ -177,7 +177,10 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
         } else {
             HostState::Alive
         };
-        hosts.insert(id.clone(), HostInfo { id, state, last_seen_ms: seen, silent_ms: silent, facts, holds: BTreeMap::new() });
+        hosts.insert(
+            id.clone(),
+            HostInfo { id, state, last_seen_ms: seen, silent_ms: silent, facts, holds: BTreeMap::new() },
+        );
     }
     for t in types {
         for held in store.holders(t, IDS_SHOWN).await? {
@@ -192,7 +195,10 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
             });
             entry.holds.insert(
                 t.to_string(),
-                Held { count: held.count, ids: held.ids.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect() },
+                Held {
+                    count: held.count,
+                    ids: held.ids.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect(),
+                },
             );
         }
     }

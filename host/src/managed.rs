@@ -55,11 +55,13 @@ async fn start(data_dir: &Path, port: u16, url: &str) -> Result<ManagedRedis> {
         log: Some(data_dir.join("redis.log")),
         ..ServerSpec::default()
     };
-    let needed_by = format!("nothing answers at {} and redis.managed = true: starting one", crate::store::redact_url(url));
-    let server = tokio::task::spawn_blocking(move || RedisServer::spawn_ready(spec, &needed_by, Duration::from_secs(10)))
-        .await
-        .context("cannot start the managed redis-server")?
-        .context("managed redis-server")?;
+    let needed_by =
+        format!("nothing answers at {} and redis.managed = true: starting one", crate::store::redact_url(url));
+    let server =
+        tokio::task::spawn_blocking(move || RedisServer::spawn_ready(spec, &needed_by, Duration::from_secs(10)))
+            .await
+            .context("cannot start the managed redis-server")?
+            .context("managed redis-server")?;
     info!(url = %crate::store::redact_url(url), data = %data_dir.display(), "started a managed redis-server (append-only persistence)");
     Ok(ManagedRedis { server, url: url.to_owned() })
 }

@@ -86,16 +86,8 @@ impl Target {
             "https" => 443,
             _ => return None,
         };
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .trim_end_matches('.')
-            .to_ascii_lowercase();
-        Some(Target {
-            scheme,
-            host,
-            port: port.unwrap_or(default),
-        })
+        let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+        Some(Target { scheme, host, port: port.unwrap_or(default) })
     }
 
     /// Whether the host itself (before DNS) is a private or loopback one.
@@ -177,11 +169,7 @@ impl TryFrom<Vec<String>> for AllowedHosts {
     type Error = String;
 
     fn try_from(entries: Vec<String>) -> Result<Self, Self::Error> {
-        entries
-            .iter()
-            .map(|e| e.parse())
-            .collect::<Result<Vec<_>, _>>()
-            .map(AllowedHosts)
+        entries.iter().map(|e| e.parse()).collect::<Result<Vec<_>, _>>().map(AllowedHosts)
     }
 }
 
@@ -238,12 +226,7 @@ impl std::str::FromStr for HostPattern {
             }
             HostMatch::Exact(host)
         };
-        Ok(HostPattern {
-            text: text.to_owned(),
-            scheme,
-            host,
-            port,
-        })
+        Ok(HostPattern { text: text.to_owned(), scheme, host, port })
     }
 }
 
@@ -253,11 +236,7 @@ fn check_name(name: &str) -> Result<(), String> {
         && name
             .split('.')
             .all(|label| !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{name:?} is not a host name (`*` only as a whole label at the start)"))
-    }
+    if ok { Ok(()) } else { Err(format!("{name:?} is not a host name (`*` only as a whole label at the start)")) }
 }
 
 /// Whether `ip` is a loopback, private or otherwise non-public address, one
@@ -352,7 +331,8 @@ fn own_addresses() -> Vec<IpAddr> {
         Some((at, addrs)) if at.elapsed() < FRESH => addrs.clone(),
         _ => {
             // An interface list that cannot be read refuses nothing extra; the ranges above still apply.
-            let addrs: Vec<IpAddr> = if_addrs::get_if_addrs().map(|l| l.into_iter().map(|i| i.ip()).collect()).unwrap_or_default();
+            let addrs: Vec<IpAddr> =
+                if_addrs::get_if_addrs().map(|l| l.into_iter().map(|i| i.ip()).collect()).unwrap_or_default();
             *cache = Some((Instant::now(), addrs.clone()));
             addrs
         }
@@ -413,7 +393,14 @@ mod tests {
 
     #[test]
     fn bad_entries_are_refused() {
-        for bad in ["api.example.com", "ftp://x.com", "https://x.com/path", "https://x.com:port", "https://a.*.com", "https://"] {
+        for bad in [
+            "api.example.com",
+            "ftp://x.com",
+            "https://x.com/path",
+            "https://x.com:port",
+            "https://a.*.com",
+            "https://",
+        ] {
             let err = bad.parse::<HostPattern>().unwrap_err();
             assert!(err.contains("invalid allowed_outbound_hosts entry"), "{bad}: {err}");
         }
@@ -446,7 +433,18 @@ mod tests {
 
     #[test]
     fn private_addresses() {
-        for ip in ["127.0.0.1", "10.0.0.1", "172.31.255.255", "192.168.0.1", "169.254.1.1", "0.0.0.0", "100.64.0.1", "::1", "fe80::1", "fc00::1"] {
+        for ip in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.31.255.255",
+            "192.168.0.1",
+            "169.254.1.1",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "fc00::1",
+        ] {
             assert!(is_private(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["8.8.8.8", "172.32.0.1", "2606:4700::1111", "100.128.0.1", "2002:808:808::1"] {

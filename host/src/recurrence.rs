@@ -70,14 +70,7 @@ pub const SKIP_GRACE_MS: i64 = 60_000;
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The nicknames croner expands; anything else after `@` gets our own message, not croner's.
-const NICKNAMES: [&str; 6] = [
-    "@yearly",
-    "@annually",
-    "@monthly",
-    "@weekly",
-    "@daily",
-    "@hourly",
-];
+const NICKNAMES: [&str; 6] = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"];
 
 /// Field names and ranges, seconds first, for errors that name the culprit field.
 const FIELDS: [(&str, &str); 6] = [
@@ -128,9 +121,7 @@ pub struct CompiledCron {
 impl fmt::Debug for CompiledCron {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The text is already in the enclosing variant; a full TimeZone dump is noise.
-        f.debug_struct("CompiledCron")
-            .field("wall_clock", &self.wall_clock)
-            .finish_non_exhaustive()
+        f.debug_struct("CompiledCron").field("wall_clock", &self.wall_clock).finish_non_exhaustive()
     }
 }
 
@@ -207,10 +198,7 @@ pub struct CatchUp {
 
 fn parser() -> CronParser {
     // Years are refused so that a 7th field is a clear count error, not a silent year filter.
-    CronParser::builder()
-        .seconds(Seconds::Optional)
-        .year(Year::Disallowed)
-        .build()
+    CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build()
 }
 
 impl Recurrence {
@@ -221,23 +209,14 @@ impl Recurrence {
     /// module docs for the syntax and DST rules.
     pub fn cron(expr: &str, timezone: Option<&str>) -> Result<Recurrence, RecurrenceError> {
         let normalized = expr.split_whitespace().collect::<Vec<_>>().join(" ");
-        let invalid = |reason: String| RecurrenceError::InvalidCron {
-            expr: expr.to_string(),
-            reason,
-        };
+        let invalid = |reason: String| RecurrenceError::InvalidCron { expr: expr.to_string(), reason };
         let fields: Vec<&str> = normalized.split(' ').filter(|s| !s.is_empty()).collect();
         if fields.is_empty() {
             return Err(invalid("empty".into()));
         }
         if normalized.starts_with('@') {
-            if !NICKNAMES
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(&normalized))
-            {
-                return Err(invalid(format!(
-                    "unknown nickname (expected {})",
-                    NICKNAMES.join(", ")
-                )));
+            if !NICKNAMES.iter().any(|n| n.eq_ignore_ascii_case(&normalized)) {
+                return Err(invalid(format!("unknown nickname (expected {})", NICKNAMES.join(", "))));
             }
         } else if !(5..=6).contains(&fields.len()) {
             return Err(invalid(format!(
@@ -245,44 +224,27 @@ impl Recurrence {
                 fields.len()
             )));
         }
-        let cron = parser()
-            .parse(&normalized)
-            .map_err(|e| invalid(explain(&fields, &e)))?;
+        let cron = parser().parse(&normalized).map_err(|e| invalid(explain(&fields, &e)))?;
 
         let name = timezone.unwrap_or("UTC").trim();
-        let zone = TimeZone::get(name).map_err(|_| RecurrenceError::UnknownTimeZone {
-            name: name.to_string(),
-        })?;
+        let zone = TimeZone::get(name).map_err(|_| RecurrenceError::UnknownTimeZone { name: name.to_string() })?;
         let tz = zone.iana_name().unwrap_or(name).to_string();
 
         let pattern = &cron.pattern;
-        let wall_clock = [&pattern.seconds, &pattern.minutes, &pattern.hours]
-            .iter()
-            .all(|c| c.step == 1 && !c.from_wildcard);
+        let wall_clock =
+            [&pattern.seconds, &pattern.minutes, &pattern.hours].iter().all(|c| c.step == 1 && !c.from_wildcard);
         let croner_fixed = cron.determine_job_type() == croner::JobType::FixedTime;
-        let compiled = CompiledCron {
-            cron,
-            zone,
-            wall_clock,
-            croner_fixed,
-        };
+        let compiled = CompiledCron { cron, zone, wall_clock, croner_fixed };
         // croner parses `0 0 30 2 *` happily; refuse it here rather than never running.
         if compiled.next_after(0).is_none() {
             return Err(invalid("never matches any date".into()));
         }
-        Ok(Recurrence::Cron {
-            expr: normalized,
-            tz,
-            compiled: Box::new(compiled),
-        })
+        Ok(Recurrence::Cron { expr: normalized, tz, compiled: Box::new(compiled) })
     }
 
     /// Parses an interval such as `15m`, `1h 30m` or `90s` (humantime syntax); at least 1s, in whole milliseconds.
     pub fn every(text: &str) -> Result<Recurrence, RecurrenceError> {
-        let invalid = |reason: &str| RecurrenceError::InvalidInterval {
-            text: text.to_string(),
-            reason: reason.into(),
-        };
+        let invalid = |reason: &str| RecurrenceError::InvalidInterval { text: text.to_string(), reason: reason.into() };
         let d = humantime::parse_duration(text.trim()).map_err(|e| invalid(&e.to_string()))?;
         if d < MIN_INTERVAL {
             return Err(invalid("must be at least 1s"));
@@ -321,9 +283,7 @@ fn explain(fields: &[&str], err: &CronError) -> String {
         let names = &FIELDS[6 - fields.len()..];
         // croner's messages do not say which field; parse each one alone to find out.
         for (i, field) in fields.iter().enumerate() {
-            let probe: Vec<&str> = (0..fields.len())
-                .map(|j| if j == i { *field } else { "*" })
-                .collect();
+            let probe: Vec<&str> = (0..fields.len()).map(|j| if j == i { *field } else { "*" }).collect();
             if let Err(e) = parser().parse(&probe.join(" ")) {
                 let (name, range) = names[i];
                 let mut reason = format!("{name} field {field:?}: {}", describe(&e));
@@ -359,11 +319,8 @@ impl CompiledCron {
         // Occurrences are whole seconds, so "after the second containing after_ms" is the same set.
         let mut from = Timestamp::from_second(after_ms.div_euclid(1000)).ok()?;
         loop {
-            let found = self
-                .cron
-                .find_next_occurrence(&from.to_zoned(self.zone.clone()), false)
-                .ok()
-                .map(|z| z.timestamp());
+            let found =
+                self.cron.find_next_occurrence(&from.to_zoned(self.zone.clone()), false).ok().map(|z| z.timestamp());
             if self.wall_clock && !self.croner_fixed {
                 if let Some(gap_run) = self.gap_run(from, found) {
                     return Some(gap_run.as_millisecond());
@@ -391,9 +348,7 @@ impl CompiledCron {
             if at > until {
                 break;
             }
-            let before = self
-                .zone
-                .to_offset(Timestamp::from_second(at.as_second() - 1).ok()?);
+            let before = self.zone.to_offset(Timestamp::from_second(at.as_second() - 1).ok()?);
             let after = transition.offset();
             if after <= before {
                 continue; // a fold or a rename, not a gap
@@ -456,9 +411,7 @@ impl CompiledCron {
 
     /// croner's `n`th occurrence at or before `now_ms`, counting back; stops early once at or before `floor_ms`.
     fn nth_back(&self, now_ms: i64, n: usize, floor_ms: i64) -> Option<i64> {
-        let mut at = Timestamp::from_second(now_ms.div_euclid(1000))
-            .ok()?
-            .to_zoned(self.zone.clone());
+        let mut at = Timestamp::from_second(now_ms.div_euclid(1000)).ok()?.to_zoned(self.zone.clone());
         let mut inclusive = true;
         for _ in 0..n {
             at = self.cron.find_previous_occurrence(&at, inclusive).ok()?;
@@ -480,10 +433,7 @@ impl CompiledCron {
 /// the number handed out, not by the length of the outage.
 pub fn catch_up(rec: &Recurrence, due_ms: i64, now_ms: i64, policy: MissedPolicy) -> CatchUp {
     if due_ms > now_ms {
-        return CatchUp {
-            run_now: Vec::new(),
-            next_ms: Some(due_ms),
-        };
+        return CatchUp { run_now: Vec::new(), next_ms: Some(due_ms) };
     }
     let want = match policy {
         MissedPolicy::All => MAX_CATCH_UP,
@@ -500,10 +450,7 @@ pub fn catch_up(rec: &Recurrence, due_ms: i64, now_ms: i64, policy: MissedPolicy
             let runs = (first..count).map(|k| (due + k * step) as i64).collect();
             (runs, i64::try_from(due + count * step).ok())
         }
-        Recurrence::Cron { compiled, .. } => (
-            compiled.latest_until(due_ms, now_ms, want),
-            compiled.next_after(now_ms),
-        ),
+        Recurrence::Cron { compiled, .. } => (compiled.latest_until(due_ms, now_ms, want), compiled.next_after(now_ms)),
     };
     if policy == MissedPolicy::Skip {
         run_now.retain(|&t| now_ms - t <= SKIP_GRACE_MS);
@@ -526,17 +473,12 @@ impl FromStr for Recurrence {
 
     /// Reads the [`Display`](fmt::Display) form; ` in <zone>` may be left out for UTC.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let malformed = || RecurrenceError::Malformed {
-            text: s.to_string(),
-        };
+        let malformed = || RecurrenceError::Malformed { text: s.to_string() };
         let text = s.trim();
         if let Some(interval) = text.strip_prefix("every ") {
             return Recurrence::every(interval);
         }
-        let quoted = text
-            .strip_prefix("cron ")
-            .ok_or_else(malformed)?
-            .trim_start();
+        let quoted = text.strip_prefix("cron ").ok_or_else(malformed)?.trim_start();
         let inner = quoted.strip_prefix('"').ok_or_else(malformed)?;
         // croner refuses quotes inside an expression, so the next quote closes it.
         let (expr, rest) = inner.split_once('"').ok_or_else(malformed)?;
@@ -553,14 +495,7 @@ impl PartialEq for Recurrence {
     fn eq(&self, other: &Self) -> bool {
         // The compiled form follows from the text, so the text decides.
         match (self, other) {
-            (
-                Recurrence::Cron {
-                    expr: a, tz: za, ..
-                },
-                Recurrence::Cron {
-                    expr: b, tz: zb, ..
-                },
-            ) => a == b && za == zb,
+            (Recurrence::Cron { expr: a, tz: za, .. }, Recurrence::Cron { expr: b, tz: zb, .. }) => a == b && za == zb,
             (Recurrence::Every(a), Recurrence::Every(b)) => a == b,
             _ => false,
         }
@@ -599,11 +534,7 @@ mod tests {
 
     /// Local rendering, to assert on the wall clock and the offset together.
     fn local(t: i64, tz: &str) -> String {
-        Timestamp::from_millisecond(t)
-            .unwrap()
-            .to_zoned(TimeZone::get(tz).unwrap())
-            .strftime("%F %T%:z")
-            .to_string()
+        Timestamp::from_millisecond(t).unwrap().to_zoned(TimeZone::get(tz).unwrap()).strftime("%F %T%:z").to_string()
     }
 
     /// Occurrences in `(from, to]`.
@@ -623,22 +554,9 @@ mod tests {
     fn on_day(rec: &Recurrence, tz: &str, day: &str) -> Vec<String> {
         let zone = TimeZone::get(tz).unwrap();
         let date: Date = day.parse().unwrap();
-        let start = date
-            .to_zoned(zone.clone())
-            .unwrap()
-            .timestamp()
-            .as_millisecond();
-        let end = date
-            .tomorrow()
-            .unwrap()
-            .to_zoned(zone)
-            .unwrap()
-            .timestamp()
-            .as_millisecond();
-        between(rec, start - 1, end - 1)
-            .into_iter()
-            .map(|t| local(t, tz))
-            .collect()
+        let start = date.to_zoned(zone.clone()).unwrap().timestamp().as_millisecond();
+        let end = date.tomorrow().unwrap().to_zoned(zone).unwrap().timestamp().as_millisecond();
+        between(rec, start - 1, end - 1).into_iter().map(|t| local(t, tz)).collect()
     }
 
     fn assert_steps(times: &[i64], step_ms: i64) {
@@ -663,25 +581,13 @@ mod tests {
             "@HOURLY",
         ] {
             let rec = Recurrence::cron(expr, None).unwrap_or_else(|e| panic!("{expr}: {e}"));
-            assert!(
-                matches!(&rec, Recurrence::Cron { tz, .. } if tz == "UTC"),
-                "{rec:?}"
-            );
+            assert!(matches!(&rec, Recurrence::Cron { tz, .. } if tz == "UTC"), "{rec:?}");
         }
         let rec = Recurrence::cron("  0   7 * *\t* ", Some("europe/paris")).unwrap();
         assert_eq!(rec.to_string(), r#"cron "0 7 * * *" in Europe/Paris"#);
-        assert_eq!(
-            Recurrence::every("1h 30m").unwrap(),
-            Recurrence::Every(Duration::from_secs(5400))
-        );
-        assert_eq!(
-            Recurrence::every("1s").unwrap(),
-            Recurrence::Every(Duration::from_secs(1))
-        );
-        assert_eq!(
-            Recurrence::every("1500ms").unwrap(),
-            Recurrence::Every(Duration::from_millis(1500))
-        );
+        assert_eq!(Recurrence::every("1h 30m").unwrap(), Recurrence::Every(Duration::from_secs(5400)));
+        assert_eq!(Recurrence::every("1s").unwrap(), Recurrence::Every(Duration::from_secs(1)));
+        assert_eq!(Recurrence::every("1500ms").unwrap(), Recurrence::Every(Duration::from_millis(1500)));
     }
 
     #[test]
@@ -719,13 +625,11 @@ mod tests {
             err(Recurrence::cron("*/0 * * * *", None)),
             r#"invalid cron expression "*/0 * * * *": minute field "*/0": step cannot be zero"#
         );
-        assert!(err(Recurrence::cron("5/15 * * * *", None)).starts_with(
-            r#"invalid cron expression "5/15 * * * *": minute field "5/15": invalid step syntax"#
-        ));
-        assert_eq!(
-            err(Recurrence::cron("  ", None)),
-            r#"invalid cron expression "  ": empty"#
+        assert!(
+            err(Recurrence::cron("5/15 * * * *", None))
+                .starts_with(r#"invalid cron expression "5/15 * * * *": minute field "5/15": invalid step syntax"#)
         );
+        assert_eq!(err(Recurrence::cron("  ", None)), r#"invalid cron expression "  ": empty"#);
         assert_eq!(
             err(Recurrence::cron("@reboot", None)),
             r#"invalid cron expression "@reboot": unknown nickname (expected @yearly, @annually, @monthly, @weekly, @daily, @hourly)"#
@@ -734,22 +638,10 @@ mod tests {
             err(Recurrence::cron("0 0 30 2 *", None)),
             r#"invalid cron expression "0 0 30 2 *": never matches any date"#
         );
-        assert_eq!(
-            err(Recurrence::cron("0 7 * * *", Some("Europe/Pariss"))),
-            r#"unknown time zone "Europe/Pariss""#
-        );
-        assert_eq!(
-            err(Recurrence::cron("0 7 * * *", Some(""))),
-            r#"unknown time zone """#
-        );
-        assert_eq!(
-            err(Recurrence::every("0s")),
-            r#"invalid interval "0s": must be at least 1s"#
-        );
-        assert_eq!(
-            err(Recurrence::every("999ms")),
-            r#"invalid interval "999ms": must be at least 1s"#
-        );
+        assert_eq!(err(Recurrence::cron("0 7 * * *", Some("Europe/Pariss"))), r#"unknown time zone "Europe/Pariss""#);
+        assert_eq!(err(Recurrence::cron("0 7 * * *", Some(""))), r#"unknown time zone """#);
+        assert_eq!(err(Recurrence::every("0s")), r#"invalid interval "0s": must be at least 1s"#);
+        assert_eq!(err(Recurrence::every("999ms")), r#"invalid interval "999ms": must be at least 1s"#);
         assert_eq!(
             err(Recurrence::every("1s 500us")),
             r#"invalid interval "1s 500us": must be a whole number of milliseconds"#
@@ -772,48 +664,30 @@ mod tests {
     #[test]
     fn display_round_trips() {
         let cases = [
-            (
-                cron("0 7 * * *", "Europe/Paris"),
-                r#"cron "0 7 * * *" in Europe/Paris"#,
-            ),
-            (
-                Recurrence::cron("@daily", None).unwrap(),
-                r#"cron "@daily" in UTC"#,
-            ),
+            (cron("0 7 * * *", "Europe/Paris"), r#"cron "0 7 * * *" in Europe/Paris"#),
+            (Recurrence::cron("@daily", None).unwrap(), r#"cron "@daily" in UTC"#),
             (
                 cron("*/10 * 9-17 * * MON-FRI", "America/New_York"),
                 r#"cron "*/10 * 9-17 * * MON-FRI" in America/New_York"#,
             ),
             (Recurrence::every("15m").unwrap(), "every 15m"),
             (Recurrence::every("1h30m").unwrap(), "every 1h 30m"),
-            (
-                Recurrence::every("1day 1s 5ms").unwrap(),
-                "every 1day 1s 5ms",
-            ),
+            (Recurrence::every("1day 1s 5ms").unwrap(), "every 1day 1s 5ms"),
             (Recurrence::every("1month").unwrap(), "every 1month"),
         ];
         for (rec, text) in cases {
             assert_eq!(rec.to_string(), text);
             assert_eq!(text.parse::<Recurrence>().unwrap(), rec, "{text}");
         }
-        assert_eq!(
-            r#"cron "0 7 * * *""#.parse::<Recurrence>().unwrap(),
-            cron("0 7 * * *", "UTC")
-        );
+        assert_eq!(r#"cron "0 7 * * *""#.parse::<Recurrence>().unwrap(), cron("0 7 * * *", "UTC"));
         assert_ne!(cron("0 7 * * *", "UTC"), cron("0 7 * * *", "Europe/Paris"));
-        assert!(matches!(
-            r#"cron "0 7 * * *" at UTC"#.parse::<Recurrence>(),
-            Err(RecurrenceError::Malformed { .. })
-        ));
+        assert!(matches!(r#"cron "0 7 * * *" at UTC"#.parse::<Recurrence>(), Err(RecurrenceError::Malformed { .. })));
 
         // serde goes through the same text.
         use serde::de::IntoDeserializer;
         use serde::de::value::{Error, StrDeserializer};
         let de: StrDeserializer<'_, Error> = "every 1h 30m".into_deserializer();
-        assert_eq!(
-            Recurrence::deserialize(de).unwrap(),
-            Recurrence::Every(Duration::from_secs(5400))
-        );
+        assert_eq!(Recurrence::deserialize(de).unwrap(), Recurrence::Every(Duration::from_secs(5400)));
         let de: StrDeserializer<'_, Error> = "every 0s".into_deserializer();
         assert_eq!(
             Recurrence::deserialize(de).unwrap_err().to_string(),
@@ -827,30 +701,15 @@ mod tests {
     #[test]
     fn next_after_utc_cron() {
         let rec = cron("0 7 * * *", "UTC");
-        assert_eq!(
-            rec.next_after(ms("2026-01-01T06:59:59.999Z")),
-            Some(ms("2026-01-01T07:00:00Z"))
-        );
+        assert_eq!(rec.next_after(ms("2026-01-01T06:59:59.999Z")), Some(ms("2026-01-01T07:00:00Z")));
         // Strictly after: an occurrence at exactly `after` is not returned again.
-        assert_eq!(
-            rec.next_after(ms("2026-01-01T07:00:00Z")),
-            Some(ms("2026-01-02T07:00:00Z"))
-        );
-        assert_eq!(
-            rec.next_after(ms("2026-01-01T07:00:00.001Z")),
-            Some(ms("2026-01-02T07:00:00Z"))
-        );
+        assert_eq!(rec.next_after(ms("2026-01-01T07:00:00Z")), Some(ms("2026-01-02T07:00:00Z")));
+        assert_eq!(rec.next_after(ms("2026-01-01T07:00:00.001Z")), Some(ms("2026-01-02T07:00:00Z")));
         let weekdays = cron("0 9 * * MON-FRI", "UTC");
         // 2026-01-02 is a Friday.
-        assert_eq!(
-            weekdays.next_after(ms("2026-01-02T09:00:00Z")),
-            Some(ms("2026-01-05T09:00:00Z"))
-        );
+        assert_eq!(weekdays.next_after(ms("2026-01-02T09:00:00Z")), Some(ms("2026-01-05T09:00:00Z")));
         let secs = cron("*/10 * * * * *", "UTC");
-        assert_eq!(
-            secs.next_after(ms("2026-01-01T00:00:05.500Z")),
-            Some(ms("2026-01-01T00:00:10Z"))
-        );
+        assert_eq!(secs.next_after(ms("2026-01-01T00:00:05.500Z")), Some(ms("2026-01-01T00:00:10Z")));
         // Before the epoch too.
         assert_eq!(cron("0 0 * * *", "UTC").next_after(-1), Some(0));
         // POSIX: day-of-month OR day-of-week when both are restricted; `+` makes it AND.
@@ -880,43 +739,22 @@ mod tests {
     #[test]
     fn daily_job_in_spring_forward_gap_runs_once_right_after_the_gap() {
         let rec = cron("30 2 * * *", "Europe/Paris");
-        assert_eq!(
-            on_day(&rec, "Europe/Paris", "2026-03-28"),
-            ["2026-03-28 02:30:00+01:00"]
-        );
-        assert_eq!(
-            on_day(&rec, "Europe/Paris", "2026-03-29"),
-            ["2026-03-29 03:00:00+02:00"]
-        );
-        assert_eq!(
-            on_day(&rec, "Europe/Paris", "2026-03-30"),
-            ["2026-03-30 02:30:00+02:00"]
-        );
+        assert_eq!(on_day(&rec, "Europe/Paris", "2026-03-28"), ["2026-03-28 02:30:00+01:00"]);
+        assert_eq!(on_day(&rec, "Europe/Paris", "2026-03-29"), ["2026-03-29 03:00:00+02:00"]);
+        assert_eq!(on_day(&rec, "Europe/Paris", "2026-03-30"), ["2026-03-30 02:30:00+02:00"]);
         let rec = cron("30 2 * * *", "America/New_York");
-        assert_eq!(
-            on_day(&rec, "America/New_York", "2026-03-08"),
-            ["2026-03-08 03:00:00-04:00"]
-        );
+        assert_eq!(on_day(&rec, "America/New_York", "2026-03-08"), ["2026-03-08 03:00:00-04:00"]);
     }
 
     #[test]
     fn daily_job_in_fall_back_fold_runs_once_on_the_first_pass() {
         let rec = cron("30 2 * * *", "Europe/Paris");
-        assert_eq!(
-            on_day(&rec, "Europe/Paris", "2026-10-25"),
-            ["2026-10-25 02:30:00+02:00"]
-        );
+        assert_eq!(on_day(&rec, "Europe/Paris", "2026-10-25"), ["2026-10-25 02:30:00+02:00"]);
         // Asked from inside the second pass, it does not run again that day.
-        assert_eq!(
-            rec.next_after(ms("2026-10-25T01:10:00Z")),
-            Some(ms("2026-10-26T01:30:00Z"))
-        );
+        assert_eq!(rec.next_after(ms("2026-10-25T01:10:00Z")), Some(ms("2026-10-26T01:30:00Z")));
         // New York repeats 01:00-02:00.
         let rec = cron("30 1 * * *", "America/New_York");
-        assert_eq!(
-            on_day(&rec, "America/New_York", "2026-11-01"),
-            ["2026-11-01 01:30:00-04:00"]
-        );
+        assert_eq!(on_day(&rec, "America/New_York", "2026-11-01"), ["2026-11-01 01:30:00-04:00"]);
     }
 
     #[test]
@@ -932,10 +770,7 @@ mod tests {
             ["2026-10-25 02:30:00+02:00", "2026-10-25 14:30:00+01:00"]
         );
         let rec = cron("0,30 2 * * *", "Europe/Paris");
-        assert_eq!(
-            on_day(&rec, "Europe/Paris", "2026-03-29"),
-            ["2026-03-29 03:00:00+02:00"]
-        );
+        assert_eq!(on_day(&rec, "Europe/Paris", "2026-03-29"), ["2026-03-29 03:00:00+02:00"]);
         assert_eq!(
             on_day(&rec, "Europe/Paris", "2026-10-25"),
             ["2026-10-25 02:00:00+02:00", "2026-10-25 02:30:00+02:00"]
@@ -948,31 +783,22 @@ mod tests {
         );
         assert_eq!(
             on_day(&rec, "Europe/Paris", "2026-10-25"),
-            [
-                "2026-10-25 01:00:00+02:00",
-                "2026-10-25 02:00:00+02:00",
-                "2026-10-25 03:00:00+01:00"
-            ]
+            ["2026-10-25 01:00:00+02:00", "2026-10-25 02:00:00+02:00", "2026-10-25 03:00:00+01:00"]
         );
     }
 
     #[test]
     fn hourly_job_runs_every_real_hour_across_dst() {
-        for (tz, spring, fall) in [
-            ("Europe/Paris", "2026-03-29", "2026-10-25"),
-            ("America/New_York", "2026-03-08", "2026-11-01"),
-        ] {
+        for (tz, spring, fall) in
+            [("Europe/Paris", "2026-03-29", "2026-10-25"), ("America/New_York", "2026-03-08", "2026-11-01")]
+        {
             let rec = cron("0 * * * *", tz);
             let zone = TimeZone::get(tz).unwrap();
             for (day, expected) in [(spring, 23), (fall, 25)] {
                 let runs = on_day(&rec, tz, day);
                 assert_eq!(runs.len(), expected, "{tz} {day}: {runs:?}");
                 let date: Date = day.parse().unwrap();
-                let start = date
-                    .to_zoned(zone.clone())
-                    .unwrap()
-                    .timestamp()
-                    .as_millisecond();
+                let start = date.to_zoned(zone.clone()).unwrap().timestamp().as_millisecond();
                 let instants = between(&rec, start - 1, start + (expected as i64 - 1) * 3_600_000);
                 assert_eq!(instants.len(), expected);
                 assert_steps(&instants, 3_600_000); // no duplicate, no skipped instant
@@ -980,10 +806,7 @@ mod tests {
         }
         let rec = cron("0 * * * *", "Europe/Paris");
         let fall = on_day(&rec, "Europe/Paris", "2026-10-25");
-        assert_eq!(
-            fall[2..4],
-            ["2026-10-25 02:00:00+02:00", "2026-10-25 02:00:00+01:00"]
-        );
+        assert_eq!(fall[2..4], ["2026-10-25 02:00:00+02:00", "2026-10-25 02:00:00+01:00"]);
     }
 
     #[test]
@@ -1004,27 +827,12 @@ mod tests {
         for tz in ["Europe/Paris", "America/New_York", "UTC"] {
             let rec = cron("30 2 * * *", tz);
             let zone = TimeZone::get(tz).unwrap();
-            let start = Date::new(2026, 1, 1)
-                .unwrap()
-                .to_zoned(zone.clone())
-                .unwrap()
-                .timestamp()
-                .as_millisecond();
-            let end = Date::new(2027, 1, 1)
-                .unwrap()
-                .to_zoned(zone.clone())
-                .unwrap()
-                .timestamp()
-                .as_millisecond();
+            let start = Date::new(2026, 1, 1).unwrap().to_zoned(zone.clone()).unwrap().timestamp().as_millisecond();
+            let end = Date::new(2027, 1, 1).unwrap().to_zoned(zone.clone()).unwrap().timestamp().as_millisecond();
             let runs = between(&rec, start, end);
             assert_eq!(runs.len(), 365, "{tz}");
-            let mut days: Vec<Date> = runs
-                .iter()
-                .map(|&t| {
-                    zone.to_datetime(Timestamp::from_millisecond(t).unwrap())
-                        .date()
-                })
-                .collect();
+            let mut days: Vec<Date> =
+                runs.iter().map(|&t| zone.to_datetime(Timestamp::from_millisecond(t).unwrap()).date()).collect();
             days.dedup();
             assert_eq!(days.len(), 365, "{tz}: one per local date");
         }
@@ -1038,27 +846,13 @@ mod tests {
         let out = catch_up(&rec, due, now, MissedPolicy::Latest);
         assert_eq!(
             out,
-            CatchUp {
-                run_now: vec![ms("2026-05-01T09:00:00Z")],
-                next_ms: Some(ms("2026-05-01T10:00:00Z"))
-            }
+            CatchUp { run_now: vec![ms("2026-05-01T09:00:00Z")], next_ms: Some(ms("2026-05-01T10:00:00Z")) }
         );
 
         let every = Recurrence::every("1h").unwrap();
         let due = ms("2026-05-01T00:00:07Z");
-        let out = catch_up(
-            &every,
-            due,
-            due + 9 * 3_600_000 + 1_800_000,
-            MissedPolicy::Latest,
-        );
-        assert_eq!(
-            out,
-            CatchUp {
-                run_now: vec![due + 9 * 3_600_000],
-                next_ms: Some(due + 10 * 3_600_000)
-            }
-        );
+        let out = catch_up(&every, due, due + 9 * 3_600_000 + 1_800_000, MissedPolicy::Latest);
+        assert_eq!(out, CatchUp { run_now: vec![due + 9 * 3_600_000], next_ms: Some(due + 10 * 3_600_000) });
     }
 
     #[test]
@@ -1074,12 +868,7 @@ mod tests {
         let secs = cron("* * * * * *", "UTC");
         let out = catch_up(&secs, 0, 5_000_500, MissedPolicy::All);
         assert_eq!(
-            (
-                out.run_now.len(),
-                out.run_now[0],
-                out.run_now[999],
-                out.next_ms
-            ),
+            (out.run_now.len(), out.run_now[0], out.run_now[999], out.next_ms),
             (1000, 4_001_000, 5_000_000, Some(5_001_000))
         );
 
@@ -1091,20 +880,8 @@ mod tests {
         assert_eq!(out.run_now.last(), Some(&ms("2026-06-01T00:00:00Z")));
         assert_steps(&out.run_now, 60_000);
 
-        let out = catch_up(
-            &rec3(),
-            ms("2026-05-01T00:00:00Z"),
-            ms("2026-05-01T02:00:00Z"),
-            MissedPolicy::All,
-        );
-        assert_eq!(
-            out.run_now,
-            [
-                ms("2026-05-01T00:00:00Z"),
-                ms("2026-05-01T01:00:00Z"),
-                ms("2026-05-01T02:00:00Z")
-            ]
-        );
+        let out = catch_up(&rec3(), ms("2026-05-01T00:00:00Z"), ms("2026-05-01T02:00:00Z"), MissedPolicy::All);
+        assert_eq!(out.run_now, [ms("2026-05-01T00:00:00Z"), ms("2026-05-01T01:00:00Z"), ms("2026-05-01T02:00:00Z")]);
         assert_eq!(out.next_ms, Some(ms("2026-05-01T03:00:00Z")));
     }
 
@@ -1116,31 +893,13 @@ mod tests {
     fn catch_up_skip_runs_only_an_occurrence_within_the_grace() {
         let due = ms("2026-05-01T00:00:00Z");
         let out = catch_up(&rec3(), due, ms("2026-05-01T09:30:00Z"), MissedPolicy::Skip);
-        assert_eq!(
-            out,
-            CatchUp {
-                run_now: vec![],
-                next_ms: Some(ms("2026-05-01T10:00:00Z"))
-            }
-        );
+        assert_eq!(out, CatchUp { run_now: vec![], next_ms: Some(ms("2026-05-01T10:00:00Z")) });
         // A poll 5s late is on time, not missed.
         let out = catch_up(&rec3(), due, due + 5_000, MissedPolicy::Skip);
-        assert_eq!(
-            out,
-            CatchUp {
-                run_now: vec![due],
-                next_ms: Some(ms("2026-05-01T01:00:00Z"))
-            }
-        );
+        assert_eq!(out, CatchUp { run_now: vec![due], next_ms: Some(ms("2026-05-01T01:00:00Z")) });
         let every = Recurrence::every("10m").unwrap();
         let out = catch_up(&every, due, due + 35 * 60_000, MissedPolicy::Skip);
-        assert_eq!(
-            out,
-            CatchUp {
-                run_now: vec![],
-                next_ms: Some(due + 40 * 60_000)
-            }
-        );
+        assert_eq!(out, CatchUp { run_now: vec![], next_ms: Some(due + 40 * 60_000) });
     }
 
     #[test]
@@ -1149,23 +908,9 @@ mod tests {
         for policy in [MissedPolicy::Latest, MissedPolicy::All, MissedPolicy::Skip] {
             for rec in [rec3(), Recurrence::every("1h").unwrap()] {
                 let out = catch_up(&rec, due, due - 1, policy);
-                assert_eq!(
-                    out,
-                    CatchUp {
-                        run_now: vec![],
-                        next_ms: Some(due)
-                    },
-                    "{rec} {policy:?}"
-                );
+                assert_eq!(out, CatchUp { run_now: vec![], next_ms: Some(due) }, "{rec} {policy:?}");
                 let out = catch_up(&rec, due, due, policy);
-                assert_eq!(
-                    out,
-                    CatchUp {
-                        run_now: vec![due],
-                        next_ms: Some(due + 3_600_000)
-                    },
-                    "{rec} {policy:?}"
-                );
+                assert_eq!(out, CatchUp { run_now: vec![due], next_ms: Some(due + 3_600_000) }, "{rec} {policy:?}");
             }
         }
     }
@@ -1177,10 +922,7 @@ mod tests {
             let rec = cron(expr, "Europe/Paris");
             let all = catch_up(&rec, due, now, MissedPolicy::All);
             assert_eq!(all.run_now, between(&rec, due - 1, now), "{expr}");
-            assert!(
-                !all.run_now.contains(&ms("2026-10-25T01:30:00Z")),
-                "{expr}: no second 02:30"
-            );
+            assert!(!all.run_now.contains(&ms("2026-10-25T01:30:00Z")), "{expr}: no second 02:30");
         }
         // The latest missed one is found even when croner's latest is the dropped second pass.
         let rec = cron("30 2,14 * * *", "Europe/Paris");
@@ -1204,14 +946,8 @@ mod tests {
         "15 2 L * *",
         "0 0-23/5 * * *",
     ];
-    const ZONES: [&str; 6] = [
-        "UTC",
-        "Europe/Paris",
-        "America/New_York",
-        "Australia/Lord_Howe",
-        "America/Santiago",
-        "Asia/Kolkata",
-    ];
+    const ZONES: [&str; 6] =
+        ["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "Asia/Kolkata"];
 
     #[test]
     fn property_next_after_is_strictly_increasing() {
@@ -1219,16 +955,12 @@ mod tests {
         for expr in EXPRS {
             for tz in ZONES {
                 let rec = cron(expr, tz);
-                let Recurrence::Cron { compiled, .. } = &rec else {
-                    unreachable!()
-                };
+                let Recurrence::Cron { compiled, .. } = &rec else { unreachable!() };
                 let zone = TimeZone::get(tz).unwrap();
                 let mut t = start;
                 let mut wall = zone.to_datetime(Timestamp::from_millisecond(t).unwrap());
                 for i in 0..2000 {
-                    let n = rec
-                        .next_after(t)
-                        .unwrap_or_else(|| panic!("{expr} {tz}: ended at {i}"));
+                    let n = rec.next_after(t).unwrap_or_else(|| panic!("{expr} {tz}: ended at {i}"));
                     assert!(n > t, "{expr} in {tz}: {n} after {t}");
                     if compiled.wall_clock {
                         // A wall-clock job never repeats a wall-clock time.
@@ -1271,11 +1003,7 @@ mod tests {
                     assert_eq!(out.run_now, expected[keep..], "{expr} in {tz}");
                     assert_eq!(out.next_ms, rec.next_after(to), "{expr} in {tz}");
                     let latest = catch_up(&rec, due, to, MissedPolicy::Latest);
-                    assert_eq!(
-                        latest.run_now,
-                        expected[expected.len() - 1..],
-                        "{expr} in {tz}"
-                    );
+                    assert_eq!(latest.run_now, expected[expected.len() - 1..], "{expr} in {tz}");
                 }
             }
         }

@@ -146,7 +146,12 @@ impl Registry {
                     let values = values.get(task_type).cloned().unwrap_or_default();
                     let plugin_name = file_stem(file);
                     let handler = Handler::new(component.clone(), plugin_name, &policy, values);
-                    let entry = Entry { handler: Arc::new(handler), policy, file: file.clone(), hash: component.hash().to_owned() };
+                    let entry = Entry {
+                        handler: Arc::new(handler),
+                        policy,
+                        file: file.clone(),
+                        hash: component.hash().to_owned(),
+                    };
                     next.insert(task_type.clone(), Arc::new(entry));
                 }
                 kept.insert(file.clone(), component);

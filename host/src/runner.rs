@@ -267,7 +267,9 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
             continue;
         }
         match runner.store.release(task_type, &leases).await {
-            Ok(n) => warn!(task_type = %task_type, handed_back = n, "leases of unfinished tasks handed back: due now for any host"),
+            Ok(n) => {
+                warn!(task_type = %task_type, handed_back = n, "leases of unfinished tasks handed back: due now for any host")
+            }
             Err(e) => error!(task_type = %task_type, "cannot hand leases back, they will expire: {e:#}"),
         }
     }

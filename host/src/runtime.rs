@@ -35,8 +35,8 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use check::CheckReport;
-pub(crate) use outgoing::tls_connector;
 pub use handler::{Failure, Handler, Limits, TaskRun};
+pub(crate) use outgoing::tls_connector;
 pub use state::{HostBudget, LOG_CAP, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
 
 use state::HostState;
@@ -375,7 +375,10 @@ struct ComponentInner {
 
 impl fmt::Debug for Component {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Component").field("path", &self.inner.path).field("hash", &self.inner.hash).finish_non_exhaustive()
+        f.debug_struct("Component")
+            .field("path", &self.inner.path)
+            .field("hash", &self.inner.hash)
+            .finish_non_exhaustive()
     }
 }
 

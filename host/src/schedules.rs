@@ -155,13 +155,19 @@ struct Stored {
 impl Definition {
     /// The text stored in Redis.
     pub fn stored(&self) -> String {
-        let stored = Stored { rule: self.rule.to_string(), payload: self.payload.clone(), missed: self.missed, source: self.source };
+        let stored = Stored {
+            rule: self.rule.to_string(),
+            payload: self.payload.clone(),
+            missed: self.missed,
+            source: self.source,
+        };
         serde_json::to_string(&stored).unwrap_or_default()
     }
 
     /// Reads what [`Definition::stored`] wrote.
     pub fn from_stored(task_type: &TaskType, name: &str, text: &str) -> Result<Definition> {
-        let stored: Stored = serde_json::from_str(text).with_context(|| format!("schedule {task_type}/{name}: bad definition in Redis"))?;
+        let stored: Stored = serde_json::from_str(text)
+            .with_context(|| format!("schedule {task_type}/{name}: bad definition in Redis"))?;
         Ok(Definition {
             name: name.parse().map_err(anyhow::Error::msg)?,
             task_type: task_type.clone(),
@@ -200,7 +206,16 @@ impl Definition {
         let now = crate::clock::now_ms();
         // The first occurrence after now (an interval starts one interval from now).
         let times = self.times_after(now, now);
-        store.recur_put(&self.task_type, self.name.as_str(), &self.stored(), self.policy(), self.payload.as_bytes(), &times).await
+        store
+            .recur_put(
+                &self.task_type,
+                self.name.as_str(),
+                &self.stored(),
+                self.policy(),
+                self.payload.as_bytes(),
+                &times,
+            )
+            .await
     }
 }
 
@@ -211,7 +226,10 @@ fn caught_len(times: &[i64], now_ms: i64) -> usize {
 
 /// Puts the schedules of `config` into Redis and removes the config-made
 /// ones it no longer has; returns how many changed.
-pub async fn apply_config(store: &Store, config: &BTreeMap<ScheduleName, crate::schedules::ScheduleConfig>) -> Result<usize> {
+pub async fn apply_config(
+    store: &Store,
+    config: &BTreeMap<ScheduleName, crate::schedules::ScheduleConfig>,
+) -> Result<usize> {
     let mut changed = 0;
     let mut wanted: BTreeSet<(TaskType, String)> = BTreeSet::new();
     for (name, schedule) in config {

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 use crate::config::Config;
 use crate::task_type::TaskType;
@@ -51,7 +51,9 @@ impl ConfigValue {
                 }
             },
             ConfigValue::File(path) => match std::fs::read_to_string(path) {
-                Ok(v) => Ok(v.strip_suffix('\n').map(|v| v.strip_suffix('\r').unwrap_or(v)).unwrap_or(v.as_str()).to_owned()),
+                Ok(v) => {
+                    Ok(v.strip_suffix('\n').map(|v| v.strip_suffix('\r').unwrap_or(v)).unwrap_or(v.as_str()).to_owned())
+                }
                 Err(e) => bail!("{place}: cannot read secret file {}: {e}", path.display()),
             },
         }
@@ -199,10 +201,7 @@ mod tests {
         let text = "[types.\"webhook\"]\nconfig = { token = { env = \"HOURGLASS_SURELY_NOT_SET_42\" } }\n";
         let c = Config::parse(text, "runner.toml").unwrap();
         let err = format!("{:#}", resolve_all(&c).unwrap_err());
-        assert_eq!(
-            err,
-            "types.\"webhook\".config.token: environment variable HOURGLASS_SURELY_NOT_SET_42 is not set"
-        );
+        assert_eq!(err, "types.\"webhook\".config.token: environment variable HOURGLASS_SURELY_NOT_SET_42 is not set");
     }
 
     #[test]

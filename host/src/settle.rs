@@ -94,8 +94,10 @@ impl Runner {
             let mut committed_followups = false;
             for (s, r) in batch.iter().zip(&results) {
                 match (r, &s.outcome) {
-                    (SettleResult::Fenced, _) => warn!(task_type = %task_type, task_id = %clean_id(&s.id), attempt = s.run.attempt,
-                        "outcome ignored: the lease had expired and the task was claimed again"),
+                    (SettleResult::Fenced, _) => {
+                        warn!(task_type = %task_type, task_id = %clean_id(&s.id), attempt = s.run.attempt,
+                        "outcome ignored: the lease had expired and the task was claimed again")
+                    }
                     (SettleResult::Settled, Outcome::Ack { followups }) => committed_followups |= !followups.is_empty(),
                     _ => {}
                 }

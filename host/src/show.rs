@@ -30,7 +30,11 @@ pub fn headline(v: &TaskView) -> String {
                 format!("lease until {} (in {})", format_ms(until), span(until - v.now_ms))
             } else {
                 // Its host stopped renewing it: the next claim of the type makes it due again.
-                format!("lease expired at {} ({} ago): its host is gone, it runs again at the next claim", format_ms(until), span(v.now_ms - until))
+                format!(
+                    "lease expired at {} ({} ago): its host is gone, it runs again at the next claim",
+                    format_ms(until),
+                    span(v.now_ms - until)
+                )
             };
             format!("running on host {host}, attempt {}, {lease_text}", lease.attempt)
         }

@@ -62,12 +62,12 @@ use anyhow::{Context, Result, bail};
 
 pub use conn::{ClusterNode, Conn, parse_cluster_nodes, redact_url};
 pub use keys::Keys;
-pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
+pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
 pub use tasks::{
-    Cancelled, Claim, ClaimLimits, Extended, Outcome, OutboxFlush, RunInfo, ScheduleMode, SettleResult, Settlement,
+    Cancelled, Claim, ClaimLimits, Extended, OutboxFlush, Outcome, RunInfo, ScheduleMode, SettleResult, Settlement,
     decode_followup, encode_followup,
 };
 
@@ -115,7 +115,10 @@ impl Store {
             match tokio::time::timeout(CONNECT_TIMEOUT * 2, cluster.get_async_connection()).await {
                 Ok(Ok(conn)) => Conn(ConnKind::Cluster(conn)),
                 Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
-                Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(&client, target, CONNECT_TIMEOUT * 2).await),
+                Err(_) => bail!(
+                    "cannot connect to Redis at {shown}: {}",
+                    why_no_answer(&client, target, CONNECT_TIMEOUT * 2).await
+                ),
             }
         } else {
             Conn(ConnKind::Single(conn::single(&client, &shown, target).await?))

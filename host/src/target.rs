@@ -95,9 +95,9 @@ impl Target {
         let username = env(USERNAME_ENV).or_else(|| config.username.clone());
         let password = env(PASSWORD_ENV).map(Secret).or_else(|| config.password.clone());
         let ca = match &config.ca_file {
-            Some(path) => Some(
-                std::fs::read(path).with_context(|| format!("cannot read redis.ca_file {}", path.display()))?,
-            ),
+            Some(path) => {
+                Some(std::fs::read(path).with_context(|| format!("cannot read redis.ca_file {}", path.display()))?)
+            }
             None => None,
         };
         let target = Target { nodes, cluster, username, password, ca, ca_file: config.ca_file.clone() };
@@ -160,7 +160,8 @@ impl Target {
             Some(certs) => redis::Client::build_with_tls(info, certs),
             None => redis::Client::open(info),
         };
-        client.map_err(|e| anyhow!("cannot set up the Redis client for {}: {}", self.shown(), self.scrub(&e.to_string())))
+        client
+            .map_err(|e| anyhow!("cannot set up the Redis client for {}: {}", self.shown(), self.scrub(&e.to_string())))
     }
 
     /// A client of the single server, or of the first seed of a cluster.
@@ -181,7 +182,11 @@ impl Target {
     }
 
     /// A cluster client over the seed nodes.
-    pub fn cluster_client(&self, connect_timeout: Duration, response_timeout: Duration) -> Result<redis::cluster::ClusterClient> {
+    pub fn cluster_client(
+        &self,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<redis::cluster::ClusterClient> {
         install_crypto_provider();
         let seeds = self.nodes.iter().map(|u| self.info(u)).collect::<Result<Vec<_>>>()?;
         let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
@@ -193,7 +198,9 @@ impl Target {
         if let Some(certs) = self.certificates() {
             builder = builder.certs(certs);
         }
-        builder.build().map_err(|e| anyhow!("cannot set up the cluster client for {}: {}", self.shown(), self.scrub(&e.to_string())))
+        builder.build().map_err(|e| {
+            anyhow!("cannot set up the cluster client for {}: {}", self.shown(), self.scrub(&e.to_string()))
+        })
     }
 
     /// `text` with every URL and the password replaced by safe forms.
@@ -236,11 +243,8 @@ fn split_cluster_url(url: &str) -> Result<(Vec<String>, bool)> {
         None => ("", rest),
     };
     let hosts = hosts.trim_end_matches('/');
-    let nodes: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("{scheme}://{auth}{h}{query}"))
-        .collect();
+    let nodes: Vec<String> =
+        hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{scheme}://{auth}{h}{query}")).collect();
     if nodes.is_empty() {
         bail!("{} names no cluster node", redact_url(url));
     }

@@ -23,11 +23,7 @@ pub struct InvalidTaskType {
 
 impl fmt::Display for InvalidTaskType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid task type {:?}: {} (allowed: [a-z0-9][a-z0-9._-]{{0,63}})",
-            self.name, self.reason
-        )
+        write!(f, "invalid task type {:?}: {} (allowed: [a-z0-9][a-z0-9._-]{{0,63}})", self.name, self.reason)
     }
 }
 

@@ -50,10 +50,8 @@ const BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 pub fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new()
-            .set_buckets(BUCKETS)
-            .expect("the bucket list is not empty")
-            .build_recorder();
+        let recorder =
+            PrometheusBuilder::new().set_buckets(BUCKETS).expect("the bucket list is not empty").build_recorder();
         let handle = recorder.handle();
         // Fails only when another recorder is installed (an embedding program's): then ours stays empty.
         if metrics::set_global_recorder(recorder).is_err() {
@@ -78,10 +76,20 @@ fn describe() {
     describe_histogram!("hourglass_task_duration_seconds", Unit::Seconds, "Handler run time.");
     describe_counter!("hourglass_redis_errors_total", "Redis calls that failed.");
     describe_gauge!("hourglass_type_paused", "1 while the type is paused (hourglass pause): nothing of it is claimed.");
-    describe_gauge!("hourglass_type_faulted", "1 while a type's keys hold bad data and its tasks wait (see the log for the key and the fix).");
-    describe_gauge!("hourglass_tasks_due", "Tasks due now and not yet claimed, Redis-wide (sampled every few seconds; every host reports the same value).");
+    describe_gauge!(
+        "hourglass_type_faulted",
+        "1 while a type's keys hold bad data and its tasks wait (see the log for the key and the fix)."
+    );
+    describe_gauge!(
+        "hourglass_tasks_due",
+        "Tasks due now and not yet claimed, Redis-wide (sampled every few seconds; every host reports the same value)."
+    );
     describe_gauge!("hourglass_tasks_scheduled", "Tasks due later, Redis-wide (sampled every few seconds).");
-    describe_gauge!("hourglass_oldest_due_age_seconds", Unit::Seconds, "Now minus the due time of the oldest task due and not yet claimed; 0 when none (sampled).");
+    describe_gauge!(
+        "hourglass_oldest_due_age_seconds",
+        Unit::Seconds,
+        "Now minus the due time of the oldest task due and not yet claimed; 0 when none (sampled)."
+    );
     describe_counter!("hourglass_plugin_loads_total", "Plugin versions compiled and loaded.");
     describe_counter!("hourglass_plugin_reload_failures_total", "Plugin files that could not be loaded.");
     describe_gauge!("hourglass_plugin_info", "1 for the plugin version (hash) serving now, 0 for replaced ones.");

@@ -20,7 +20,9 @@ use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
+};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -61,7 +63,8 @@ impl TelemetryConfig {
 
 /// `<endpoint>/v1/traces`, or why the endpoint is not a collector URL.
 fn traces_url(endpoint: &str) -> Result<String> {
-    let bad = |why: &str| anyhow::anyhow!("telemetry.otlp_endpoint = {endpoint:?} {why}, like \"http://collector:4318\"");
+    let bad =
+        |why: &str| anyhow::anyhow!("telemetry.otlp_endpoint = {endpoint:?} {why}, like \"http://collector:4318\"");
     let uri: http::Uri = endpoint.parse().map_err(|_| bad("is not a URL"))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(bad("must start with http:// or https://"));
@@ -152,7 +155,13 @@ pub fn batch<'a>(store: &Store, mut tasks: impl Iterator<Item = &'a ClaimedTask>
     let first = tasks.next()?;
     let mut ids = vec![first.id.clone()];
     ids.extend(tasks.map(|t| t.id.clone()));
-    Some(Arc::new(Batch { traces, store: store.clone(), task_type: first.task_type.clone(), ids, parents: OnceCell::new() }))
+    Some(Arc::new(Batch {
+        traces,
+        store: store.clone(),
+        task_type: first.task_type.clone(),
+        ids,
+        parents: OnceCell::new(),
+    }))
 }
 
 impl Batch {
@@ -236,7 +245,15 @@ pub fn http_request(parent: &SpanContext, request: &mut http::Request<impl Sized
         KeyValue::new("http.request.method", request.method().as_str().to_owned()),
         KeyValue::new("server.address", uri.host().unwrap_or_default().to_owned()),
         // No query: it may carry secrets.
-        KeyValue::new("url.full", format!("{}://{}{}", uri.scheme_str().unwrap_or("http"), uri.authority().map_or("", |a| a.as_str()), uri.path())),
+        KeyValue::new(
+            "url.full",
+            format!(
+                "{}://{}{}",
+                uri.scheme_str().unwrap_or("http"),
+                uri.authority().map_or("", |a| a.as_str()),
+                uri.path()
+            ),
+        ),
     ];
     if let Some(port) = uri.port_u16() {
         attributes.push(KeyValue::new("server.port", i64::from(port)));
@@ -320,7 +337,8 @@ async fn exchange<S>(stream: S, request: http::Request<Full<Bytes>>) -> Result<R
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream)).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -338,7 +356,12 @@ mod tests {
     fn endpoints_are_collector_urls() {
         assert_eq!(traces_url("http://collector:4318").unwrap(), "http://collector:4318/v1/traces");
         assert_eq!(traces_url("https://otel.example/base/").unwrap(), "https://otel.example/base/v1/traces");
-        for (bad, why) in [("collector:4318", "http://"), ("ftp://x", "http://"), ("http://x/?a=1", "query"), ("not a url", "not a URL")] {
+        for (bad, why) in [
+            ("collector:4318", "http://"),
+            ("ftp://x", "http://"),
+            ("http://x/?a=1", "query"),
+            ("not a url", "not a URL"),
+        ] {
             let e = traces_url(bad).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("telemetry.otlp_endpoint"), "{bad}: {e}");
         }

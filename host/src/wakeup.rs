@@ -79,7 +79,9 @@ pub async fn start(
         anyhow::Ok(how)
     };
     match enabled.await {
-        Ok(how) if store.target().is_cluster() => info!("wake-up mode: keyspace notifications on every cluster master ({how})"),
+        Ok(how) if store.target().is_cluster() => {
+            info!("wake-up mode: keyspace notifications on every cluster master ({how})")
+        }
         Ok(how) => info!("wake-up mode: keyspace notifications ({how})"),
         Err(e) if mode == WakeupMode::Notify => {
             bail!("runner.wakeup = \"notify\" but keyspace notifications cannot be used: {e:#}")

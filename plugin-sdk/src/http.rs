@@ -110,10 +110,7 @@ impl Response {
 
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// `Retry-After` in milliseconds, when it is given in seconds.
@@ -178,12 +175,7 @@ pub fn post_json<T: serde::Serialize + ?Sized>(
 impl Request {
     /// A request with no headers and an empty body.
     pub fn new(method: Method, url: impl Into<String>) -> Request {
-        Request {
-            method,
-            url: url.into(),
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
+        Request { method, url: url.into(), headers: Vec::new(), body: Vec::new() }
     }
 
     /// Adds a header.
@@ -210,37 +202,24 @@ impl Request {
     /// Sends the request and reads the whole response; blocks until done.
     pub fn send(self) -> Result<Response, HttpError> {
         let url = Url::parse(&self.url)?;
-        let err = |kind, what: String| HttpError {
-            kind,
-            message: format!("{} {}: {what}", self.method_name(), url.shown),
-        };
+        let err =
+            |kind, what: String| HttpError { kind, message: format!("{} {}: {what}", self.method_name(), url.shown) };
         let invalid = |what: &str| err(ErrorKind::InvalidRequest, what.to_owned());
 
-        let mut entries: Vec<(String, Vec<u8>)> = self
-            .headers
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
-            .collect();
+        let mut entries: Vec<(String, Vec<u8>)> =
+            self.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec())).collect();
         // A known length instead of chunked encoding, which some servers refuse.
         let has_body = !self.body.is_empty() || matches!(self.method, Method::Post | Method::Put | Method::Patch);
         if has_body && !entries.iter().any(|(k, _)| k == "content-length") {
             entries.push(("content-length".into(), self.body.len().to_string().into_bytes()));
         }
-        let fields = wt::Fields::from_list(&entries)
-            .map_err(|e| invalid(&format!("invalid or forbidden header: {e:?}")))?;
+        let fields =
+            wt::Fields::from_list(&entries).map_err(|e| invalid(&format!("invalid or forbidden header: {e:?}")))?;
         let request = wt::OutgoingRequest::new(fields);
-        request
-            .set_method(&self.wit_method())
-            .map_err(|()| invalid("invalid method"))?;
-        request
-            .set_scheme(Some(&url.scheme))
-            .map_err(|()| invalid("invalid scheme"))?;
-        request
-            .set_authority(Some(&url.authority))
-            .map_err(|()| invalid("invalid host"))?;
-        request
-            .set_path_with_query(Some(&url.path))
-            .map_err(|()| invalid("invalid path"))?;
+        request.set_method(&self.wit_method()).map_err(|()| invalid("invalid method"))?;
+        request.set_scheme(Some(&url.scheme)).map_err(|()| invalid("invalid scheme"))?;
+        request.set_authority(Some(&url.authority)).map_err(|()| invalid("invalid host"))?;
+        request.set_path_with_query(Some(&url.path)).map_err(|()| invalid("invalid path"))?;
         let body = request.body().map_err(|()| invalid("body already taken"))?;
 
         let future = outgoing_handler::handle(request, None).map_err(|c| err(kind_of(&c), describe(&c)))?;
@@ -274,20 +253,12 @@ impl Request {
         let status = response.status();
         let headers = {
             let fields = response.headers();
-            fields
-                .entries()
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                .collect()
+            fields.entries().into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned())).collect()
         };
-        let incoming = response
-            .consume()
-            .map_err(|()| err(ErrorKind::Network, "body already taken".into()))?;
+        let incoming = response.consume().map_err(|()| err(ErrorKind::Network, "body already taken".into()))?;
         let mut data = Vec::new();
         {
-            let stream = incoming
-                .stream()
-                .map_err(|()| err(ErrorKind::Network, "body stream already taken".into()))?;
+            let stream = incoming.stream().map_err(|()| err(ErrorKind::Network, "body stream already taken".into()))?;
             loop {
                 match stream.blocking_read(64 * 1024) {
                     Ok(chunk) => data.extend_from_slice(&chunk),
@@ -309,12 +280,12 @@ impl Request {
                             }
                         };
                         let what = match kind {
-                            ErrorKind::TooLarge => format!(
-                                "response body cut off: over the http_max_response limit ({what})"
-                            ),
-                            ErrorKind::Timeout => format!(
-                                "response body timed out: http_timeout or the task deadline passed ({what})"
-                            ),
+                            ErrorKind::TooLarge => {
+                                format!("response body cut off: over the http_max_response limit ({what})")
+                            }
+                            ErrorKind::Timeout => {
+                                format!("response body timed out: http_timeout or the task deadline passed ({what})")
+                            }
                             _ => format!("reading the response body failed: {what}"),
                         };
                         return Err(err(kind, what));
@@ -324,11 +295,7 @@ impl Request {
         }
         drop(wt::IncomingBody::finish(incoming));
         drop(response);
-        Ok(Response {
-            status,
-            headers,
-            body: data,
-        })
+        Ok(Response { status, headers, body: data })
     }
 
     fn wit_method(&self) -> wt::Method {
@@ -358,9 +325,11 @@ fn kind_of(code: &wt::ErrorCode) -> ErrorKind {
     use wt::ErrorCode as C;
     match code {
         C::HttpRequestDenied | C::DestinationIpProhibited => ErrorKind::Denied,
-        C::DnsTimeout | C::ConnectionTimeout | C::ConnectionReadTimeout | C::ConnectionWriteTimeout | C::HttpResponseTimeout => {
-            ErrorKind::Timeout
-        }
+        C::DnsTimeout
+        | C::ConnectionTimeout
+        | C::ConnectionReadTimeout
+        | C::ConnectionWriteTimeout
+        | C::HttpResponseTimeout => ErrorKind::Timeout,
         C::HttpResponseBodySize(_) => ErrorKind::TooLarge,
         C::HttpRequestUriInvalid | C::HttpRequestMethodInvalid | C::HttpRequestUriTooLong => ErrorKind::InvalidRequest,
         _ => ErrorKind::Network,
@@ -421,11 +390,6 @@ impl Url {
             p => p.to_owned(),
         };
         let shown = url.split(['?', '#']).next().unwrap_or(url).to_owned();
-        Ok(Url {
-            scheme,
-            authority: authority.to_owned(),
-            path,
-            shown,
-        })
+        Ok(Url { scheme, authority: authority.to_owned(), path, shown })
     }
 }

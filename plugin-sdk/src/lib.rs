@@ -194,10 +194,7 @@ pub fn config(key: &str) -> Option<String> {
 
 /// The current time in ms since the Unix epoch (the guest's wall clock, from the host).
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Logs at [`Level::Trace`], with `format!` arguments.

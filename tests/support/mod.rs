@@ -169,8 +169,7 @@ impl Host {
         } else {
             format!("[runner]\n{cache_line}{config}")
         };
-        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}\n"))
-            .unwrap();
+        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}\n")).unwrap();
         let mut host = Host { child: None, log: dir.path().join("host.log"), dir };
         host.spawn();
         host
@@ -266,12 +265,14 @@ impl Drop for Host {
 
 /// A task written as a client would: `ZADD hourglass:{type}:due <due_ms> <id>`.
 pub fn zadd(conn: &mut redis::Connection, task_type: &str, id: &str, due_ms: i64) {
-    let _: () = redis::cmd("ZADD").arg(format!("hourglass:{{{task_type}}}:due")).arg(due_ms).arg(id).query(conn).unwrap();
+    let _: () =
+        redis::cmd("ZADD").arg(format!("hourglass:{{{task_type}}}:due")).arg(due_ms).arg(id).query(conn).unwrap();
 }
 
 /// A task's payload: `HSET hourglass:{type}:payload <id> <body>`.
 pub fn payload(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
-    let _: () = redis::cmd("HSET").arg(format!("hourglass:{{{task_type}}}:payload")).arg(id).arg(body).query(conn).unwrap();
+    let _: () =
+        redis::cmd("HSET").arg(format!("hourglass:{{{task_type}}}:payload")).arg(id).arg(body).query(conn).unwrap();
 }
 
 /// A task due now, with its payload unless `body` is empty.
@@ -347,7 +348,9 @@ impl RunNow for hourglass::runtime::Handler {
 /// One multi-threaded tokio runtime per test binary, for blocking on futures from test threads.
 pub fn tokio_runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime"))
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+    })
 }
 
 // --- a tiny HTTP/1.1 client for the admin server --------------------------
@@ -397,11 +400,8 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
-    let body = if headers.get("transfer-encoding").is_some_and(|v| v == "chunked") {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
+    let body =
+        if headers.get("transfer-encoding").is_some_and(|v| v == "chunked") { dechunk(body) } else { body.to_owned() };
     Response { status, headers, body }
 }
 
@@ -434,4 +434,3 @@ pub fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
         (metric == name && labels.iter().all(|p| rest.contains(p))).then(|| value.parse().ok())?
     })
 }
-

@@ -97,13 +97,17 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
             let (ok_rate, fail_rate) = match history.rates(t) {
                 Some((ok, failed, span)) => {
                     let title = format!("over the last {}s", span.as_secs());
-                    (format!("<span title=\"{title}\">{ok:.1}</span>"), format!("<span title=\"{title}\">{failed:.1}</span>"))
+                    (
+                        format!("<span title=\"{title}\">{ok:.1}</span>"),
+                        format!("<span title=\"{title}\">{failed:.1}</span>"),
+                    )
                 }
                 None => ("–".to_owned(), "–".to_owned()),
             };
-            let plugin = state.registry.get(t).map_or("<span class=bad>none</span>".to_owned(), |e| {
-                format!("<code>{}</code>", esc(&e.hash))
-            });
+            let plugin = state
+                .registry
+                .get(t)
+                .map_or("<span class=bad>none</span>".to_owned(), |e| format!("<code>{}</code>", esc(&e.hash)));
             let class = if Some(t) == selected.as_ref() { " class=selected" } else { "" };
             let _ = write!(
                 h,
@@ -131,10 +135,20 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
     if let Some(t) = &selected {
         // One type's broken keys must not take the page down: say so in its place.
         if let Err(e) = chart(state, t, &mut h).await {
-            let _ = write!(h, "<section><p class=bad>Cannot chart {}: {}</p></section>", esc(t.as_str()), esc(&format!("{e:#}")));
+            let _ = write!(
+                h,
+                "<section><p class=bad>Cannot chart {}: {}</p></section>",
+                esc(t.as_str()),
+                esc(&format!("{e:#}"))
+            );
         }
         if let Err(e) = dead_letters(state, t, &mut h).await {
-            let _ = write!(h, "<section><p class=bad>Cannot list the dead letters of {}: {}</p></section>", esc(t.as_str()), esc(&format!("{e:#}")));
+            let _ = write!(
+                h,
+                "<section><p class=bad>Cannot list the dead letters of {}: {}</p></section>",
+                esc(t.as_str()),
+                esc(&format!("{e:#}"))
+            );
         }
     }
     recent(&mut h);
@@ -172,7 +186,11 @@ async fn schedules(state: &AdminState, h: &mut String) {
     let listed = match crate::schedules::list(&state.store).await {
         Ok(listed) => listed,
         Err(e) => {
-            let _ = write!(h, "<section><h2>Recurring schedules</h2><p class=bad>Cannot read them: {}</p></section>", esc(&format!("{e:#}")));
+            let _ = write!(
+                h,
+                "<section><h2>Recurring schedules</h2><p class=bad>Cannot read them: {}</p></section>",
+                esc(&format!("{e:#}"))
+            );
             return;
         }
     };

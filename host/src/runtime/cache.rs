@@ -41,7 +41,10 @@ impl CompileCache {
         let now = SystemTime::now();
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
-            let stale = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).unwrap_or_default() > PRUNE_AFTER);
+            let stale = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > PRUNE_AFTER);
             if stale && path.extension().is_some_and(|e| e == "cwasm") {
                 let _ = std::fs::remove_file(&path);
             }
@@ -71,7 +74,10 @@ impl CompileCache {
         match self.store(&file, &compiled).and_then(|()| map(engine, &file)) {
             Ok(component) => Ok(component),
             Err(e) => {
-                tracing::warn!("compiled plugin kept in memory: cannot use the cache folder {}: {e:#}", self.dir.display());
+                tracing::warn!(
+                    "compiled plugin kept in memory: cannot use the cache folder {}: {e:#}",
+                    self.dir.display()
+                );
                 // SAFETY: `compiled` was produced by `precompile_component` of this very engine just above.
                 unsafe { Component::deserialize(engine, &compiled) }
             }

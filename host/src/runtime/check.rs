@@ -36,20 +36,11 @@ impl CheckReport {
         typed_error: Option<String>,
     ) -> CheckReport {
         let ty = wasm.component_type();
-        let imports: Vec<String> = ty
-            .imports(engine)
-            .map(|(name, e)| describe(engine, name, &e.ty))
-            .collect();
+        let imports: Vec<String> = ty.imports(engine).map(|(name, e)| describe(engine, name, &e.ty)).collect();
         let export_names: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
-        let exports: Vec<String> = ty
-            .exports(engine)
-            .map(|(name, e)| describe(engine, name, &e.ty))
-            .collect();
+        let exports: Vec<String> = ty.exports(engine).map(|(name, e)| describe(engine, name, &e.ty)).collect();
 
-        let has_handle = matches!(
-            ty.get_export(engine, "handle").map(|e| e.ty),
-            Some(ComponentItem::ComponentFunc(_))
-        );
+        let has_handle = matches!(ty.get_export(engine, "handle").map(|e| e.ty), Some(ComponentItem::ComponentFunc(_)));
         let mut problems = Vec::new();
         if !has_handle {
             problems.push(format!("does not export `handle` of {WORLD}"));
@@ -64,10 +55,7 @@ impl CheckReport {
             WORLD.to_owned()
         } else if export_names.iter().any(|n| n.starts_with("wasi:cli/run@")) {
             "wasi:cli/command (a program with `main`, not a task handler)".to_owned()
-        } else if export_names
-            .iter()
-            .any(|n| n.starts_with("wasi:http/incoming-handler@"))
-        {
+        } else if export_names.iter().any(|n| n.starts_with("wasi:http/incoming-handler@")) {
             "wasi:http/proxy (an HTTP handler, not a task handler)".to_owned()
         } else if has_handle {
             format!("something like {WORLD}, but not compatible")
@@ -75,14 +63,7 @@ impl CheckReport {
             "an unknown world".to_owned()
         };
 
-        CheckReport {
-            path: path.to_owned(),
-            hash,
-            world,
-            imports,
-            exports,
-            problems,
-        }
+        CheckReport { path: path.to_owned(), hash, world, imports, exports, problems }
     }
 
     /// Whether the component implements [`WORLD`], so the host can run it.
@@ -92,21 +73,10 @@ impl CheckReport {
 
     /// One line for load errors: what is wrong and what the component is instead.
     pub(super) fn problem_line(&self) -> String {
-        let exports: Vec<&str> = self
-            .exports
-            .iter()
-            .map(|e| e.split_once(": ").map_or(e.as_str(), |(n, _)| n))
-            .collect();
-        let exports = if exports.is_empty() {
-            "nothing".to_owned()
-        } else {
-            exports.join(", ")
-        };
-        format!(
-            "{} (it implements: {}; exports: {exports})",
-            self.problems.join("; "),
-            self.world
-        )
+        let exports: Vec<&str> =
+            self.exports.iter().map(|e| e.split_once(": ").map_or(e.as_str(), |(n, _)| n)).collect();
+        let exports = if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") };
+        format!("{} (it implements: {}; exports: {exports})", self.problems.join("; "), self.world)
     }
 }
 
@@ -162,10 +132,7 @@ fn describe(engine: &Engine, name: &str, item: &ComponentItem) -> String {
 }
 
 fn func_sig(func: &ComponentFunc) -> String {
-    let params: Vec<String> = func
-        .params()
-        .map(|(n, t)| format!("{n}: {}", type_name(&t)))
-        .collect();
+    let params: Vec<String> = func.params().map(|(n, t)| format!("{n}: {}", type_name(&t))).collect();
     let results: Vec<String> = func.results().map(|t| type_name(&t)).collect();
     match results.as_slice() {
         [] => format!("func({})", params.join(", ")),
@@ -194,10 +161,7 @@ fn type_name(ty: &Type) -> String {
         Type::Option(o) => format!("option<{}>", type_name(&o.ty())),
         Type::Result(r) => format!("result<{}, {}>", opt(r.ok()), opt(r.err())),
         Type::Record(r) => {
-            let fields: Vec<String> = r
-                .fields()
-                .map(|f| format!("{}: {}", f.name, type_name(&f.ty)))
-                .collect();
+            let fields: Vec<String> = r.fields().map(|f| format!("{}: {}", f.name, type_name(&f.ty))).collect();
             format!("record {{ {} }}", fields.join(", "))
         }
         Type::Variant(v) => {
@@ -212,19 +176,9 @@ fn type_name(ty: &Type) -> String {
         }
         Type::Enum(e) => format!("enum {{ {} }}", e.names().collect::<Vec<_>>().join(", ")),
         Type::Flags(fl) => format!("flags {{ {} }}", fl.names().collect::<Vec<_>>().join(", ")),
-        Type::Tuple(t) => format!(
-            "tuple<{}>",
-            t.types()
-                .map(|t| type_name(&t))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        Type::Tuple(t) => format!("tuple<{}>", t.types().map(|t| type_name(&t)).collect::<Vec<_>>().join(", ")),
         Type::Own(_) => "own<resource>".into(),
         Type::Borrow(_) => "borrow<resource>".into(),
-        other => format!("{other:?}")
-            .split(['(', ' '])
-            .next()
-            .unwrap_or("?")
-            .to_lowercase(),
+        other => format!("{other:?}").split(['(', ' ']).next().unwrap_or("?").to_lowercase(),
     }
 }

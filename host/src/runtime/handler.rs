@@ -15,8 +15,8 @@ use bytesize::ByteSize;
 use opentelemetry::trace::SpanContext;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::bindings::hourglass::plugin::types as wit_types;
 use super::bindings::TaskHandler;
+use super::bindings::hourglass::plugin::types as wit_types;
 use super::state::{HostBudget, HostState, MAX_RESOURCES, OUTPUT_CAP, RunMeta, RunParts, cap_error};
 use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
 use crate::config::TypePolicy;

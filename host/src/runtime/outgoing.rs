@@ -34,8 +34,8 @@ use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::config::TypePolicy;
 use super::state::{HostBudget, RunMeta};
+use crate::config::TypePolicy;
 use crate::outbound::{Allowed, AllowedHosts, Target, not_public};
 
 /// Outbound HTTP settings of one task type, shared by all its runs.
@@ -128,7 +128,12 @@ impl OutboundHooks {
 }
 
 /// Logs a refused request, the first [`REFUSALS_LOGGED`] of a run in full.
-fn refusal(caller: &Caller, refused: &AtomicUsize, target: Option<&dyn std::fmt::Display>, message: std::fmt::Arguments<'_>) {
+fn refusal(
+    caller: &Caller,
+    refused: &AtomicUsize,
+    target: Option<&dyn std::fmt::Display>,
+    message: std::fmt::Arguments<'_>,
+) {
     let n = refused.fetch_add(1, Ordering::Relaxed) + 1;
     if n <= REFUSALS_LOGGED {
         caller.warn(target, message);
@@ -155,11 +160,10 @@ impl WasiHttpHooks for OutboundHooks {
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> SendFuture {
         let uri = request.uri();
-        let target = uri
-            .host()
-            .and_then(|host| Target::new(uri.scheme_str().unwrap_or("https"), host, uri.port_u16()));
+        let target = uri.host().and_then(|host| Target::new(uri.scheme_str().unwrap_or("https"), host, uri.port_u16()));
         let Some(target) = target else {
-            let shown = format!("{}://{}", uri.scheme_str().unwrap_or("?"), uri.authority().map_or("?", |a| a.as_str()));
+            let shown =
+                format!("{}://{}", uri.scheme_str().unwrap_or("?"), uri.authority().map_or("?", |a| a.as_str()));
             self.deny(&shown, "not an http(s) URL with a host");
             return refused(Error::HttpRequestUriInvalid);
         };
@@ -170,7 +174,9 @@ impl WasiHttpHooks for OutboundHooks {
             let how = self.policy.allowed.check(&target);
             if how.is_none() {
                 let why = if target.is_private_name() {
-                    format!("{target} is not in allowed_outbound_hosts (private and loopback hosts must be listed exactly)")
+                    format!(
+                        "{target} is not in allowed_outbound_hosts (private and loopback hosts must be listed exactly)"
+                    )
                 } else {
                     format!("{target} is not in allowed_outbound_hosts")
                 };
@@ -227,7 +233,8 @@ impl Sender {
     /// Sends the request; when the run is traced, inside a client span whose
     /// `traceparent` the request carries.
     async fn send(self, mut request: http::Request<WasiBody>) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
-        let Some(mut span) = self.caller.trace.as_ref().and_then(|parent| crate::traces::http_request(parent, &mut request))
+        let Some(mut span) =
+            self.caller.trace.as_ref().and_then(|parent| crate::traces::http_request(parent, &mut request))
         else {
             return self.exchange(request).await;
         };
@@ -239,7 +246,10 @@ impl Sender {
         result
     }
 
-    async fn exchange(self, mut request: http::Request<WasiBody>) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
+    async fn exchange(
+        self,
+        mut request: http::Request<WasiBody>,
+    ) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
         let until = self.until;
         let timed_out = || self.caller.debug(Some(&self.target), format_args!("outbound HTTP request timed out"));
         // Wait for a slot of the type's http_concurrency.
@@ -277,10 +287,8 @@ impl Sender {
         };
         // The request line carries the path only (we are not talking to a proxy).
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
-        *request.uri_mut() = http::Uri::builder()
-            .path_and_query(path)
-            .build()
-            .map_err(|_| Error::HttpRequestUriInvalid)?;
+        *request.uri_mut() =
+            http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
 
         // Drive the connection in its own task; it ends with the response body.
         let conn = wasmtime_wasi::runtime::spawn(async move { conn.await.map_err(Error::from) });
@@ -303,7 +311,8 @@ impl Sender {
             );
             return Err(Error::HttpResponseBodySize(Some(len)));
         }
-        self.caller.debug(Some(&self.target), format_args!("outbound HTTP response: status {}", response.status().as_u16()));
+        self.caller
+            .debug(Some(&self.target), format_args!("outbound HTTP response: status {}", response.status().as_u16()));
         let response = response.map(|incoming| {
             CappedBody {
                 inner: incoming.map_err(Error::from).boxed_unsync(),
@@ -332,10 +341,7 @@ impl Sender {
             Err(_) => match tokio::net::lookup_host((t.host.as_str(), t.port)).await {
                 Ok(addrs) => addrs.collect(),
                 Err(e) => {
-                    return Err(Error::DnsError {
-                        rcode: Some(e.to_string()),
-                        info_code: None,
-                    });
+                    return Err(Error::DnsError { rcode: Some(e.to_string()), info_code: None });
                 }
             },
         };
@@ -385,10 +391,7 @@ impl Sender {
                 .map_err(|_| Error::HttpRequestUriInvalid)?
                 .to_owned(),
         };
-        let tls = tls_connector()
-            .connect(name, tcp)
-            .await
-            .map_err(Error::Tls)?;
+        let tls = tls_connector().connect(name, tcp).await.map_err(Error::Tls)?;
         Ok(Box::new(tls))
     }
 }
@@ -397,9 +400,7 @@ impl Sender {
 pub(crate) fn tls_connector() -> tokio_rustls::TlsConnector {
     static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
     let config = CONFIG.get_or_init(|| {
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.into(),
-        };
+        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
         // An explicit provider: other crates may enable a second one, and then
         // rustls cannot pick a default on its own.
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

@@ -25,12 +25,7 @@ struct Captured {
 
 impl CappedPipe {
     pub(crate) fn new(cap: usize) -> CappedPipe {
-        CappedPipe {
-            inner: Arc::new(Mutex::new(Captured {
-                cap,
-                ..Captured::default()
-            })),
-        }
+        CappedPipe { inner: Arc::new(Mutex::new(Captured { cap, ..Captured::default() })) }
     }
 
     fn push(&self, data: &[u8]) {
@@ -88,11 +83,7 @@ impl OutputStream for CappedPipe {
 }
 
 impl tokio::io::AsyncWrite for CappedPipe {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }

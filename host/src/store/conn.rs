@@ -97,7 +97,9 @@ pub(super) async fn single(client: &redis::Client, shown: &str, target: &Target)
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT));
-    let conn = match tokio::time::timeout(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client.clone(), config)).await {
+    let conn = match tokio::time::timeout(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client.clone(), config))
+        .await
+    {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
         Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(client, target, CONNECT_TIMEOUT).await),

@@ -126,7 +126,8 @@ impl Store {
             None => inv.arg("now"),
             Some(d) => inv.arg("postpone").arg(duration_ms(d)),
         };
-        let value: Value = inv.invoke_async(&mut conn).await.with_context(|| format!("cannot reschedule a {t} task"))?;
+        let value: Value =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot reschedule a {t} task"))?;
         match value {
             Value::Nil | Value::Boolean(false) => Ok(None),
             other => Ok(Some(int(other).with_context(|| format!("unexpected reschedule reply for {t}"))?)),
@@ -150,7 +151,9 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
         (Some(until), Some(entry)) => Some(parse_lease(&entry, until)?),
         // A lease without a token (or the reverse) is a claim or settle caught half-way by nobody:
         // scripts are atomic, so it cannot be seen; show what there is.
-        (Some(until), None) => Some(LeaseView { host: String::new(), attempt: attempts + 1, token: 0, lease_until_ms: until }),
+        (Some(until), None) => {
+            Some(LeaseView { host: String::new(), attempt: attempts + 1, token: 0, lease_until_ms: until })
+        }
         (None, _) => None,
     };
     let state = if running.is_some() {
@@ -226,7 +229,11 @@ mod tests {
         assert_eq!((p.text.as_deref(), p.hex, p.truncated), (Some("{\"order\": 42}"), None, false));
         let long = "é".repeat(400);
         let p = preview(&long.as_bytes()[..PREVIEW_BYTES - 1], long.len() as u64);
-        assert_eq!(p.text.as_deref().map(|t| t.chars().count()), Some(PREVIEW_CHARS), "a cut last character is not binary");
+        assert_eq!(
+            p.text.as_deref().map(|t| t.chars().count()),
+            Some(PREVIEW_CHARS),
+            "a cut last character is not binary"
+        );
         assert!(p.truncated);
         let p = preview(&[0, 159, 146, 150, 1], 5);
         assert_eq!((p.text, p.hex.as_deref(), p.truncated), (None, Some("009f929601"), false));

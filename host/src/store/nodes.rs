@@ -63,15 +63,23 @@ impl Store {
     /// Every host's last beat.
     pub async fn presence(&self) -> Result<Presence> {
         let mut conn = self.conn.clone();
-        let value: Value =
-            self.scripts.presence.key(self.hosts_key()).arg("list").invoke_async(&mut conn).await.context("cannot list hosts")?;
+        let value: Value = self
+            .scripts
+            .presence
+            .key(self.hosts_key())
+            .arg("list")
+            .invoke_async(&mut conn)
+            .await
+            .context("cannot list hosts")?;
         let Value::Array(top) = value else { bail!("unexpected hosts reply") };
         let mut top = top.into_iter();
         let now_ms: i64 = redis::from_redis_value(top.next().ok_or_else(|| anyhow!("short hosts reply"))?)?;
         let flat: Vec<Vec<u8>> = redis::from_redis_value(top.next().ok_or_else(|| anyhow!("short hosts reply"))?)?;
         let beats = flat
             .chunks_exact(2)
-            .map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), String::from_utf8_lossy(&pair[1]).into_owned()))
+            .map(|pair| {
+                (String::from_utf8_lossy(&pair[0]).into_owned(), String::from_utf8_lossy(&pair[1]).into_owned())
+            })
             .collect();
         Ok(Presence { now_ms, beats })
     }
@@ -142,7 +150,11 @@ impl Store {
     /// A section of `INFO` (of one node, on a cluster), e.g. `memory`.
     pub async fn info(&self, section: &str) -> Result<String> {
         let mut conn = self.conn.clone();
-        redis::cmd("INFO").arg(section).query_async(&mut conn).await.with_context(|| format!("cannot read INFO {section}"))
+        redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot read INFO {section}"))
     }
 
     /// Deletes `keys` (`UNLINK`; they must share a slot on a cluster).

@@ -53,8 +53,11 @@ impl Store {
     /// Types that have (or had) recurring schedules.
     pub async fn recurring_types(&self) -> Result<Vec<TaskType>> {
         let mut conn = self.conn.clone();
-        let names: Vec<String> =
-            redis::cmd("SMEMBERS").arg(self.recurring_key()).query_async(&mut conn).await.context("cannot list recurring schedules")?;
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.recurring_key())
+            .query_async(&mut conn)
+            .await
+            .context("cannot list recurring schedules")?;
         let mut types: Vec<TaskType> = names.iter().filter_map(|n| n.parse().ok()).collect();
         types.sort();
         Ok(types)
@@ -112,8 +115,11 @@ impl Store {
     pub async fn recur_list(&self, t: &TaskType) -> Result<Vec<RecurState>> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
-        let flat: Vec<(String, Vec<u8>)> =
-            redis::cmd("HGETALL").arg(&k.recur).query_async(&mut conn).await.with_context(|| format!("cannot read {}", k.recur))?;
+        let flat: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+            .arg(&k.recur)
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot read {}", k.recur))?;
         let fields: std::collections::HashMap<String, Vec<u8>> = flat.into_iter().collect();
         let text = |key: &str| fields.get(key).map(|v| String::from_utf8_lossy(v).into_owned());
         let mut out = Vec::new();
@@ -122,7 +128,8 @@ impl Store {
                 continue;
             }
             let armed = text(&format!("{field}:armed")).filter(|a| !a.is_empty());
-            let then = text(&format!("{field}:then")).unwrap_or_default().split(',').filter_map(|t| t.parse().ok()).collect();
+            let then =
+                text(&format!("{field}:then")).unwrap_or_default().split(',').filter_map(|t| t.parse().ok()).collect();
             out.push(RecurState {
                 name: field.clone(),
                 definition: String::from_utf8_lossy(value).into_owned(),

@@ -194,7 +194,14 @@ impl Store {
     /// Schedules (or re-schedules) a task, as an app would: payload and due
     /// time in one atomic step; `mode` picks what happens to an id already
     /// scheduled. Returns whether the due time was written.
-    pub async fn schedule(&self, t: &TaskType, id: &[u8], due_ms: i64, payload: Option<&[u8]>, mode: ScheduleMode) -> Result<bool> {
+    pub async fn schedule(
+        &self,
+        t: &TaskType,
+        id: &[u8],
+        due_ms: i64,
+        payload: Option<&[u8]>,
+        mode: ScheduleMode,
+    ) -> Result<bool> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let payload = payload.unwrap_or_default();
@@ -220,7 +227,9 @@ impl Store {
         if self.target.is_cluster() {
             // WAIT counts the writes of its own connection to one node; a cluster
             // connection may send it to another node than the slot's master.
-            bail!("--wait-replicas is not supported on a Redis Cluster; use WAIT from a client connected to the slot's master");
+            bail!(
+                "--wait-replicas is not supported on a Redis Cluster; use WAIT from a client connected to the slot's master"
+            );
         }
         let mut conn = self.conn.clone();
         let acked: i64 = redis::cmd("WAIT")
@@ -253,8 +262,14 @@ impl Store {
     pub async fn resume(&self, t: &TaskType) -> Result<bool> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
-        let resumed: i64 =
-            self.scripts.resume.key(&k.paused).key(&k.due).invoke_async(&mut conn).await.with_context(|| format!("cannot resume {t}"))?;
+        let resumed: i64 = self
+            .scripts
+            .resume
+            .key(&k.paused)
+            .key(&k.due)
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot resume {t}"))?;
         Ok(resumed == 1)
     }
 
@@ -572,7 +587,12 @@ mod tests {
 
     #[test]
     fn followup_encoding_round_trips() {
-        let f = FollowUp { task_type: "a.b".parse().unwrap(), id: vec![0, 10, 255, b'\n'], payload: vec![b'\n', 0, 1], due_ms: -5 };
+        let f = FollowUp {
+            task_type: "a.b".parse().unwrap(),
+            id: vec![0, 10, 255, b'\n'],
+            payload: vec![b'\n', 0, 1],
+            due_ms: -5,
+        };
         assert_eq!(decode_followup(&encode_followup(&f)).unwrap(), f);
         assert!(decode_followup(b"a\n1\n9\nxy").is_err());
     }

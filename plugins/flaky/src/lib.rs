@@ -12,10 +12,7 @@ struct Payload {
 fn handle(task: Task) -> Result<(), Failure> {
     let p: Payload = task.json()?;
     if task.attempt <= p.fail_times {
-        return Err(Failure::Error(format!(
-            "flaky failure on attempt {} of {}",
-            task.attempt, p.fail_times
-        )));
+        return Err(Failure::Error(format!("flaky failure on attempt {} of {}", task.attempt, p.fail_times)));
     }
     info!("succeeded on attempt {}", task.attempt);
     Ok(())

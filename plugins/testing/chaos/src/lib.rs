@@ -17,9 +17,7 @@ fn handle(task: Task) -> Result<(), Failure> {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             Ok(())
         }
-        "retry-after" => Err(Failure::RetryAfter(
-            arg.parse().map_err(Failure::permanent)?,
-        )),
+        "retry-after" => Err(Failure::RetryAfter(arg.parse().map_err(Failure::permanent)?)),
         "permanent" => Err(Failure::Permanent(arg.to_owned())),
         "error" => Err(Failure::Error(arg.to_owned())),
         "trap" => std::process::abort(),
@@ -42,19 +40,14 @@ fn handle(task: Task) -> Result<(), Failure> {
             Ok(())
         }
         "readfile" => match std::fs::read("/etc/passwd") {
-            Ok(bytes) => Err(Failure::Error(format!(
-                "readfile succeeded: {} bytes",
-                bytes.len()
-            ))),
+            Ok(bytes) => Err(Failure::Error(format!("readfile succeeded: {} bytes", bytes.len()))),
             Err(e) => Err(Failure::Error(format!("readfile failed: {e}"))),
         },
         "env" => {
             let count = std::env::vars_os().count();
             let path = std::env::var_os("PATH").is_some();
             let args = std::env::args_os().count();
-            Err(Failure::Error(format!(
-                "env: vars={count} path={path} args={args}"
-            )))
+            Err(Failure::Error(format!("env: vars={count} path={path} args={args}")))
         }
         "socket" => match std::net::TcpStream::connect("127.0.0.1:6379") {
             Ok(_) => Err(Failure::Error("socket connected".into())),
@@ -184,7 +177,10 @@ fn handle(task: Task) -> Result<(), Failure> {
             Ok(())
         }
         "log-forge" => {
-            log(Level::Info, "innocent\n2030-01-01T00:00:00.000000Z  INFO hourglass::runner: forged line from a plugin");
+            log(
+                Level::Info,
+                "innocent\n2030-01-01T00:00:00.000000Z  INFO hourglass::runner: forged line from a plugin",
+            );
             println!("stdout too\r\n2030-01-01T00:00:00.000000Z ERROR hourglass::runner: forged stdout line");
             Ok(())
         }
@@ -192,10 +188,7 @@ fn handle(task: Task) -> Result<(), Failure> {
             let bytes: usize = arg.parse().map_err(Failure::permanent)?;
             Err(Failure::Error("E".repeat(bytes)))
         }
-        "config" => Err(Failure::Error(format!(
-            "config {arg}={:?}",
-            hourglass_sdk::config(arg)
-        ))),
+        "config" => Err(Failure::Error(format!("config {arg}={:?}", hourglass_sdk::config(arg)))),
         "task" => Err(Failure::Error(format!(
             "task type={} id={:?} attempt={} due={}",
             task.task_type,
@@ -203,9 +196,7 @@ fn handle(task: Task) -> Result<(), Failure> {
             task.attempt,
             task.due_ms
         ))),
-        other => Err(Failure::Permanent(format!(
-            "unknown chaos command {other:?}"
-        ))),
+        other => Err(Failure::Permanent(format!("unknown chaos command {other:?}"))),
     }
 }
 
