@@ -18,21 +18,12 @@ use hourglass::config::KeyPrefix;
 use hourglass::health::{Trouble, classify};
 use hourglass::store::{ClaimLimits, Outcome, ScheduleMode, Settlement, Store};
 use hourglass::task::{ClaimedTask, FollowUp};
-use hourglass::task_type::TaskType;
 use redis::Commands;
-use support::RedisServer;
+use support::{RedisServer, key, ty};
 
 /// The kinds of value a client can leave at a key.
 const KINDS: [&str; 6] = ["string", "list", "set", "hash", "zset", "stream"];
 const IDS: [&str; 5] = ["w-1", "w-2", "w-3", "w-4", "w-5"];
-
-fn ty(name: &str) -> TaskType {
-    name.parse().unwrap()
-}
-
-fn key(t: &str, suffix: &str) -> String {
-    format!("hourglass:{{{t}}}:{suffix}")
-}
 
 /// What a case plants at its key.
 #[derive(Debug, Clone, Copy)]

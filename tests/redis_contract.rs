@@ -10,33 +10,13 @@ use hourglass::store::{
     Cancelled, ClaimLimits, Extended, Outcome, ScheduleMode, SettleResult, Settlement, Store, encode_followup,
 };
 use hourglass::task::{ClaimedTask, FollowUp, Lease};
-use hourglass::task_type::TaskType;
 use redis::Commands;
-use support::{RedisServer, wait_for};
+use support::{RedisServer, key, redis_now, store, ty, wait_for};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn ty(name: &str) -> TaskType {
-    name.parse().unwrap()
-}
-
-fn key(t: &str, suffix: &str) -> String {
-    format!("hourglass:{{{t}}}:{suffix}")
-}
-
-async fn store(server: &RedisServer) -> Store {
-    let prefix: KeyPrefix = "hourglass".parse().unwrap();
-    Store::connect(&server.url(), &prefix).await.unwrap()
-}
-
 fn limits(max_tasks: usize, lease: Duration) -> ClaimLimits {
     ClaimLimits { max_tasks, lease, ..ClaimLimits::default() }
-}
-
-/// Redis `TIME` in ms: the clock every script uses.
-fn redis_now(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
 }
 
 /// Blocks until Redis time has passed `ms`.

@@ -11,32 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hourglass::config::{KeyPrefix, Rate};
-use hourglass::store::{ClaimLimits, Outcome, Settlement, Store};
+use hourglass::config::Rate;
+use hourglass::store::{ClaimLimits, Outcome, Settlement};
 use hourglass::task::ClaimedTask;
-use hourglass::task_type::TaskType;
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
+use support::{Host, RedisServer, key, now_ms, plugin, redis_now, stat, store, test_plugin, ty, wait_for};
 
 const LONG: Duration = Duration::from_secs(120);
-
-fn ty(name: &str) -> TaskType {
-    name.parse().unwrap()
-}
-
-fn key(t: &str, suffix: &str) -> String {
-    format!("hourglass:{{{t}}}:{suffix}")
-}
-
-async fn store(server: &RedisServer) -> Store {
-    let prefix: KeyPrefix = "hourglass".parse().unwrap();
-    Store::connect(&server.url(), &prefix).await.unwrap()
-}
-
-fn redis_now(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
-}
 
 fn limits() -> ClaimLimits {
     ClaimLimits { max_tasks: 100, lease: Duration::from_secs(60), ..ClaimLimits::default() }

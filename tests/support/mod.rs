@@ -434,3 +434,25 @@ pub fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
         (metric == name && labels.iter().all(|p| rest.contains(p))).then(|| value.parse().ok())?
     })
 }
+
+/// A task type by name (tests use valid names).
+pub fn ty(name: &str) -> hourglass::task_type::TaskType {
+    name.parse().unwrap()
+}
+
+/// The Redis key `hourglass:{t}:suffix`.
+pub fn key(t: &str, suffix: &str) -> String {
+    format!("hourglass:{{{t}}}:{suffix}")
+}
+
+/// A `Store` on `server` under the default prefix.
+pub async fn store(server: &RedisServer) -> hourglass::store::Store {
+    let prefix: hourglass::config::KeyPrefix = "hourglass".parse().unwrap();
+    hourglass::store::Store::connect(&server.url(), &prefix).await.unwrap()
+}
+
+/// Redis `TIME` in ms: the clock every script uses.
+pub fn redis_now(conn: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1000 + us / 1000
+}
