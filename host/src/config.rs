@@ -91,7 +91,7 @@ pub struct RedisConfig {
     /// ACL user name; `HOURGLASS_REDIS_USERNAME` wins over it.
     pub username: Option<String>,
     /// Password (of `username`, or of the `default` user); `HOURGLASS_REDIS_PASSWORD` wins over it. Never logged.
-    pub password: Option<crate::target::Secret>,
+    pub password: Option<crate::secrets::Secret>,
     /// PEM file of the CA that signed the server's certificate, for `rediss://`; relative to the config file.
     pub ca_file: Option<PathBuf>,
 }

@@ -24,12 +24,12 @@ pub async fn ensure(config: &RedisConfig, url: &str) -> Result<Option<ManagedRed
         return Ok(None);
     }
     let info = redis::IntoConnectionInfo::into_connection_info(url)
-        .with_context(|| format!("invalid Redis URL {}", crate::store::redact_url(url)))?;
+        .with_context(|| format!("invalid Redis URL {}", crate::target::redact_url(url)))?;
     let port = match info.addr() {
         redis::ConnectionAddr::Tcp(host, port) if is_loopback(host) => *port,
         _ => bail!(
             "redis.managed = true needs a loopback URL like redis://127.0.0.1:6379, not {}",
-            crate::store::redact_url(url)
+            crate::target::redact_url(url)
         ),
     };
     start(&config.data_dir, port, url).await.map(Some)
@@ -56,13 +56,13 @@ async fn start(data_dir: &Path, port: u16, url: &str) -> Result<ManagedRedis> {
         ..ServerSpec::default()
     };
     let needed_by =
-        format!("nothing answers at {} and redis.managed = true: starting one", crate::store::redact_url(url));
+        format!("nothing answers at {} and redis.managed = true: starting one", crate::target::redact_url(url));
     let server =
         tokio::task::spawn_blocking(move || RedisServer::spawn_ready(spec, &needed_by, Duration::from_secs(10)))
             .await
             .context("cannot start the managed redis-server")?
             .context("managed redis-server")?;
-    info!(url = %crate::store::redact_url(url), data = %data_dir.display(), "started a managed redis-server (append-only persistence)");
+    info!(url = %crate::target::redact_url(url), data = %data_dir.display(), "started a managed redis-server (append-only persistence)");
     Ok(ManagedRedis { server, url: url.to_owned() })
 }
 

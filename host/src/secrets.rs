@@ -10,7 +10,8 @@
 //! Secrets are resolved when the registry loads the config (at start and on
 //! every reload), never printed: the `Debug` of a [`ConfigValue`] shows where
 //! a secret comes from, not its value, and resolved values only travel inside
-//! [`Values`], whose `Debug` shows keys only.
+//! [`Values`], whose `Debug` shows keys only. [`Secret`] is the same
+//! promise for one string (the Redis password).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -167,6 +168,29 @@ pub fn resolve_all(config: &Config) -> Result<BTreeMap<TaskType, Arc<BTreeMap<St
         out.insert(task_type.clone(), Arc::new(values));
     }
     Ok(out)
+}
+
+/// A string that is never printed (its `Debug` is `<redacted>`).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    /// The secret itself, to hand to the Redis client only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-pub use conn::{ClusterNode, Conn, parse_cluster_nodes, redact_url};
+pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
 pub use keys::Keys;
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Node, Presence, answers, shut_down};

@@ -15,38 +15,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
-use serde::Deserialize;
 
 use crate::config::RedisConfig;
-use crate::store::redact_url;
+use crate::secrets::Secret;
 
 /// Environment variable that wins over `[redis] username`.
 pub const USERNAME_ENV: &str = "HOURGLASS_REDIS_USERNAME";
 /// Environment variable that wins over `[redis] password`.
 pub const PASSWORD_ENV: &str = "HOURGLASS_REDIS_PASSWORD";
-
-/// A string that is never printed (its `Debug` is `<redacted>`).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-
-    /// The secret itself, to hand to the Redis client only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 /// One Redis server or a cluster, with credentials and TLS settings.
 #[derive(Clone)]
@@ -93,7 +69,7 @@ impl Target {
         };
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let username = env(USERNAME_ENV).or_else(|| config.username.clone());
-        let password = env(PASSWORD_ENV).map(Secret).or_else(|| config.password.clone());
+        let password = env(PASSWORD_ENV).map(Secret::new).or_else(|| config.password.clone());
         let ca = match &config.ca_file {
             Some(path) => {
                 Some(std::fs::read(path).with_context(|| format!("cannot read redis.ca_file {}", path.display()))?)
@@ -210,7 +186,7 @@ impl Target {
             out = scrub(&out, url, &redact_url(url));
         }
         if let Some(p) = &self.password
-            && !p.0.is_empty()
+            && !p.expose().is_empty()
         {
             out = out.replace(p.expose(), "<redacted>");
         }
@@ -264,6 +240,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn redacts_credentials_and_query() {
+        assert_eq!(redact_url("redis://user:secret@host:6379/0"), "redis://host:6379/0");
+        assert_eq!(redact_url("redis://:secret@host"), "redis://host");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact_url("redis+unix:///tmp/r.sock?pass=x"), "redis+unix:///tmp/r.sock");
+    }
+
+    #[test]
     fn cluster_urls_split_into_seeds() {
         let (nodes, cluster) = split_cluster_url("redis+cluster://u:p@127.0.0.1:7000,127.0.0.1:7001").unwrap();
         assert!(cluster);
@@ -282,5 +266,18 @@ mod tests {
         let t = Target::resolve(&config, None).unwrap();
         assert!(!format!("{t:?}").contains("hunter2"));
         assert_eq!(t.scrub("bad password hunter2"), "bad password <redacted>");
+    }
+}
+
+/// `url` without credentials or query (which may hold a password), for messages.
+pub fn redact_url(url: &str) -> String {
+    let url = url.split_once('?').map_or(url, |(base, _)| base);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
     }
 }
