@@ -235,6 +235,19 @@ fn install_crypto_provider() {
     });
 }
 
+/// `url` without credentials or query (which may hold a password), for messages.
+pub fn redact_url(url: &str) -> String {
+    let url = url.split_once('?').map_or(url, |(base, _)| base);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,18 +279,5 @@ mod tests {
         let t = Target::resolve(&config, None).unwrap();
         assert!(!format!("{t:?}").contains("hunter2"));
         assert_eq!(t.scrub("bad password hunter2"), "bad password <redacted>");
-    }
-}
-
-/// `url` without credentials or query (which may hold a password), for messages.
-pub fn redact_url(url: &str) -> String {
-    let url = url.split_once('?').map_or(url, |(base, _)| base);
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-        None => url.to_owned(),
     }
 }
