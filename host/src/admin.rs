@@ -363,14 +363,17 @@ pub(crate) struct PauseForm {
     token: Option<String>,
 }
 
+/// The type a pause or resume applies to, once the request is authorized.
+fn authorized_type(state: &AdminState, headers: &HeaderMap, form: &PauseForm) -> Result<TaskType, Refused> {
+    authorize(state, headers, form.token.as_deref())?;
+    form.task_type.parse().map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))
+}
+
 /// `POST /type/pause`: `type`, optional `for`, `token` when configured.
 async fn pause(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<PauseForm>) -> Response {
-    if let Err(refused) = authorize(&state, &headers, form.token.as_deref()) {
-        return refused.into_response();
-    }
-    let t: TaskType = match form.task_type.parse() {
+    let t = match authorized_type(&state, &headers, &form) {
         Ok(t) => t,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Err(refused) => return refused.into_response(),
     };
     let length = match form.for_.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
         None => None,
@@ -388,6 +391,22 @@ async fn pause(State(state): State<AdminState>, headers: HeaderMap, Form(form): 
             let until = ends.map_or("until resumed".to_owned(), |ms| format!("until {}", crate::clock::format_ms(ms)));
             back_to(&t, &format!("paused {t} {until}"))
         }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// `POST /type/resume`: `type`, `token` when configured.
+async fn resume(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<PauseForm>) -> Response {
+    let t = match authorized_type(&state, &headers, &form) {
+        Ok(t) => t,
+        Err(refused) => return refused.into_response(),
+    };
+    match state.store.resume(&t).await {
+        Ok(true) => {
+            info!(task_type = %t, "type resumed from the dashboard");
+            back_to(&t, &format!("resumed {t}"))
+        }
+        Ok(false) => back_to(&t, &format!("{t} was not paused")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
     }
 }
@@ -491,25 +510,6 @@ fn moved(t: &TaskType, id: &[u8], what: &str, result: Result<Option<i64>>) -> Re
         Ok(None) => {
             back_to_task(t, id, &format!("{name} was not moved: it is no longer scheduled (running, dead or gone)"))
         }
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
-    }
-}
-
-/// `POST /type/resume`: `type`, `token` when configured.
-async fn resume(State(state): State<AdminState>, headers: HeaderMap, Form(form): Form<PauseForm>) -> Response {
-    if let Err(refused) = authorize(&state, &headers, form.token.as_deref()) {
-        return refused.into_response();
-    }
-    let t: TaskType = match form.task_type.parse() {
-        Ok(t) => t,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
-    };
-    match state.store.resume(&t).await {
-        Ok(true) => {
-            info!(task_type = %t, "type resumed from the dashboard");
-            back_to(&t, &format!("resumed {t}"))
-        }
-        Ok(false) => back_to(&t, &format!("{t} was not paused")),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}\n")).into_response(),
     }
 }
