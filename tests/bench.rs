@@ -44,6 +44,16 @@ fn burst_runs_every_task_once() {
     assert_eq!(runs[0]["scenario"], "burst");
     assert_eq!(runs[0]["tasks"], 2000);
     assert_clean(&runs[0], &["tasks_per_s", "seconds", "load_average"]);
+    assert_costs(&runs[0]);
+}
+
+/// The per-task costs a burst reports were measured: every task took at least a claim and a settle.
+fn assert_costs(run: &Value) {
+    for f in ["redis_us_per_task", "redis_cpu_us_per_task", "host_cpu_us_per_task"] {
+        assert!(run[f].as_f64().is_some_and(|v| v > 0.0), "{f} not measured: {run}");
+    }
+    let scripts = run["scripts_per_task"].as_f64().unwrap_or(0.0);
+    assert!(scripts > 0.0 && scripts < 2.0, "claims and settles are batched, so under 2 scripts per task: {run}");
 }
 
 #[test]
@@ -93,6 +103,7 @@ fn burst_on_a_spawned_cluster_runs_every_task_once() {
     assert_eq!(run["redis"], "cluster");
     assert_eq!(run["types"], 3);
     assert_clean(&run, &["tasks_per_s"]);
+    assert_costs(&run);
 }
 
 #[test]

@@ -425,6 +425,43 @@ fn now_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
+/// What one burst measured.
+struct Burst {
+    rate: f64,
+    seconds: f64,
+    lost: u64,
+    doubled: u64,
+    /// Script time in Redis (claims, settles and what they call) per acked task.
+    redis_us_per_task: f64,
+    /// CPU of the Redis servers per acked task (scripts, network, event loop).
+    redis_cpu_us_per_task: f64,
+    /// Scripts run per acked task.
+    scripts_per_task: f64,
+    /// CPU of this process (the host under test, plus the bench's own few ms) per acked task.
+    host_cpu_us_per_task: f64,
+}
+
+impl Burst {
+    fn costs(&self, m: &mut serde_json::Map<String, Value>) {
+        m.insert("redis_us_per_task".into(), json!(round3(self.redis_us_per_task)));
+        m.insert("redis_cpu_us_per_task".into(), json!(round3(self.redis_cpu_us_per_task)));
+        m.insert("scripts_per_task".into(), json!(round3(self.scripts_per_task)));
+        m.insert("host_cpu_us_per_task".into(), json!(round3(self.host_cpu_us_per_task)));
+    }
+}
+
+/// CPU time (user + system) this process has used so far, µs, from
+/// `/proc/self/stat` (in USER_HZ ticks, which Linux fixes at 100 per second).
+fn process_cpu_us() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return f64::NAN };
+    // The command name (field 2) may hold spaces: count from after its ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return f64::NAN };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 11 and 12 counted from 0 after the name.
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    (ticks(11) + ticks(12)) * 10_000.0
+}
+
 /// `/proc/loadavg`'s 1-minute figure: other work on the machine skews the numbers.
 fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -716,8 +753,8 @@ impl Bench {
         }
     }
 
-    /// One burst of `n` tasks due at one instant; returns (tasks/s, seconds, lost, doubled).
-    async fn one_burst(&self, n: u64, recorder: &Arc<Recorder>) -> Result<(f64, f64, u64, u64)> {
+    /// One burst of `n` tasks due at one instant, and what it cost.
+    async fn one_burst(&self, n: u64, recorder: &Arc<Recorder>) -> Result<Burst> {
         // Due after the writes are done, so the drain starts at a known instant.
         let lead_ms = 500 + (n as i64) / 100;
         let due = now_ms() + lead_ms;
@@ -725,12 +762,26 @@ impl Bench {
         if now_ms() >= due {
             eprintln!("warning: writing the burst took longer than its {lead_ms} ms lead; the drain started early");
         }
+        // From here on the servers and this process do the drain's work (and little else).
+        let server_before = self.store.server_work().await?;
+        let cpu_before = process_cpu_us();
         self.wait_acked(recorder, n, "burst").await;
+        let cpu_after = process_cpu_us();
+        let server_after = self.store.server_work().await?;
         let (lost, doubled) = recorder.lost_doubled();
         let seconds = (recorder.last_ack_us.load(Ordering::Relaxed) - due * 1000) as f64 / 1e6;
         let acked = n - lost;
-        let rate = if seconds > 0.0 { acked as f64 / seconds } else { f64::NAN };
-        Ok((rate, seconds, lost, doubled))
+        let per_task = |us: f64| if acked > 0 { us / acked as f64 } else { f64::NAN };
+        Ok(Burst {
+            rate: if seconds > 0.0 { acked as f64 / seconds } else { f64::NAN },
+            seconds,
+            lost,
+            doubled,
+            redis_us_per_task: per_task(server_after.script_us - server_before.script_us),
+            redis_cpu_us_per_task: per_task(server_after.cpu_us - server_before.cpu_us),
+            scripts_per_task: per_task((server_after.script_calls - server_before.script_calls) as f64),
+            host_cpu_us_per_task: per_task(cpu_after - cpu_before),
+        })
     }
 
     fn burst_size(&self) -> u64 {
@@ -741,19 +792,20 @@ impl Bench {
         let n = self.burst_size();
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
-        let (rate, seconds, lost, doubled) = self.one_burst(n, &recorder).await?;
+        let burst = self.one_burst(n, &recorder).await?;
         host.stop().await?;
         self.clear().await?;
         let mut m = self.common();
         m.insert("scenario".into(), json!("burst"));
         m.insert("tasks".into(), json!(n));
-        m.insert("seconds".into(), json!(round3(seconds)));
-        m.insert("tasks_per_s".into(), json!(rate.round()));
+        m.insert("seconds".into(), json!(round3(burst.seconds)));
+        m.insert("tasks_per_s".into(), json!(burst.rate.round()));
+        burst.costs(&mut m);
         if self.args.hosts > 1 {
             m.insert("acked_per_host".into(), json!(recorder.per_host()));
         }
-        m.insert("lost".into(), json!(lost));
-        m.insert("doubled".into(), json!(doubled));
+        m.insert("lost".into(), json!(burst.lost));
+        m.insert("doubled".into(), json!(burst.doubled));
         self.report(&format!("burst: {n} tasks due at one instant"), Value::Object(m));
         Ok(())
     }
@@ -844,7 +896,7 @@ impl Bench {
 
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
-        let (empty_rate, _, lost_a, doubled_a) = self.one_burst(n, &recorder).await?;
+        let Burst { rate: empty_rate, lost: lost_a, doubled: doubled_a, .. } = self.one_burst(n, &recorder).await?;
         host.stop().await?;
         self.clear().await?;
 
@@ -856,7 +908,7 @@ impl Bench {
 
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
-        let (full_rate, _, lost_b, doubled_b) = self.one_burst(n, &recorder).await?;
+        let Burst { rate: full_rate, lost: lost_b, doubled: doubled_b, .. } = self.one_burst(n, &recorder).await?;
         host.stop().await?;
         let mut left = 0u64;
         for t in &self.task_types {
@@ -911,7 +963,7 @@ impl Bench {
 
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host_with(&recorder, std::slice::from_ref(&file), &types).await?;
-        let (alone, _, lost_a, doubled_a) = self.one_burst(n, &recorder).await?;
+        let Burst { rate: alone, lost: lost_a, doubled: doubled_a, .. } = self.one_burst(n, &recorder).await?;
         host.stop().await?;
         self.clear().await?;
 
@@ -931,7 +983,7 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let before = self.store.stats(&hostile).await?;
-        let (beside, _, lost_b, doubled_b) = self.one_burst(n, &recorder).await?;
+        let Burst { rate: beside, lost: lost_b, doubled: doubled_b, .. } = self.one_burst(n, &recorder).await?;
         let after = self.store.stats(&hostile).await?;
         host.stop().await?;
         self.clear().await?;
@@ -983,7 +1035,7 @@ impl Bench {
         let rss_idle = proc_status_kib("VmRSS:");
         // Reset the high-water mark (compiling the plugins at start is not the burst's peak).
         let _ = std::fs::write("/proc/self/clear_refs", "5");
-        let (_, _, lost, doubled) = self.one_burst(n, &recorder).await?;
+        let Burst { lost, doubled, .. } = self.one_burst(n, &recorder).await?;
         let rss_peak = proc_status_kib("VmHWM:");
         host.stop().await?;
         self.clear().await?;

@@ -63,7 +63,7 @@ use anyhow::{Context, Result, bail};
 pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
 pub use keys::Keys;
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
-pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
+pub use nodes::{HolderCount, Node, Presence, ServerWork, answers, shut_down};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
 pub use tasks::{

@@ -26,6 +26,35 @@ pub struct Presence {
     pub beats: Vec<(String, String)>,
 }
 
+/// What the servers have done so far, summed over every master: for the benchmark's per-task costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerWork {
+    /// Time spent in scripts (`EVALSHA`, with the commands they call), from `INFO commandstats`, µs.
+    pub script_us: f64,
+    /// Scripts run.
+    pub script_calls: u64,
+    /// CPU the servers used (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), µs.
+    pub cpu_us: f64,
+}
+
+/// Sums `INFO commandstats` + `INFO cpu` text into `work`.
+fn add_server_work(work: &mut ServerWork, info: &str) {
+    for line in info.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("cmdstat_evalsha:").or_else(|| line.strip_prefix("cmdstat_eval:")) {
+            for field in rest.split(',') {
+                match field.split_once('=') {
+                    Some(("calls", v)) => work.script_calls += v.parse::<u64>().unwrap_or(0),
+                    Some(("usec", v)) => work.script_us += v.parse::<f64>().unwrap_or(0.0),
+                    _ => {}
+                }
+            }
+        } else if let Some(v) = line.strip_prefix("used_cpu_user:").or_else(|| line.strip_prefix("used_cpu_sys:")) {
+            work.cpu_us += v.parse::<f64>().unwrap_or(0.0) * 1e6;
+        }
+    }
+}
+
 /// The leases of one type one host holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderCount {
@@ -157,6 +186,23 @@ impl Store {
             .with_context(|| format!("cannot read INFO {section}"))
     }
 
+    /// Script time and CPU of every master so far (the benchmark takes differences).
+    pub async fn server_work(&self) -> Result<ServerWork> {
+        let mut work = ServerWork::default();
+        for node in self.nodes().await?.into_iter().filter(|n| n.master) {
+            let mut conn = node.connection().await?;
+            for section in ["commandstats", "cpu"] {
+                let info: String = redis::cmd("INFO")
+                    .arg(section)
+                    .query_async(&mut conn)
+                    .await
+                    .with_context(|| format!("cannot read INFO {section}"))?;
+                add_server_work(&mut work, &info);
+            }
+        }
+        Ok(work)
+    }
+
     /// Deletes `keys` (`UNLINK`; they must share a slot on a cluster).
     pub async fn unlink(&self, keys: &[String]) -> Result<()> {
         let mut conn = self.conn.clone();
@@ -254,5 +300,22 @@ pub async fn shut_down(url: &str) {
     {
         // The server closes the connection instead of replying.
         let _ = redis::cmd("SHUTDOWN").query_async::<()>(&mut conn).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_work_sums_scripts_and_cpu() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=2500,usec_per_call=250.00,rejected_calls=0\r\n\
+                    cmdstat_zadd:calls=4,usec=9,usec_per_call=2.25\r\n# CPU\r\nused_cpu_sys:1.500000\r\n\
+                    used_cpu_user:0.250000\r\nused_cpu_sys_children:9.0\r\n";
+        let mut work = ServerWork::default();
+        add_server_work(&mut work, info);
+        assert_eq!(work.script_calls, 10);
+        assert_eq!(work.script_us, 2500.0);
+        assert_eq!(work.cpu_us, 1_750_000.0);
     }
 }
