@@ -67,7 +67,13 @@ fn snapshot(c: &mut redis::Connection, skip: &[&str]) -> BTreeMap<Vec<u8>, Vec<u
 }
 
 fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
-    Settlement { id: task.id.clone(), token: task.token, outcome: Outcome::Ack { followups }, run: Default::default() }
+    Settlement {
+        id: task.id.clone(),
+        token: task.token,
+        claim: task.claim,
+        outcome: Outcome::Ack { followups },
+        run: Default::default(),
+    }
 }
 
 fn fail(task: &ClaimedTask, dead: bool) -> Settlement {
@@ -76,7 +82,7 @@ fn fail(task: &ClaimedTask, dead: bool) -> Settlement {
     } else {
         Outcome::Retry { delay: Duration::ZERO, error: "again".into() }
     };
-    Settlement { id: task.id.clone(), token: task.token, outcome, run: Default::default() }
+    Settlement { id: task.id.clone(), token: task.token, claim: task.claim, outcome, run: Default::default() }
 }
 
 fn limits() -> ClaimLimits {
@@ -107,7 +113,7 @@ impl Script {
         match self {
             Script::Schedule => &[("due", "zset"), ("payload", "hash")],
             Script::Cancel => {
-                &[("due", "zset"), ("payload", "hash"), ("leases", "zset"), ("tokens", "hash"), ("cancels", "hash")]
+                &[("due", "zset"), ("payload", "hash"), ("tokens", "hash"), ("claimed", "hash"), ("cancels", "hash")]
             }
             Script::Claim => &[
                 ("due", "zset"),
@@ -123,12 +129,14 @@ impl Script {
                 ("throttle", "hash"),
                 ("paused", "string"),
                 ("cancels", "hash"),
+                ("claims", "zset"),
+                ("claimed", "hash"),
             ],
             Script::Settle => &[
                 ("due", "zset"),
                 ("payload", "hash"),
-                ("leases", "zset"),
-                ("tokens", "hash"),
+                ("claims", "zset"),
+                ("claimed", "hash"),
                 ("attempts", "hash"),
                 ("errors", "hash"),
                 ("dead", "zset"),
@@ -137,8 +145,8 @@ impl Script {
                 ("events", "stream"),
                 ("cancels", "hash"),
             ],
-            Script::Extend => &[("leases", "zset"), ("tokens", "hash"), ("cancels", "hash")],
-            Script::Release => &[("leases", "zset"), ("tokens", "hash"), ("due", "zset")],
+            Script::Extend => &[("claims", "zset"), ("claimed", "hash"), ("cancels", "hash")],
+            Script::Release => &[("claims", "zset"), ("claimed", "hash"), ("due", "zset")],
             Script::Deliver => &[("next:due", "zset"), ("next:payload", "hash"), ("next:marker", "string")],
             Script::DeadRequeue => &[("dead", "zset"), ("attempts", "hash"), ("errors", "hash"), ("due", "zset")],
             Script::DeadPurge => {
@@ -161,6 +169,8 @@ impl Script {
                 ("throttle", "hash"),
                 ("paused", "string"),
                 ("cancels", "hash"),
+                ("claims", "zset"),
+                ("claimed", "hash"),
             ],
             Script::Pause | Script::Resume => &[("paused", "string"), ("due", "zset")],
         }
@@ -169,13 +179,23 @@ impl Script {
     /// Keys where the script parses or increments a number: `(key suffix, bad value)`.
     fn numbers(self) -> &'static [(&'static str, Bad)] {
         match self {
-            Script::Claim => &[("seq", Bad::NotANumber), ("stats", Bad::FieldNotANumber("dead"))],
+            Script::Claim => &[
+                ("seq", Bad::NotANumber),
+                ("stats", Bad::FieldNotANumber("dead")),
+                ("claimed", Bad::FieldNotANumber("leased")),
+            ],
             Script::Settle => &[
                 ("stats", Bad::FieldNotANumber("succeeded")),
                 ("stats", Bad::FieldNotANumber("dead")),
                 ("stats", Bad::FieldNotANumber("cancelled")),
+                ("claimed", Bad::FieldNotANumber("leased")),
             ],
-            Script::Stats => &[("seq", Bad::NotANumber), ("stats", Bad::FieldNotANumber("failed"))],
+            Script::Release => &[("claimed", Bad::FieldNotANumber("leased"))],
+            Script::Stats => &[
+                ("seq", Bad::NotANumber),
+                ("stats", Bad::FieldNotANumber("failed")),
+                ("claimed", Bad::FieldNotANumber("leased")),
+            ],
             _ => &[],
         }
     }
@@ -321,7 +341,7 @@ async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &
         s.settle(&t, &batch).await.unwrap();
     }
     let due: usize = c.zcard(key("wt", "due")).unwrap();
-    let leases: usize = c.zcard(key("wt", "leases")).unwrap();
+    let leases = support::leases(c, "wt").len();
     let dead: usize = c.zcard(key("wt", "dead")).unwrap();
     let succeeded: Option<u64> = c.hget(key("wt", "stats"), "succeeded").unwrap();
     assert_eq!(leases, 0, "{script:?}: tasks left leased");
@@ -348,14 +368,15 @@ fn no_task_vanished(c: &mut redis::Connection, script: Script, scene: &Scene) {
     }
     for id in IDS {
         let places: Vec<Option<f64>> =
-            ["due", "leases", "dead"].iter().map(|k| c.zscore(key("wt", k), id).unwrap_or(None)).collect();
-        let saved: Vec<Option<f64>> = ["due", "leases", "dead"]
-            .iter()
-            .map(|k| c.zscore(format!("{}:saved", key("wt", k)), id).unwrap_or(None))
-            .collect();
+            ["due", "dead"].iter().map(|k| c.zscore(key("wt", k), id).unwrap_or(None)).collect();
+        let saved: Vec<Option<f64>> =
+            ["due", "dead"].iter().map(|k| c.zscore(format!("{}:saved", key("wt", k)), id).unwrap_or(None)).collect();
+        let tokens = key("wt", "tokens");
+        let leased = support::leases_in(c, &key("wt", "claimed"), &tokens).contains_key(id)
+            || support::leases_in(c, &format!("{}:saved", key("wt", "claimed")), &tokens).contains_key(id);
         let settled_ok = script == Script::Deliver && scene.claimed[0].id == id.as_bytes();
         assert!(
-            places.iter().chain(&saved).any(Option::is_some) || settled_ok,
+            places.iter().chain(&saved).any(Option::is_some) || leased || settled_ok,
             "{script:?}: task {id} is in none of due, leases and dead"
         );
     }

@@ -117,9 +117,7 @@ fn handlers_blocked_in_host_calls_end_at_their_deadline_and_hold_only_their_own_
     let log = host.log();
     assert!(!log.contains("maximum concurrent limit"), "the instance pool ran out:\n{log}");
     // Every run ended: no handler is left in flight, and no thread was left blocked behind one.
-    wait_for("no handler in flight", LONG, || {
-        (support::zcard(&mut conn, "hourglass:{chaos}:leases") == 0).then_some(())
-    });
+    wait_for("no handler in flight", LONG, || support::leases(&mut conn, "chaos").is_empty().then_some(()));
     let threads = proc_status(&host, "Threads:");
     assert!(threads < 30, "{threads} threads: blocked runs kept their threads");
 }
@@ -255,9 +253,7 @@ fn shutdown_past_the_grace_period_stops_hung_handlers_and_hands_their_leases_bac
     let tasks: Vec<(String, String)> = (0..50).map(|i| (format!("hung-{i}"), "sleep:600000".to_owned())).collect();
     hostile(&mut conn, &tasks);
     noop_stream(&mut conn, 500, 500);
-    wait_for("the hung tasks to run", LONG, || {
-        (support::zcard(&mut conn, "hourglass:{chaos}:leases") == 50).then_some(())
-    });
+    wait_for("the hung tasks to run", LONG, || (support::leases(&mut conn, "chaos").len() == 50).then_some(()));
     wait_all_settled(&mut conn, 500, 0);
     host.signal("TERM");
     assert_eq!(host.wait_exit(Duration::from_secs(30)), Some(0));
@@ -266,7 +262,7 @@ fn shutdown_past_the_grace_period_stops_hung_handlers_and_hands_their_leases_bac
     let after_stop = log.split_once("INFO hourglass::host: stopped").map(|(_, rest)| rest.trim()).unwrap_or("missing");
     assert!(after_stop.is_empty(), "lines after \"stopped\": {after_stop}");
     assert!(!log.contains("failed: "), "a stopped run was reported as failed:\n{log}");
-    assert_eq!(support::zcard(&mut conn, "hourglass:{chaos}:leases"), 0, "leases not handed back");
+    assert_eq!(support::leases(&mut conn, "chaos").len(), 0, "leases not handed back");
     assert_eq!(support::zcard(&mut conn, "hourglass:{chaos}:due"), 50, "the hung tasks are due again");
     assert_eq!(stat(&mut conn, "chaos", "failed"), 0);
 }

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for, zcard};
+use support::{Host, RedisServer, leases, now_ms, plugin, stat, test_plugin, wait_for, zcard};
 
 const LONG: Duration = Duration::from_secs(90);
 
@@ -79,9 +79,7 @@ fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task()
     // A handler spinning in a loop until its (long) deadline.
     let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
     let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
-    wait_for("the loop to run", LONG, || (zcard(&mut conn, "hourglass:{job}:leases") == 1).then_some(()));
-    let token: String = conn.hget("hourglass:{job}:tokens", "spin").unwrap();
-    let holder = token.split('@').nth(1).unwrap().to_owned();
+    let holder = wait_for("the loop to run", LONG, || leases(&mut conn, "job").remove("spin"));
 
     let out = hourglass(&redis, &["cancel", "job", "spin"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -90,7 +88,7 @@ fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task()
         said.contains(&format!("cancelled running task job/spin: host {holder} stopped its handler")),
         "the CLI did not see the run end: {said}"
     );
-    assert_eq!(zcard(&mut conn, "hourglass:{job}:leases"), 0);
+    assert!(leases(&mut conn, "job").is_empty());
     assert_eq!(zcard(&mut conn, "hourglass:{job}:due"), 0, "a cancelled run was retried");
     assert_eq!(stat(&mut conn, "job", "cancelled"), 1);
     assert_eq!(stat(&mut conn, "job", "failed"), 0);

@@ -197,6 +197,7 @@ fn task(task_type: &str, id: &str, payload: &str, attempt: u32) -> ClaimedTask {
         attempt,
         due_ms: 1_700_000_000_000,
         token: 1,
+        claim: 1,
     }
 }
 

@@ -192,6 +192,7 @@ mod measure {
             attempt: 1,
             due_ms: 1_700_000_000_000,
             token: 1,
+            claim: 1,
         }
     }
 

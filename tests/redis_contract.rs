@@ -29,7 +29,13 @@ fn ids(tasks: &[ClaimedTask]) -> Vec<Vec<u8>> {
 }
 
 fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
-    Settlement { id: task.id.clone(), token: task.token, outcome: Outcome::Ack { followups }, run: Default::default() }
+    Settlement {
+        id: task.id.clone(),
+        token: task.token,
+        claim: task.claim,
+        outcome: Outcome::Ack { followups },
+        run: Default::default(),
+    }
 }
 
 fn zscore(conn: &mut redis::Connection, key: &str, id: &[u8]) -> Option<i64> {
@@ -140,8 +146,7 @@ async fn sixteen_concurrent_claimers_take_each_task_exactly_once() {
     assert_eq!(all.len(), total, "every task claimed once");
     let unique: HashSet<_> = all.iter().collect();
     assert_eq!(unique.len(), total, "no task claimed twice");
-    let leased: usize = c.zcard(key("bulk", "leases")).unwrap();
-    assert_eq!(leased, total);
+    assert_eq!(support::leases(&mut c, "bulk").len(), total);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -175,16 +180,18 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(outbox, 0, "a fenced ack writes no follow-ups");
     let next_due: usize = c.zcard(key("next", "due")).unwrap();
     assert_eq!(next_due, 0);
-    assert!(zscore(&mut c, &key("flaky", "leases"), b"x").is_some(), "the new lease stands");
+    assert!(s.leased(&t, b"x").await.unwrap(), "the new lease stands");
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), Some(b"data".to_vec()));
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 0);
 
     let r = s.settle(&t, &[ack(&new, vec![])]).await.unwrap();
     assert_eq!(r, vec![SettleResult::Settled]);
-    assert!(zscore(&mut c, &key("flaky", "leases"), b"x").is_none());
+    assert!(!s.leased(&t, b"x").await.unwrap());
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), None);
     assert_eq!(hget(&mut c, &key("flaky", "attempts"), b"x"), None);
-    assert_eq!(hget(&mut c, &key("flaky", "tokens"), b"x"), None);
+    assert!(support::leases(&mut c, "flaky").is_empty());
+    let claims: usize = c.zcard(key("flaky", "claims")).unwrap();
+    assert_eq!(claims, 0, "a claim's lease goes with its last task");
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 1);
 
     // A second ack with the same token is fenced too (the token is gone).
@@ -204,9 +211,12 @@ async fn extend_keeps_the_lease_past_its_original_expiry() {
 
     let ok = s.extend(&t, &[task.lease()], 60_000).await.unwrap();
     assert_eq!(ok, vec![Extended::Extended]);
-    let stale = s.extend(&t, &[Lease { id: task.id.clone(), token: task.token + 1000 }], 60_000).await.unwrap();
+    let stale = s
+        .extend(&t, &[Lease { id: task.id.clone(), token: task.token + 1000, claim: task.claim }], 60_000)
+        .await
+        .unwrap();
     assert_eq!(stale, vec![Extended::Lost], "a wrong token cannot extend");
-    let unknown = s.extend(&t, &[Lease { id: b"nope".to_vec(), token: 1 }], 60_000).await.unwrap();
+    let unknown = s.extend(&t, &[Lease { id: b"nope".to_vec(), token: 1, claim: 1 }], 60_000).await.unwrap();
     assert_eq!(unknown, vec![Extended::Lost]);
 
     wait_past(&mut c, claim.lease_expiry_ms);
@@ -227,12 +237,19 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     // While it runs, its attempt lives with its token; the attempts hash is written
     // only when an attempt ends without an ack (here: the retry below).
-    assert_eq!(hget(&mut c, &key("retry", "tokens"), b"x"), Some(format!("{}:1", task.token).into_bytes()));
+    let running = s.show(&t, b"x").await.unwrap().running.expect("leased");
+    assert_eq!((running.token, running.attempt), (task.token, 1));
     assert_eq!(hget(&mut c, &key("retry", "attempts"), b"x"), None);
 
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
-    let batch = [Settlement { id: task.id.clone(), token: task.token, outcome: retry, run: Default::default() }];
+    let batch = [Settlement {
+        id: task.id.clone(),
+        token: task.token,
+        claim: task.claim,
+        outcome: retry,
+        run: Default::default(),
+    }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let after = redis_now(&mut c);
     let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
@@ -240,7 +257,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     assert_eq!(hget(&mut c, &key("retry", "errors"), b"x"), Some(b"boom".to_vec()));
     assert_eq!(hget(&mut c, &key("retry", "attempts"), b"x"), Some(b"1".to_vec()));
     assert_eq!(hget(&mut c, &key("retry", "payload"), b"x"), Some(b"keep".to_vec()));
-    assert!(zscore(&mut c, &key("retry", "leases"), b"x").is_none());
+    assert!(!s.leased(&t, b"x").await.unwrap());
     let stats = s.stats(&t).await.unwrap();
     assert_eq!((stats.failed, stats.retried, stats.succeeded), (1, 1, 0));
     assert_eq!((stats.scheduled_later, stats.in_flight), (1, 0));
@@ -250,7 +267,13 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
     let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
-    let batch = [Settlement { id: again.id.clone(), token: again.token, outcome: zero, run: Default::default() }];
+    let batch = [Settlement {
+        id: again.id.clone(),
+        token: again.token,
+        claim: again.claim,
+        outcome: zero,
+        run: Default::default(),
+    }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!(third.attempt, 3);
@@ -273,6 +296,7 @@ async fn dead_letter_list_requeue_and_purge() {
         .map(|task| Settlement {
             id: task.id.clone(),
             token: task.token,
+            claim: task.claim,
             outcome: Outcome::Dead { error: format!("bad {}", String::from_utf8_lossy(&task.id)) },
             run: Default::default(),
         })
@@ -354,12 +378,14 @@ async fn client_reschedule_during_a_run_wins() {
         Settlement {
             id: r.id.clone(),
             token: r.token,
+            claim: r.claim,
             outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into() },
             run: Default::default(),
         },
         Settlement {
             id: d.id.clone(),
             token: d.token,
+            claim: d.claim,
             outcome: Outcome::Dead { error: "e".into() },
             run: Default::default(),
         },
@@ -436,7 +462,8 @@ async fn binary_ids_and_payloads_round_trip() {
     let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
     let dead = Outcome::Dead { error: "no".into() };
-    let batch = [Settlement { id: id.clone(), token: task.token, outcome: dead, run: Default::default() }];
+    let batch =
+        [Settlement { id: id.clone(), token: task.token, claim: task.claim, outcome: dead, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let listed = s.dead_list(&t, 10).await.unwrap();
     assert_eq!(listed[0].id, id);
@@ -503,7 +530,7 @@ async fn release_hands_tasks_back_at_once() {
     let tasks = s.claim(&t, &limits(10, Duration::from_secs(600))).await.unwrap().tasks;
     assert_eq!(tasks.len(), 2);
     let leases: Vec<Lease> = tasks.iter().map(ClaimedTask::lease).collect();
-    let stale = vec![Lease { id: tasks[0].id.clone(), token: tasks[0].token + 1000 }];
+    let stale = vec![Lease { id: tasks[0].id.clone(), token: tasks[0].token + 1000, claim: tasks[0].claim }];
     assert_eq!(s.release(&t, &stale).await.unwrap(), 0, "a stale token releases nothing");
     assert_eq!(s.release(&t, &leases).await.unwrap(), 2);
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);
@@ -569,4 +596,53 @@ async fn connect_fails_fast_and_hides_credentials() {
     let server = RedisServer::start();
     let s = Store::connect(&server.url(), &prefix).await.unwrap();
     s.ping().await.unwrap();
+}
+
+/// An upgrade: hosts before claim leases leased each task in `leases` and
+/// `tokens`. A host of this version adopts those leases once they expire
+/// (attempt counted), leaves the ones still held alone and counts them as
+/// in flight, and a cancel and `show` still find them.
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_of_an_older_host_are_adopted_when_they_expire() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("legacy");
+    let now = redis_now(&mut c);
+    // What an older host left: "gone" (its host died, lease expired) and "held" (its host still runs it).
+    for (id, expiry, entry) in [("gone", now - 1, "41:2@old-1"), ("held", now + 2_000, "42:1@old-2")] {
+        let _: () = c.zadd(key("legacy", "leases"), id, expiry).unwrap();
+        let _: () = c.hset(key("legacy", "tokens"), id, entry).unwrap();
+        let _: () = c.hset(key("legacy", "payload"), id, format!("body of {id}")).unwrap();
+    }
+    let _: () = c.set(key("legacy", "seq"), 42).unwrap();
+    let _: () = c.zadd(key("legacy", "due"), "fresh", now - 1).unwrap();
+
+    let first = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
+    let mut got: Vec<(Vec<u8>, u32)> = first.tasks.iter().map(|t| (t.id.clone(), t.attempt)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(b"fresh".to_vec(), 1), (b"gone".to_vec(), 3)],
+        "the expired lease is adopted, its attempt counted"
+    );
+    assert!(first.tasks.iter().all(|t| t.token > 42), "tokens go on from the older host's");
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 3, "the held lease counts as in flight");
+    let held = s.show(&t, b"held").await.unwrap().running.expect("still running on old-2");
+    assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 42, 1));
+    assert_eq!(s.cancel(&t, b"held").await.unwrap(), Cancelled::Running { holder: "old-2".into() });
+
+    let batch: Vec<Settlement> = first.tasks.iter().map(|t| ack(t, vec![])).collect();
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 2]);
+
+    // The older host dies too: its cancelled run is not run again once its lease expires.
+    wait_past(&mut c, now + 2_000);
+    let second = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
+    assert!(second.tasks.is_empty(), "a run whose cancel was asked is not re-run: {:?}", second.tasks);
+    assert_eq!(s.stats(&t).await.unwrap().cancelled, 1);
+    for k in ["leases", "tokens", "due", "claims"] {
+        let exists: bool = c.exists(key("legacy", k)).unwrap();
+        assert!(!exists, "{k} is left behind");
+    }
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);
 }

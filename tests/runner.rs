@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, payload, plugin, stat, test_plugin, wait_for, zadd, zcard};
+use support::{Host, RedisServer, leases, now_ms, payload, plugin, stat, test_plugin, wait_for, zadd, zcard};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -86,7 +86,7 @@ fn per_type_concurrency_is_respected_and_a_flood_does_not_starve_others() {
     let mut most = 0;
     let mut quick_done_while_flooded = false;
     wait_for("the flood to drain", LONG, || {
-        most = most.max(zcard(&mut conn, "hourglass:{slow}:leases"));
+        most = most.max(leases(&mut conn, "slow").len());
         if stat(&mut conn, "quick", "succeeded") == 1 && stat(&mut conn, "slow", "succeeded") < 35 {
             quick_done_while_flooded = true;
         }
@@ -144,10 +144,10 @@ fn kill_9_mid_run_then_restart_completes_everything() {
     wait_for("some done", LONG, || (stat(&mut conn, "work", "succeeded") >= 40).then_some(()));
     host.signal("KILL");
     host.wait_exit(LONG);
-    let in_flight: HashSet<String> = conn.zrange("hourglass:{work}:leases", 0, -1).unwrap();
+    let in_flight: HashSet<String> = leases(&mut conn, "work").into_keys().collect();
     host.spawn();
     wait_for("all done after restart", LONG, || {
-        let left = zcard(&mut conn, "hourglass:{work}:due") + zcard(&mut conn, "hourglass:{work}:leases");
+        let left = zcard(&mut conn, "hourglass:{work}:due") + leases(&mut conn, "work").len();
         (left == 0).then_some(())
     });
     let log = host.log();
@@ -173,12 +173,12 @@ fn sigterm_drains_running_tasks_and_hands_back_the_rest() {
     payload(&mut conn, "stuck", "s", "sleep:20000");
     zadd(&mut conn, "stuck", "s", now_ms());
     wait_for("both running", LONG, || {
-        (zcard(&mut conn, "hourglass:{quick}:leases") + zcard(&mut conn, "hourglass:{stuck}:leases") == 2).then_some(())
+        (leases(&mut conn, "quick").len() + leases(&mut conn, "stuck").len() == 2).then_some(())
     });
     host.signal("TERM");
     assert_eq!(host.wait_exit(LONG), Some(0));
     assert_eq!(stat(&mut conn, "quick", "succeeded"), 1, "the quick task was not allowed to finish");
-    assert_eq!(zcard(&mut conn, "hourglass:{stuck}:leases"), 0, "lease not handed back");
+    assert_eq!(leases(&mut conn, "stuck").len(), 0, "lease not handed back");
     let score: Option<i64> = conn.zscore("hourglass:{stuck}:due", "s").unwrap();
     assert!(score.is_some_and(|s| s <= now_ms()), "the unfinished task is not due again");
     assert!(host.log().contains("handed back"));
@@ -200,7 +200,7 @@ fn redis_restart_mid_run_loses_nothing() {
     redis.restart(&persist);
     let mut conn = redis.client();
     wait_for("all done after the restart", LONG, || {
-        let left = zcard(&mut conn, "hourglass:{durable}:due") + zcard(&mut conn, "hourglass:{durable}:leases");
+        let left = zcard(&mut conn, "hourglass:{durable}:due") + leases(&mut conn, "durable").len();
         (left == 0).then_some(())
     });
     let log = host.log();

@@ -43,6 +43,7 @@ fn task(task_type: &str, id: &[u8], payload: &str) -> ClaimedTask {
         attempt: 1,
         due_ms: 1_700_000_000_000,
         token: 1,
+        claim: 1,
     }
 }
 

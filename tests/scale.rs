@@ -65,16 +65,12 @@ fn host_states(host: &Host) -> (HashMap<String, String>, HashMap<String, HashMap
 
 /// Ids of `task_type` whose lease `host_id` holds now.
 fn held_by(conn: &mut impl redis::ConnectionLike, task_type: &str, host_id: &str) -> HashSet<String> {
-    let tokens: HashMap<String, String> =
-        redis::cmd("HGETALL").arg(format!("hourglass:{{{task_type}}}:tokens")).query(conn).unwrap();
-    let suffix = format!("@{host_id}");
-    tokens.into_iter().filter(|(_, v)| v.ends_with(&suffix)).map(|(id, _)| id).collect()
+    support::leases(conn, task_type).into_iter().filter(|(_, holder)| holder == host_id).map(|(id, _)| id).collect()
 }
 
 fn left(conn: &mut impl redis::ConnectionLike, task_type: &str) -> usize {
     let due: usize = redis::cmd("ZCARD").arg(format!("hourglass:{{{task_type}}}:due")).query(conn).unwrap();
-    let leased: usize = redis::cmd("ZCARD").arg(format!("hourglass:{{{task_type}}}:leases")).query(conn).unwrap();
-    due + leased
+    due + support::leases(conn, task_type).len()
 }
 
 // ---------------------------------------------------------------- many hosts
@@ -212,6 +208,7 @@ const RUNNER_ACL: &[&str] = &[
     "+zrem",
     "+zrange",
     "+zrangebyscore",
+    "+zremrangebyrank",
     "+zrevrangebyscore",
     "+zscore",
     "+zmscore",
@@ -223,6 +220,7 @@ const RUNNER_ACL: &[&str] = &[
     "+hdel",
     "+hexists",
     "+hgetall",
+    "+hlen",
     "+hincrby",
     "+hstrlen",
     "+xadd",

@@ -75,6 +75,7 @@ async fn a_claimed_occurrence_arms_the_next_one_in_the_same_step_and_only_once()
     let dead = Settlement {
         id: got[0].id.clone(),
         token: got[0].token,
+        claim: got[0].claim,
         outcome: Outcome::Dead { error: "boom".into() },
         run: Default::default(),
     };
@@ -169,6 +170,7 @@ async fn max_running_and_rate_hold_claims_back_over_every_claimer() {
     let ack = Settlement {
         id: first.tasks[0].id.clone(),
         token: first.tasks[0].token,
+        claim: first.tasks[0].claim,
         outcome: Outcome::Ack { followups: vec![] },
         run: Default::default(),
     };

@@ -130,7 +130,8 @@ impl Run {
             span.end(&outcome);
         }
         let info = RunInfo { attempt: task.attempt, due_ms: task.due_ms, started_ms, finished_ms };
-        let settlement = Settlement { id: self.task.id, token: self.task.token, outcome, run: info };
+        let settlement =
+            Settlement { id: self.task.id, token: self.task.token, claim: self.task.claim, outcome, run: info };
         // Counted down just before it is queued, so the settler never lingers
         // for an outcome already in its queue.
         self.unreported.fetch_sub(1, Ordering::AcqRel);

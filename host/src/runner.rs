@@ -171,7 +171,8 @@ impl TypeState {
     /// Stops the run of `id` under `token`, if this host holds it; true if it did.
     fn stop(&self, id: &[u8], token: u64) -> bool {
         let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get(&Lease { id: id.to_vec(), token }) {
+        // A cancel names the task and its token, not its claim; it is rare, so a scan will do.
+        match map.iter().find(|(lease, _)| lease.id == id && lease.token == token).map(|(_, run)| run) {
             Some(run) => {
                 run.stop.cancel();
                 true

@@ -106,7 +106,7 @@ impl Runner {
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for s in &batch {
-                    map.remove(&Lease { id: s.id.clone(), token: s.token });
+                    map.remove(&Lease { id: s.id.clone(), token: s.token, claim: s.claim });
                 }
             }
             drop(permits); // frees the concurrency slots only now that the outcome is stored

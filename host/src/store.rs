@@ -11,8 +11,9 @@
 //! | `P:{T}:due`                 | ZSET   | id → due time (ms); written by apps (public)   |
 //! | `P:{T}:payload`             | HASH   | id → payload bytes (public)                    |
 //! | `P:{T}:stats`               | HASH   | succeeded, failed, retried, dead counters      |
-//! | `P:{T}:leases`              | ZSET   | id → lease expiry (ms)                         |
-//! | `P:{T}:tokens`              | HASH   | id → `<token>:<attempt>@<host id>` (fencing)   |
+//! | `P:{T}:claims`              | ZSET   | claim id → lease expiry (ms): one per claim    |
+//! | `P:{T}:claimed`             | HASH   | claim id → holder, ids, attempts; which live   |
+//! | `P:{T}:leases`, `:tokens`   | ZSET, HASH | per-task leases of older hosts: reaped only |
 //! | `P:hosts`                   | HASH   | host id → heartbeat (see `hosts`)              |
 //! | `P:{T}:attempts`            | HASH   | id → attempts that ended without an ack        |
 //! | `P:{T}:errors`              | HASH   | id → last error                                |

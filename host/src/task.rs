@@ -17,12 +17,14 @@ pub struct ClaimedTask {
     pub due_ms: i64,
     /// The lease token; settling with a stale token changes nothing (fencing).
     pub token: u64,
+    /// The claim that took it (the claim's first token): its lease is the claim's.
+    pub claim: u64,
 }
 
 impl ClaimedTask {
     /// The lease this host holds on it.
     pub fn lease(&self) -> Lease {
-        Lease { id: self.id.clone(), token: self.token }
+        Lease { id: self.id.clone(), token: self.token, claim: self.claim }
     }
 }
 
@@ -34,6 +36,8 @@ pub struct Lease {
     pub id: Vec<u8>,
     /// The claim's fencing token.
     pub token: u64,
+    /// The claim that took it (its first token).
+    pub claim: u64,
 }
 
 /// A follow-up task a handler scheduled; committed atomically with the success ack.

@@ -288,6 +288,51 @@ pub fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("ZCARD").arg(key).query(conn).unwrap()
 }
 
+/// The tasks of `task_type` leased now: id → the host id that holds them. Read
+/// from the claim records (`claimed`, see the host's `scripts/prelude.lua`)
+/// and from the per-task leases older hosts left in `tokens`.
+pub fn leases(conn: &mut impl redis::ConnectionLike, task_type: &str) -> std::collections::HashMap<String, String> {
+    leases_in(conn, &format!("hourglass:{{{task_type}}}:claimed"), &format!("hourglass:{{{task_type}}}:tokens"))
+}
+
+/// [`leases`], from the claim records in `claimed` and the per-task leases in `tokens`.
+pub fn leases_in(
+    conn: &mut impl redis::ConnectionLike,
+    claimed: &str,
+    tokens: &str,
+) -> std::collections::HashMap<String, String> {
+    const READ: &str = r#"
+        -- A key planted with another type (tests of bad data) holds no leases.
+        local function hgetall(k)
+          if redis.call('TYPE', k)['ok'] == 'hash' then return redis.call('HGETALL', k) end
+          return {}
+        end
+        local out = {}
+        local legacy = hgetall(KEYS[2])
+        for i = 1, #legacy, 2 do
+          out[#out + 1] = legacy[i]
+          out[#out + 1] = string.match(legacy[i + 1], '@(.*)$') or ''
+        end
+        local all = hgetall(KEYS[1])
+        local fields = {}
+        for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+        for c, packed in pairs(fields) do
+          local live = fields[c .. ':live']
+          if live and string.match(c, '^%d+$') then
+            local rec = cmsgpack.unpack(packed)
+            for k, id in ipairs(rec[2]) do
+              if string.sub(live, k, k) == '1' then
+                out[#out + 1] = id
+                out[#out + 1] = rec[1]
+              end
+            end
+          end
+        end
+        return out"#;
+    let pairs: Vec<String> = redis::Script::new(READ).key(claimed).key(tokens).invoke(conn).unwrap();
+    pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect()
+}
+
 /// `HGET <prefix>:{type}:stats <field>` as a number (0 when absent).
 pub fn stat(conn: &mut redis::Connection, task_type: &str, field: &str) -> i64 {
     redis::cmd("HGET")

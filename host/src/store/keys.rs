@@ -11,10 +11,17 @@ pub struct Keys {
     pub payload: String,
     /// `P:{T}:stats`: HASH of counters.
     pub stats: String,
-    /// `P:{T}:leases`: ZSET id → lease expiry ms.
+    /// `P:{T}:leases`: ZSET id → lease expiry ms, of hosts that leased per task (before claim leases):
+    /// still reaped, never written.
     pub leases: String,
-    /// `P:{T}:tokens`: HASH id → `<lease token>@<holder host id>` (fencing compares the token).
+    /// `P:{T}:tokens`: HASH id → `<token>:<attempt>[@<holder host id>]`, of hosts that leased per task:
+    /// still reaped, never written.
     pub tokens: String,
+    /// `P:{T}:claims`: ZSET claim id → lease expiry ms (one lease per claim).
+    pub claims: String,
+    /// `P:{T}:claimed`: HASH claim id → its holder, ids and attempts; `<claim id>:live` → which are
+    /// still leased; `leased` → how many tasks are (see `scripts/prelude.lua`).
+    pub claimed: String,
     /// `P:{T}:attempts`: HASH id → attempts so far.
     pub attempts: String,
     /// `P:{T}:errors`: HASH id → last error text.
@@ -51,6 +58,8 @@ impl Keys {
             stats: k("stats"),
             leases: k("leases"),
             tokens: k("tokens"),
+            claims: k("claims"),
+            claimed: k("claimed"),
             attempts: k("attempts"),
             errors: k("errors"),
             dead: k("dead"),
@@ -67,13 +76,15 @@ impl Keys {
     }
 
     /// Every key of the type with a fixed name (not the per-entry delivery markers).
-    pub fn fixed(&self) -> [&str; 16] {
+    pub fn fixed(&self) -> [&str; 18] {
         [
             &self.due,
             &self.payload,
             &self.stats,
             &self.leases,
             &self.tokens,
+            &self.claims,
+            &self.claimed,
             &self.attempts,
             &self.errors,
             &self.dead,

@@ -105,6 +105,8 @@ impl Store {
             .key(&k.errors)
             .key(&k.dead)
             .key(&k.payload)
+            .key(&k.claims)
+            .key(&k.claimed)
             .arg(id)
             .arg(PREVIEW_BYTES)
             .invoke_async(&mut conn)

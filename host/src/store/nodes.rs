@@ -120,6 +120,7 @@ impl Store {
             .scripts
             .holders
             .key(self.keys(t).tokens)
+            .key(self.keys(t).claimed)
             .arg(most)
             .invoke_async(&mut conn)
             .await

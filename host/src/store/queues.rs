@@ -96,6 +96,8 @@ impl Store {
             .key(&k.throttle)
             .key(&k.paused)
             .key(&k.cancels)
+            .key(&k.claims)
+            .key(&k.claimed)
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot read the stats of {t}"))?;

@@ -34,6 +34,7 @@ pub(super) fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {
             attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
             due_ms: score(due)?.unwrap_or(0),
             token,
+            claim: first_token,
         });
         token += 1;
     }

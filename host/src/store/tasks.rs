@@ -100,6 +100,8 @@ pub struct Settlement {
     pub id: Vec<u8>,
     /// The lease token it was claimed with.
     pub token: u64,
+    /// The claim that took it (its first token).
+    pub claim: u64,
     /// What happened.
     pub outcome: Outcome,
     /// When and how it ran, for the events stream (zeros when unknown).
@@ -275,9 +277,7 @@ impl Store {
 
     /// Whether task `id` of `t` is leased (claimed and not yet settled) now.
     pub async fn leased(&self, t: &TaskType, id: &[u8]) -> Result<bool> {
-        let mut conn = self.conn.clone();
-        let score: Option<f64> = redis::cmd("ZSCORE").arg(self.keys(t).leases).arg(id).query_async(&mut conn).await?;
-        Ok(score.is_some())
+        Ok(self.show(t, id).await?.running.is_some())
     }
 
     /// The channel hosts listen on for cancels of running tasks.
@@ -294,8 +294,8 @@ impl Store {
             .cancel
             .key(&k.due)
             .key(&k.payload)
-            .key(&k.leases)
             .key(&k.tokens)
+            .key(&k.claimed)
             .key(&k.cancels)
             .arg(id)
             .arg(t.as_str())
@@ -347,6 +347,8 @@ impl Store {
             .key(&k.throttle)
             .key(&k.paused)
             .key(&k.cancels)
+            .key(&k.claims)
+            .key(&k.claimed)
             .arg(limits.max_tasks.max(1))
             .arg(duration_ms(limits.lease).max(1))
             .arg(limits.max_payload_bytes)
@@ -399,8 +401,8 @@ impl Store {
         let mut inv = self.scripts.settle.prepare_invoke();
         inv.key(&k.due)
             .key(&k.payload)
-            .key(&k.leases)
-            .key(&k.tokens)
+            .key(&k.claims)
+            .key(&k.claimed)
             .key(&k.attempts)
             .key(&k.errors)
             .key(&k.dead)
@@ -413,7 +415,7 @@ impl Store {
         for s in batch {
             // Most outcomes are acks with nothing else to write: three arguments, not ten.
             if events_maxlen.is_none() && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty()) {
-                inv.arg("a").arg(&s.id).arg(s.token);
+                inv.arg("a").arg(&s.id).arg(s.token).arg(s.claim);
                 continue;
             }
             let (kind, delay_ms, error, followups) = match &s.outcome {
@@ -422,7 +424,13 @@ impl Store {
                 Outcome::Dead { error } => ("dead", 0, error.as_str(), &[][..]),
                 Outcome::Cancelled => ("cancel", 0, "", &[][..]),
             };
-            inv.arg(kind).arg(&s.id).arg(s.token).arg(s.run.attempt).arg(s.run.due_ms).arg(s.run.started_ms);
+            inv.arg(kind)
+                .arg(&s.id)
+                .arg(s.token)
+                .arg(s.claim)
+                .arg(s.run.attempt)
+                .arg(s.run.due_ms)
+                .arg(s.run.started_ms);
             inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len());
             for f in followups {
                 inv.arg(encode_followup(f));
@@ -452,9 +460,9 @@ impl Store {
         }
         let k = self.keys(t);
         let mut inv = self.scripts.extend.prepare_invoke();
-        inv.key(&k.leases).key(&k.tokens).key(&k.cancels).arg(lease_ms.max(1));
+        inv.key(&k.claims).key(&k.claimed).key(&k.cancels).arg(lease_ms.max(1));
         for lease in leases {
-            inv.arg(&lease.id).arg(lease.token);
+            inv.arg(&lease.id).arg(lease.token).arg(lease.claim);
         }
         let mut conn = self.conn.clone();
         let flags: Vec<i64> =
@@ -476,9 +484,9 @@ impl Store {
         }
         let k = self.keys(t);
         let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(&k.leases).key(&k.tokens).key(&k.due);
+        inv.key(&k.claims).key(&k.claimed).key(&k.due);
         for lease in leases {
-            inv.arg(&lease.id).arg(lease.token);
+            inv.arg(&lease.id).arg(lease.token).arg(lease.claim);
         }
         let mut conn = self.conn.clone();
         let n: usize =

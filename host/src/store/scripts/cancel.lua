@@ -1,6 +1,7 @@
 -- cancel: cancel a task: remove it when it is scheduled; when it is running, ask its host to stop it.
 --
--- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 cancels (HASH id -> the lease token to stop)
+-- KEYS: 1 due, 2 payload, 3 tokens (per-task leases of older hosts), 4 claimed (see the prelude),
+--       5 cancels (HASH id -> the lease token to stop)
 -- ARGV: 1 id, 2 the type's name, 3 the channel hosts listen on for cancels
 -- Returns: { 'scheduled' } when it was removed from `due` (with its payload);
 --          { 'running', holder host id } when it runs under a lease: its
@@ -11,18 +12,16 @@
 -- Guarantees: one atomic step; nothing is written unless every key holds
 -- its type (HGFAULT otherwise).
 
-local due, payload, leases, tokens, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local due, payload, tokens, claimed, cancels = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id = ARGV[1]
-local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { leases, 'zset' }, { tokens, 'hash' }, { cancels, 'hash' } })
+local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { tokens, 'hash' }, { claimed, 'hash' }, { cancels, 'hash' } })
 if bad then return bad end
 if redis.call('ZREM', due, id) == 1 then
   redis.call('HDEL', payload, id)
   return { 'scheduled' }
 end
-local held = redis.call('ZSCORE', leases, id) and redis.call('HGET', tokens, id)
-if not held then return { 'unknown' } end
-local token = string.match(held, '^%d+')
-local holder = string.match(held, '@(.*)$') or ''
+local token, _, holder = find_leased(tokens, claimed, id)
+if not token then return { 'unknown' } end
 redis.call('HSET', cancels, id, token)
 -- Marks outlive any lease: a day is plenty, and the hash never grows for good.
 redis.call('PEXPIRE', cancels, 86400000)

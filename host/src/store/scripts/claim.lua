@@ -1,8 +1,9 @@
 -- claim: hand out up to `limit` due tasks of one type under fresh leases.
 --
--- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 seq, 9 stats,
---       10 recur (recurring schedules), 11 throttle (the rate limit's bucket), 13 cancels, 12 paused
---       (exists while the type is paused; its value is when the pause ends, 0 = until resumed)
+-- KEYS: 1 due, 2 payload, 3 leases, 4 tokens (both: per-task leases of older hosts), 5 attempts,
+--       6 errors, 7 dead, 8 seq, 9 stats, 10 recur (recurring schedules), 11 throttle (the rate
+--       limit's bucket), 12 paused (exists while the type is paused; its value is when the pause
+--       ends, 0 = until resumed), 13 cancels, 14 claims, 15 claimed (see the prelude)
 -- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes, 5 holder (host id, '' = none),
 --       6 max_running over all hosts (0 = no limit), 7 rate in tasks per second (0 = no limit),
 --       8 rate burst (tokens the bucket holds at most), 9 fairness separator ('' = off),
@@ -20,20 +21,22 @@
 -- Guarantees:
 --   * a paused type hands out nothing and changes nothing (its tasks stay
 --     due; schedules keep arriving); its running tasks finish.
---   * up to `limit` expired leases go back to due at `now` first; ZADD NX, so a
---     schedule a client wrote meanwhile wins; their tokens die, attempts stay.
+--   * up to `limit` expired claims (and per-task leases of older hosts) are
+--     reaped first: their tasks still leased go back to due at `now`; ZADD NX,
+--     so a schedule a client wrote meanwhile wins; their tokens die, attempts stay.
 --   * then up to `limit` members with score <= now, oldest first, leave `due`
 --     atomically: no two claimers ever get the same task.
 --   * a due id that is also dead was re-scheduled by a client: it becomes a
 --     fresh task (dead entry, attempts and errors dropped).
 --   * ids over max_id_bytes and payloads over max_payload_bytes are dead-lettered
 --     at once with a reason, and never handed out.
---   * every claimed task gets a unique token (INCRBY seq), a lease until
---     now + lease_ms and the attempt number attempts + 1. The attempt rides
---     in the tokens hash ("<token>:<attempt>[@<host id>]") while the lease
---     holds; the attempts hash only records attempts that ended without an
---     ack (a retry, a dead letter, or here a lease that expired), so a task
---     that succeeds first time never writes it.
+--   * every claimed task gets a unique token (INCRBY seq) and the attempt
+--     number attempts + 1; the claim gets one lease until now + lease_ms, in
+--     `claims`, and one record in `claimed` (holder, ids, attempts, which are
+--     still leased), so a claim costs a few writes whatever its size. The
+--     attempts hash only records attempts that ended without an ack (a
+--     retry, a dead letter, or here a lease that expired), so a task that
+--     succeeds first time never writes it.
 --   * throttles, over every host: no more than max_running tasks are leased
 --     at once, and no more than `rate` per second are handed out (a token
 --     bucket in `throttle`, refilled by this server's clock); what is over
@@ -58,7 +61,9 @@
 local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, seq, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local recur, throttle, paused, cancels = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local limit = tonumber(ARGV[1])
+local claims, claimed = KEYS[14], KEYS[15]
+-- A claim's tokens must not reach the next claim's (see the prelude).
+local limit = math.min(tonumber(ARGV[1]), 65535)
 local max_running = tonumber(ARGV[6]) or 0
 local rate = tonumber(ARGV[7]) or 0
 local burst = tonumber(ARGV[8]) or 1
@@ -67,15 +72,13 @@ local fair_window = tonumber(ARGV[10]) or 1000
 local lease_ms = tonumber(ARGV[2])
 local max_payload = tonumber(ARGV[3])
 local max_id = tonumber(ARGV[4])
--- The tokens hash records the attempt and the holder: "<token>:<attempt>@<host id>";
--- fencing compares the token only.
-local holder_suffix = (ARGV[5] and ARGV[5] ~= '') and ('@' .. ARGV[5]) or ''
+local holder = ARGV[5] or ''
 
 local bad = check_keys({
   { due, 'zset' }, { payload, 'hash' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
   { errors, 'hash' }, { dead, 'zset' }, { seq, 'string' }, { stats, 'hash' }, { recur, 'hash' },
-  { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' },
-}) or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' })
+  { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' }, { claims, 'zset' }, { claimed, 'hash' },
+}) or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' }) or check_counters(claimed, { 'leased' })
 if bad then return bad end
 
 local now = now_ms()
@@ -89,19 +92,44 @@ local now_s = string.format('%d', now)
 local expiry = now + lease_ms
 local expiry_s = string.format('%d', expiry)
 
--- 1. Reap expired leases back into due.
-local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)
-if #expired > 0 then
-  local held = multi_get('HMGET', tokens, expired)
+-- 1. Reap expired leases back into due: read what they still hold (per-task
+-- leases of older hosts, then whole claims), then write.
+local lost_ids, lost_tokens, lost_attempts = {}, {}, {}
+local reaped_legacy = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)
+if #reaped_legacy > 0 then
+  local held = multi_get('HMGET', tokens, reaped_legacy)
+  for i, id in ipairs(reaped_legacy) do
+    local token, attempt = false, false
+    if held[i] then token, attempt = string.match(held[i], '^(%d+):(%d+)') end
+    lost_ids[#lost_ids + 1] = id
+    lost_tokens[#lost_tokens + 1] = token or false
+    lost_attempts[#lost_attempts + 1] = attempt or false
+  end
+end
+local reaped_claims = redis.call('ZRANGEBYSCORE', claims, '-inf', now_s, 'LIMIT', 0, limit)
+local reaped_leased = 0
+for _, c in ipairs(reaped_claims) do
+  local rec = read_claim(claimed, c)
+  if rec then
+    for k, id in ipairs(rec.ids) do
+      if rec.live[k] == '1' then
+        lost_ids[#lost_ids + 1] = id
+        lost_tokens[#lost_tokens + 1] = string.format('%d', tonumber(c) + k - 1)
+        lost_attempts[#lost_attempts + 1] = tostring(rec.attempts[k] or 1)
+        reaped_leased = reaped_leased + 1
+      end
+    end
+  end
+end
+if #lost_ids > 0 then
   -- A run whose cancel was asked, and whose host died, is not run again.
   local marks = {}
-  if redis.call('EXISTS', cancels) == 1 then marks = multi_get('HMGET', cancels, expired) end
+  if redis.call('EXISTS', cancels) == 1 then marks = multi_get('HMGET', cancels, lost_ids) end
   local zpairs = {}
   local spent = {}
   local stopped = 0
-  for i, id in ipairs(expired) do
-    local token = held[i] and string.match(held[i], '^%d+')
-    if token and marks[i] == token then
+  for i, id in ipairs(lost_ids) do
+    if lost_tokens[i] and marks[i] == lost_tokens[i] then
       redis.call('HDEL', cancels, id)
       if not redis.call('ZSCORE', due, id) then redis.call('HDEL', payload, id) end
       stopped = stopped + 1
@@ -110,24 +138,30 @@ if #expired > 0 then
       zpairs[#zpairs + 1] = id
       -- The lost run counts as an attempt (a handler that kills its host must
       -- still end up dead-lettered after max_attempts).
-      local attempt = held[i] and string.match(held[i], '^%d+:(%d+)')
-      if attempt then
+      if lost_attempts[i] then
         spent[#spent + 1] = id
-        spent[#spent + 1] = attempt
+        spent[#spent + 1] = lost_attempts[i]
       end
     end
   end
   if stopped > 0 then redis.call('HINCRBY', stats, 'cancelled', stopped) end
   each_chunk(zpairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
   each_chunk(spent, function(...) redis.call('HSET', attempts, ...) end)
-  each_chunk(expired, function(...) redis.call('ZREM', leases, ...) end)
-  each_chunk(expired, function(...) redis.call('HDEL', tokens, ...) end)
 end
+if #reaped_legacy > 0 then
+  each_chunk(reaped_legacy, function(...) redis.call('ZREM', leases, ...) end)
+  each_chunk(reaped_legacy, function(...) redis.call('HDEL', tokens, ...) end)
+end
+for _, c in ipairs(reaped_claims) do
+  redis.call('HDEL', claimed, c, c .. ':live')
+  redis.call('ZREM', claims, c)
+end
+if reaped_leased > 0 then redis.call('HINCRBY', claimed, 'leased', -reaped_leased) end
 
 -- 2. Throttles: what every host together may still take.
 local throttled = false
 if max_running > 0 then
-  local room = max_running - redis.call('ZCARD', leases)
+  local room = max_running - (tonumber(redis.call('HGET', claimed, 'leased')) or 0) - redis.call('HLEN', tokens)
   if room < limit then
     limit = math.max(room, 0)
     -- A slot frees when any host settles: look again soon.
@@ -201,10 +235,15 @@ for i = 1, #rows, 2 do
   scores[#scores + 1] = rows[i + 1]
 end
 
-local claimed, dead_out = {}, {}
+local handed, dead_out = {}, {}
 local first_token = 0
 if #ids > 0 then
-  each_chunk(ids, function(...) redis.call('ZREM', due, ...) end)
+  if fair_by == '' then
+    -- The rows are the first #ids by rank: no per-member lookup.
+    redis.call('ZREMRANGEBYRANK', due, 0, #ids - 1)
+  else
+    each_chunk(ids, function(...) redis.call('ZREM', due, ...) end)
+  end
 
   -- 4. A claimed occurrence of a recurring schedule arms the next one.
   if redis.call('EXISTS', recur) == 1 then
@@ -262,7 +301,9 @@ if #ids > 0 then
     end
   end
 
-  local payloads = multi_get('HMGET', payload, ids)
+  -- Tasks without a payload (a plain ZADD) leave the payload hash absent.
+  local payloads = {}
+  if redis.call('EXISTS', payload) == 1 then payloads = multi_get('HMGET', payload, ids) end
   local ok_ids, ok_idx = {}, {}
   local dead_pairs, error_pairs = {}, {}
   for i, id in ipairs(ids) do
@@ -297,32 +338,33 @@ if #ids > 0 then
     -- Usually empty: it holds only attempts that ended without an ack.
     local prior = {}
     if redis.call('EXISTS', attempts) == 1 then prior = multi_get('HMGET', attempts, ok_ids) end
-    local lease_pairs, token_pairs = {}, {}
+    local claim_id = string.format('%d', first)
+    local tried = {}
     for k, id in ipairs(ok_ids) do
-      local token = first + k - 1
       local attempt = (tonumber(prior[k]) or 0) + 1
-      lease_pairs[#lease_pairs + 1] = expiry_s
-      lease_pairs[#lease_pairs + 1] = id
-      token_pairs[#token_pairs + 1] = id
-      token_pairs[#token_pairs + 1] = string.format('%d:%d%s', token, attempt, holder_suffix)
+      tried[k] = attempt
       local i = ok_idx[k]
-      claimed[#claimed + 1] = id
-      claimed[#claimed + 1] = payloads[i]
-      claimed[#claimed + 1] = attempt
-      claimed[#claimed + 1] = scores[i]
+      handed[#handed + 1] = id
+      handed[#handed + 1] = payloads[i] or false
+      handed[#handed + 1] = attempt
+      handed[#handed + 1] = scores[i]
     end
-    each_chunk(lease_pairs, function(...) redis.call('ZADD', leases, ...) end)
-    each_chunk(token_pairs, function(...) redis.call('HSET', tokens, ...) end)
+    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ok_ids, tried }),
+      claim_id .. ':live', string.rep('1', #ok_ids))
+    redis.call('HINCRBY', claimed, 'leased', #ok_ids)
+    redis.call('ZADD', claims, expiry_s, claim_id)
   end
 end
 if bucket then
-  redis.call('HSET', throttle, 'tokens', tostring(bucket - #claimed / 4), 'at', now_s)
+  redis.call('HSET', throttle, 'tokens', tostring(bucket - #handed / 4), 'at', now_s)
 end
 
 -- A full claim means the caller claims again at once and ignores both.
 local next_due, next_lease = false, false
-if #claimed / 4 < limit or limit == 0 then
+if #handed / 4 < limit or limit == 0 then
   next_due = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')[2] or false
-  next_lease = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2] or false
+  next_lease = redis.call('ZRANGE', claims, 0, 0, 'WITHSCORES')[2] or false
+  local legacy = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2]
+  if legacy and (not next_lease or tonumber(legacy) < tonumber(next_lease)) then next_lease = legacy end
 end
-return { now, claimed, dead_out, next_due, next_lease, expiry, first_token, throttled, 0 }
+return { now, handed, dead_out, next_due, next_lease, expiry, first_token, throttled, 0 }

@@ -1,17 +1,17 @@
 -- holders: how many leases of one type each host holds (read-only).
 --
--- KEYS: 1 tokens (HASH id → "<token>:<attempt>@<host id>", or without "@<host id>" from hosts without an id)
+-- KEYS: 1 tokens (per-task leases of older hosts: HASH id → "<token>:<attempt>[@<host id>]"),
+--       2 claimed (see the prelude: each claim records its holder, "" for a host without an id)
 -- ARGV: 1 most ids listed per host
 -- Returns: flat { host id, count, { ids... } } per host; "" for leases without a holder;
--- an HGFAULT when the key is not a hash.
+-- an HGFAULT when a key is not a hash. Reads every claim in flight: for
+-- `hourglass stats --hosts` and the dashboard, not the path every task takes.
 
-local bad = check_keys({ { KEYS[1], 'hash' } })
+local bad = check_keys({ { KEYS[1], 'hash' }, { KEYS[2], 'hash' } })
 if bad then return bad end
 local most = tonumber(ARGV[1])
 local counts, ids, order = {}, {}, {}
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local host = string.match(all[i + 1], '^[%d:]+@(.*)$') or ''
+local function count(host, id)
   if not counts[host] then
     counts[host] = 0
     ids[host] = {}
@@ -19,7 +19,25 @@ for i = 1, #all, 2 do
   end
   counts[host] = counts[host] + 1
   if #ids[host] < most then
-    ids[host][#ids[host] + 1] = all[i]
+    ids[host][#ids[host] + 1] = id
+  end
+end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  count(string.match(all[i + 1], '^[%d:]+@(.*)$') or '', all[i])
+end
+all = redis.call('HGETALL', KEYS[2])
+local fields = {}
+for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+for c, packed in pairs(fields) do
+  local live = fields[c .. ':live']
+  if live and string.match(c, '^%d+$') then
+    local ok, rec = pcall(cmsgpack.unpack, packed)
+    if ok and type(rec) == 'table' and type(rec[2]) == 'table' then
+      for k, id in ipairs(rec[2]) do
+        if string.sub(live, k, k) == '1' then count(rec[1] or '', id) end
+      end
+    end
   end
 end
 local out = {}

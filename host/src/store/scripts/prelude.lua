@@ -64,6 +64,98 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Leases are held per claim, not per task. A claim takes the tokens
+-- first .. first + n - 1; `first` is its id, and task k of it (from 1) has
+-- token first + k - 1. The type keeps:
+--   `claims`  ZSET  claim id → lease expiry (ms): one lease for the claim;
+--   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... } },
+--                   "<claim id>:live" → one byte per task, '1' while it is leased,
+--                   "leased" → how many tasks are leased under claims (every host).
+-- Hosts before claim leases leased each task in `leases` (ZSET id → expiry)
+-- and `tokens` (HASH id → "<token>:<attempt>[@<host id>]"); those are still
+-- reaped, counted, shown and cancelled, never written.
+
+-- Claim `c` as `claimed` holds it: { holder, ids, attempts, live = { '0'|'1' ... },
+-- changed = 0 }, or nil when it is gone or unreadable.
+local function read_claim(claimed, c)
+  local f = redis.call('HMGET', claimed, c, c .. ':live')
+  if not f[1] or not f[2] then return nil end
+  local ok, rec = pcall(cmsgpack.unpack, f[1])
+  if not ok or type(rec) ~= 'table' or type(rec[2]) ~= 'table' or type(rec[3]) ~= 'table' then return nil end
+  local live = {}
+  for k = 1, #f[2] do live[k] = string.sub(f[2], k, k) end
+  return { holder = rec[1] or '', ids = rec[2], attempts = rec[3], live = live, changed = 0 }
+end
+
+-- Whether task `id` with `token` is still leased under claim `c`: its claim
+-- record and index, else nil. `recs` caches the records read (claim id → record | false).
+local function leased_in(recs, claimed, c, id, token)
+  local rec = recs[c]
+  if rec == nil then
+    rec = read_claim(claimed, c) or false
+    recs[c] = rec
+  end
+  if not rec then return nil end
+  local k = (tonumber(token) or -1) - (tonumber(c) or 0) + 1
+  if k >= 1 and rec.ids[k] == id and rec.live[k] == '1' then return rec, k end
+  return nil
+end
+
+-- Writes back the claims in `recs` whose tasks the caller marked '0' (and
+-- counted in `changed`): a claim with none left leased is dropped with its
+-- lease. Writes: the caller checks first (the `leased` counter is an integer).
+local function write_claims(claims, claimed, recs)
+  local released = 0
+  for c, rec in pairs(recs) do
+    if rec and rec.changed > 0 then
+      released = released + rec.changed
+      local any = false
+      for k = 1, #rec.live do
+        if rec.live[k] == '1' then
+          any = true
+          break
+        end
+      end
+      if any then
+        redis.call('HSET', claimed, c .. ':live', table.concat(rec.live))
+      else
+        redis.call('HDEL', claimed, c, c .. ':live')
+        redis.call('ZREM', claims, c)
+      end
+    end
+  end
+  if released > 0 then redis.call('HINCRBY', claimed, 'leased', -released) end
+end
+
+-- Where task `id` runs now: token, attempt, holder and its claim id (nil for a
+-- per-task lease of an older host), or nil when it is not leased. Reads every
+-- claim in flight: for cancel and show, not for the path every task takes.
+local function find_leased(tokens, claimed, id)
+  local held = redis.call('HGET', tokens, id)
+  if held then
+    local token, attempt = string.match(held, '^(%d+):(%d+)')
+    return token, attempt, string.match(held, '@(.*)$') or '', nil
+  end
+  local all = redis.call('HGETALL', claimed)
+  local fields = {}
+  for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+  for c, packed in pairs(fields) do
+    local live = fields[c .. ':live']
+    if live and string.match(c, '^%d+$') then
+      local ok, rec = pcall(cmsgpack.unpack, packed)
+      if ok and type(rec) == 'table' and type(rec[2]) == 'table' then
+        for k, member in ipairs(rec[2]) do
+          if member == id and string.sub(live, k, k) == '1' then
+            local attempt = type(rec[3]) == 'table' and rec[3][k] or 1
+            return string.format('%d', tonumber(c) + k - 1), string.format('%d', attempt), rec[1] or '', c
+          end
+        end
+      end
+    end
+  end
+  return nil
+end
+
 -- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
 -- 1000 arguments (even, so field/value and score/member pairs never split).
 local function each_chunk(items, fn)

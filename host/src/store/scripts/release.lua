@@ -1,27 +1,33 @@
 -- release: graceful shutdown; hand leased tasks back so any host can run them now.
 --
--- KEYS: 1 leases, 2 tokens, 3 due
--- ARGV: id, token pairs
+-- KEYS: 1 claims, 2 claimed (see the prelude), 3 due
+-- ARGV: id, token, claim id triples
 -- Returns: how many tasks were handed back.
--- Guarantees: fenced (a stale token changes nothing); the task is due at once
--- (ZADD NX: a client schedule wins); the unfinished attempt is not counted
--- (it only lived in the tokens hash, which forgets it here); nothing is written
--- unless every key holds its type (HGFAULT otherwise: the leases expire instead).
+-- Guarantees: fenced (a task no longer leased under that claim and token
+-- changes nothing); the task is due at once (ZADD NX: a client schedule wins)
+-- and leaves its claim (the claim and its lease go with its last task); the
+-- unfinished attempt is not counted (only the claim recorded it); nothing is
+-- written unless every key holds its type and the `leased` counter is an
+-- integer (HGFAULT otherwise: the leases expire instead).
 
-local leases, tokens, due = KEYS[1], KEYS[2], KEYS[3]
-local bad = check_keys({ { leases, 'zset' }, { tokens, 'hash' }, { due, 'zset' } })
+local claims, claimed, due = KEYS[1], KEYS[2], KEYS[3]
+local bad = check_keys({ { claims, 'zset' }, { claimed, 'hash' }, { due, 'zset' } })
+  or check_counters(claimed, { 'leased' })
 if bad then return bad end
-local now = string.format('%.0f', now_ms())
+local now = string.format('%d', now_ms())
 
-local released = 0
-for i = 1, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local held = redis.call('HGET', tokens, id) -- "<token>:<attempt>[@<host id>]"
-  if held and string.match(held, '^%d+') == token then
-    redis.call('ZREM', leases, id)
-    redis.call('HDEL', tokens, id)
-    redis.call('ZADD', due, 'NX', now, id)
-    released = released + 1
+local recs = {}
+local back = {}
+for i = 1, #ARGV, 3 do
+  local id = ARGV[i]
+  local rec, k = leased_in(recs, claimed, ARGV[i + 2], id, ARGV[i + 1])
+  if rec then
+    rec.live[k] = '0'
+    rec.changed = rec.changed + 1
+    back[#back + 1] = now
+    back[#back + 1] = id
   end
 end
-return released
+each_chunk(back, function(...) redis.call('ZADD', due, 'NX', ...) end)
+write_claims(claims, claimed, recs)
+return #back / 2

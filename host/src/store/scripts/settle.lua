@@ -1,16 +1,18 @@
 -- settle: commit the outcomes of many finished tasks of one type at once.
 --
--- KEYS: 1 due, 2 payload, 3 leases, 4 tokens, 5 attempts, 6 errors, 7 dead, 8 stats, 9 outbox, 10 events,
---       11 cancels (id -> the token `hourglass cancel` asked to stop)
+-- KEYS: 1 due, 2 payload, 3 claims, 4 claimed (see the prelude), 5 attempts, 6 errors, 7 dead,
+--       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop)
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then per task
---       either a plain ack (no follow-ups, no events): 'a', id, token
---       or in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, attempt, due_ms, started_ms,
---         finished_ms, delay_ms, error, n_followups, followup_1..n
+--       either a plain ack (no follow-ups, no events): 'a', id, token, claim id
+--       or in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt, due_ms,
+--         started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n
 -- Returns: { 1 = settled | 2 = settled as cancelled | 0 = fenced } per task, in order.
 -- Guarantees:
---   * fencing: a task whose stored token differs from the given one (its lease
---     expired and someone else may hold it) is left completely untouched.
---   * ack: lease, token, attempts, errors gone; the payload is dropped only if
+--   * fencing: a task that is no longer leased under the given claim and
+--     token (its claim's lease expired and was reaped: someone else may hold
+--     it) is left completely untouched.
+--   * a settled task leaves its claim; the claim and its lease go with its last task.
+--   * ack: attempts, errors gone; the payload is dropped only if
 --     the id is not due again (a client re-scheduled it while it ran: that
 --     schedule and its payload stay); follow-ups go into the outbox in the
 --     same atomic step, under entry ids "<type>:<token>:<n>" unique forever.
@@ -20,7 +22,7 @@
 --     it during the run; then the client wins and the task starts over
 --     (attempts reset).
 --   * cancel (the run was stopped by `hourglass cancel`), or a retry or dead
---     letter of a task whose cancel was asked: lease, token, attempts and
+--     letter of a task whose cancel was asked: attempts and
 --     errors go, the payload unless the id is due again, and it is never
 --     retried; counted as cancelled.
 --   * counters: succeeded, failed (failed attempts), retried, dead, cancelled.
@@ -31,23 +33,25 @@
 --     integers (the prelude's rule): a broken key fails the whole batch with
 --     HGFAULT, every task stays leased, and the host writes it again later.
 --
--- Cost: the whole batch is read with two calls (HMGET tokens, ZMSCORE due) and
--- written with one variadic call per key and operation, so Redis work grows
--- with the batch's size, not with the number of redis.call()s per task. A
--- batch holds each id at most once with a valid token (an id is leased to one
--- token at a time), so reading everything first sees what each task needs.
+-- Cost: the batch is read with one HMGET per claim it touches and, only
+-- when a payload or a failure needs it, one ZMSCORE due; it is written with
+-- one variadic call per key and operation and one per claim, so no sorted set
+-- or hash is touched per acked task without a payload. A batch holds each id
+-- at most once with a valid token (an id is leased to one token at a time),
+-- so reading everything first sees what each task needs.
 
-local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local due, payload, claims, claimed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local events, cancels = KEYS[10], KEYS[11]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
 local bad = check_keys({
-  { due, 'zset' }, { payload, 'hash' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
+  { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { claimed, 'hash' }, { attempts, 'hash' },
   { errors, 'hash' }, { dead, 'zset' }, { stats, 'hash' }, { outbox, 'hash' }, { events, 'stream' },
   { cancels, 'hash' },
 }) or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
+  or check_counters(claimed, { 'leased' })
 if bad then return bad end
 
 local now = now_ms()
@@ -55,20 +59,25 @@ local now_s = string.format('%d', now)
 
 -- Where each task's arguments start (no table per task: most are plain acks).
 local starts, ids = {}, {}
+local all_plain = true
 local i = 3
 while i <= #ARGV do
   starts[#starts + 1] = i
   ids[#ids + 1] = ARGV[i + 1]
   if ARGV[i] == 'a' then
-    i = i + 3
+    i = i + 4
   else
-    i = i + 10 + tonumber(ARGV[i + 9])
+    all_plain = false
+    i = i + 11 + tonumber(ARGV[i + 10])
   end
 end
 if #starts == 0 then return {} end
 
-local held = multi_get('HMGET', tokens, ids) -- "<token>:<attempt>[@<host id>]"
-local due_scores = multi_get('ZMSCORE', due, ids)
+-- Without payloads, plain acks need no due scores (they only decide whether a payload stays).
+local has_payload = redis.call('EXISTS', payload) == 1
+local due_scores = {}
+if has_payload or not all_plain then due_scores = multi_get('ZMSCORE', due, ids) end
+local recs = {} -- claim id → its record (read once per claim)
 
 -- Both usually do not exist (they hold only failed attempts): one EXISTS
 -- each, instead of collecting ids to drop from them.
@@ -77,13 +86,8 @@ local has_errors = redis.call('EXISTS', errors) == 1
 -- Usually absent: one EXISTS, then a look per failed task only.
 local has_cancels = redis.call('EXISTS', cancels) == 1
 
--- The attempt the claim recorded with the token (the caller's copy is the fallback).
-local function held_attempt(h, given)
-  return string.match(h, '^%d+:(%d+)') or given
-end
 
 local results = {}
-local settled_ids = {}
 local drop_attempts, drop_errors, drop_payload = {}, {}, {}
 local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}, {}, {}, {}
 local succeeded, failed, retried, dead_n, cancelled_n = 0, 0, 0, 0, 0
@@ -92,24 +96,28 @@ local pending_events = {}
 
 for k, at in ipairs(starts) do
   local kind, id, token = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  local h = held[k]
-  if not h or string.match(h, '^%d+') ~= token then
+  local rec, index = leased_in(recs, claimed, ARGV[at + 3], id, token)
+  if rec then
+    rec.live[index] = '0'
+    rec.changed = rec.changed + 1
+  end
+  if not rec then
     results[k] = 0
   elseif kind == 'a' then
     results[k] = 1
-    settled_ids[#settled_ids + 1] = id
     if has_attempts then drop_attempts[#drop_attempts + 1] = id end
     if has_errors then drop_errors[#drop_errors + 1] = id end
-    if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
+    if has_payload and not due_scores[k] then drop_payload[#drop_payload + 1] = id end
     if has_cancels then drop_cancels[#drop_cancels + 1] = id end
     succeeded = succeeded + 1
   else
     results[k] = 1
     local task = {
-      attempt = ARGV[at + 3], due_ms = ARGV[at + 4], started_ms = ARGV[at + 5], finished_ms = ARGV[at + 6],
-      delay_ms = ARGV[at + 7], err = ARGV[at + 8], n_follow = tonumber(ARGV[at + 9]),
+      attempt = ARGV[at + 4], due_ms = ARGV[at + 5], started_ms = ARGV[at + 6], finished_ms = ARGV[at + 7],
+      delay_ms = ARGV[at + 8], err = ARGV[at + 9], n_follow = tonumber(ARGV[at + 10]),
     }
-    settled_ids[#settled_ids + 1] = id
+    -- The attempt the claim recorded (the caller's copy is the fallback).
+    local attempt = rec.attempts[index] and string.format('%d', rec.attempts[index]) or task.attempt
     local outcome, retry_at = nil, nil
     if has_cancels then drop_cancels[#drop_cancels + 1] = id end
     -- A failure of a run whose cancel was asked is a cancel: never retried.
@@ -129,7 +137,7 @@ for k, at in ipairs(starts) do
       if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
       for f = 0, task.n_follow - 1 do
         outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. token .. ':' .. f
-        outbox_pairs[#outbox_pairs + 1] = ARGV[at + 10 + f]
+        outbox_pairs[#outbox_pairs + 1] = ARGV[at + 11 + f]
       end
       succeeded = succeeded + 1
       outcome = 'succeeded'
@@ -137,7 +145,7 @@ for k, at in ipairs(starts) do
       error_pairs[#error_pairs + 1] = id
       error_pairs[#error_pairs + 1] = task.err
       attempt_pairs[#attempt_pairs + 1] = id
-      attempt_pairs[#attempt_pairs + 1] = held_attempt(h, task.attempt)
+      attempt_pairs[#attempt_pairs + 1] = attempt
       failed = failed + 1
       retried = retried + 1
       if due_scores[k] then
@@ -160,7 +168,7 @@ for k, at in ipairs(starts) do
         dead_pairs[#dead_pairs + 1] = now_s
         dead_pairs[#dead_pairs + 1] = id
         attempt_pairs[#attempt_pairs + 1] = id
-        attempt_pairs[#attempt_pairs + 1] = held_attempt(h, task.attempt)
+        attempt_pairs[#attempt_pairs + 1] = attempt
         dead_n = dead_n + 1
         outcome = 'dead'
       end
@@ -181,8 +189,7 @@ for k, at in ipairs(starts) do
   end
 end
 
-each_chunk(settled_ids, function(...) redis.call('ZREM', leases, ...) end)
-each_chunk(settled_ids, function(...) redis.call('HDEL', tokens, ...) end)
+write_claims(claims, claimed, recs)
 each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)

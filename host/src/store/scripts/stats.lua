@@ -1,11 +1,12 @@
 -- stats: one consistent snapshot of a type's queue sizes and counters, and whether its keys are sound (read-only).
 --
 -- KEYS: 1 due, 2 leases, 3 dead, 4 stats, 5 payload, 6 tokens, 7 attempts, 8 errors, 9 seq, 10 outbox, 11 events,
---       12 recur, 13 throttle, 14 paused, 15 cancels
+--       12 recur, 13 throttle, 14 paused, 15 cancels, 16 claims, 17 claimed (2 and 6: per-task leases of older hosts)
 -- ARGV: none
 -- Returns: { due_now, due_total, in_flight, dead, succeeded, failed, retried, dead_total, fault | false,
 --            paused: false | 0 (until resumed) | ms until the pause ends, cancelled,
---            oldest_due_age_ms } where oldest_due_age_ms is now minus the lowest due
+--            oldest_due_age_ms } where in_flight counts the tasks leased (under
+--          claims, and per task by older hosts) and oldest_due_age_ms is now minus the lowest due
 --          score when that is in the past (0 otherwise: nothing due yet), and
 --          fault names every key holding the wrong type or a counter that
 --          is not an integer, with the fix (the claims and settles of this type
@@ -17,6 +18,7 @@ local expected = {
   { KEYS[1], 'zset' }, { KEYS[2], 'zset' }, { KEYS[3], 'zset' }, { KEYS[4], 'hash' }, { KEYS[5], 'hash' },
   { KEYS[6], 'hash' }, { KEYS[7], 'hash' }, { KEYS[8], 'hash' }, { KEYS[9], 'string' }, { KEYS[10], 'hash' },
   { KEYS[11], 'stream' }, { KEYS[12], 'hash' }, { KEYS[13], 'hash' }, { KEYS[14], 'string' }, { KEYS[15], 'hash' },
+  { KEYS[16], 'zset' }, { KEYS[17], 'hash' },
 }
 local faults = {}
 local sound = {}
@@ -27,6 +29,15 @@ end
 if sound[9] then
   local bad = check_integer(KEYS[9])
   if bad then faults[#faults + 1] = string.sub(bad['err'], 9) end
+end
+local leased = 0
+if sound[17] then
+  local bad = check_counters(KEYS[17], { 'leased' })
+  if bad then
+    faults[#faults + 1] = string.sub(bad['err'], 9)
+  else
+    leased = tonumber(redis.call('HGET', KEYS[17], 'leased')) or 0
+  end
 end
 
 local counters = { 0, 0, 0, 0, 0 }
@@ -64,7 +75,7 @@ end
 return {
   count(1, 'ZCOUNT', '-inf', now),
   count(1, 'ZCARD'),
-  count(2, 'ZCARD'),
+  leased + count(6, 'HLEN'),
   count(3, 'ZCARD'),
   counters[1], counters[2], counters[3], counters[4],
   #faults > 0 and table.concat(faults, '; ') or false,
