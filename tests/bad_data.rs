@@ -19,7 +19,7 @@ use hourglass::health::{Trouble, classify};
 use hourglass::store::{ClaimLimits, Outcome, ScheduleMode, Settlement, Store};
 use hourglass::task::{ClaimedTask, FollowUp};
 use redis::Commands;
-use support::{RedisServer, key, ty};
+use support::{RedisServer, ack, key, ty};
 
 /// The kinds of value a client can leave at a key.
 const KINDS: [&str; 6] = ["string", "list", "set", "hash", "zset", "stream"];
@@ -64,16 +64,6 @@ fn snapshot(c: &mut redis::Connection, skip: &[&str]) -> BTreeMap<Vec<u8>, Vec<u
             (k, dump)
         })
         .collect()
-}
-
-fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
-    Settlement {
-        id: task.id.clone(),
-        token: task.token,
-        claim: task.claim,
-        outcome: Outcome::Ack { followups },
-        run: Default::default(),
-    }
 }
 
 fn fail(task: &ClaimedTask, dead: bool) -> Settlement {

@@ -11,7 +11,7 @@ use hourglass::store::{
 };
 use hourglass::task::{ClaimedTask, FollowUp, Lease};
 use redis::Commands;
-use support::{RedisServer, key, redis_now, store, ty, wait_for};
+use support::{RedisServer, ack, key, redis_now, store, ty, wait_for};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -26,16 +26,6 @@ fn wait_past(conn: &mut redis::Connection, ms: i64) {
 
 fn ids(tasks: &[ClaimedTask]) -> Vec<Vec<u8>> {
     tasks.iter().map(|t| t.id.clone()).collect()
-}
-
-fn ack(task: &ClaimedTask, followups: Vec<FollowUp>) -> Settlement {
-    Settlement {
-        id: task.id.clone(),
-        token: task.token,
-        claim: task.claim,
-        outcome: Outcome::Ack { followups },
-        run: Default::default(),
-    }
 }
 
 fn zscore(conn: &mut redis::Connection, key: &str, id: &[u8]) -> Option<i64> {

@@ -333,6 +333,20 @@ pub fn leases_in(
     pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect()
 }
 
+/// A plain success of `task`, with `followups`, to settle.
+pub fn ack(
+    task: &hourglass::task::ClaimedTask,
+    followups: Vec<hourglass::task::FollowUp>,
+) -> hourglass::store::Settlement {
+    hourglass::store::Settlement {
+        id: task.id.clone(),
+        token: task.token,
+        claim: task.claim,
+        outcome: hourglass::store::Outcome::Ack { followups },
+        run: Default::default(),
+    }
+}
+
 /// `HGET <prefix>:{type}:stats <field>` as a number (0 when absent).
 pub fn stat(conn: &mut redis::Connection, task_type: &str, field: &str) -> i64 {
     redis::cmd("HGET")

@@ -26,20 +26,10 @@ local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   count(string.match(all[i + 1], '^[%d:]+@(.*)$') or '', all[i])
 end
-all = redis.call('HGETALL', KEYS[2])
-local fields = {}
-for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-for c, packed in pairs(fields) do
-  local live = fields[c .. ':live']
-  if live and string.match(c, '^%d+$') then
-    local ok, rec = pcall(cmsgpack.unpack, packed)
-    if ok and type(rec) == 'table' and type(rec[2]) == 'table' then
-      for k, id in ipairs(rec[2]) do
-        if string.sub(live, k, k) == '1' then count(rec[1] or '', id) end
-      end
-    end
-  end
-end
+each_leased(KEYS[2], function(_, _, id, holder)
+  count(holder, id)
+  return false
+end)
 local out = {}
 for _, host in ipairs(order) do
   out[#out + 1] = host

@@ -127,15 +127,10 @@ local function write_claims(claims, claimed, recs)
   if released > 0 then redis.call('HINCRBY', claimed, 'leased', -released) end
 end
 
--- Where task `id` runs now: token, attempt, holder and its claim id (nil for a
--- per-task lease of an older host), or nil when it is not leased. Reads every
--- claim in flight: for cancel and show, not for the path every task takes.
-local function find_leased(tokens, claimed, id)
-  local held = redis.call('HGET', tokens, id)
-  if held then
-    local token, attempt = string.match(held, '^(%d+):(%d+)')
-    return token, attempt, string.match(held, '@(.*)$') or '', nil
-  end
+-- Calls fn(claim id, index, id, holder, attempt) for every task leased under
+-- a claim, until fn returns true. Reads every claim in flight: for cancel,
+-- show and holders, not for the path every task takes.
+local function each_leased(claimed, fn)
   local all = redis.call('HGETALL', claimed)
   local fields = {}
   for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
@@ -144,16 +139,33 @@ local function find_leased(tokens, claimed, id)
     if live and string.match(c, '^%d+$') then
       local ok, rec = pcall(cmsgpack.unpack, packed)
       if ok and type(rec) == 'table' and type(rec[2]) == 'table' then
-        for k, member in ipairs(rec[2]) do
-          if member == id and string.sub(live, k, k) == '1' then
+        for k, id in ipairs(rec[2]) do
+          if string.sub(live, k, k) == '1' then
             local attempt = type(rec[3]) == 'table' and rec[3][k] or 1
-            return string.format('%d', tonumber(c) + k - 1), string.format('%d', attempt), rec[1] or '', c
+            if fn(c, k, id, rec[1] or '', attempt) then return end
           end
         end
       end
     end
   end
-  return nil
+end
+
+-- Where task `id` runs now: token, attempt, holder and its claim id (nil for a
+-- per-task lease of an older host), or nil when it is not leased.
+local function find_leased(tokens, claimed, id)
+  local held = redis.call('HGET', tokens, id)
+  if held then
+    local token, attempt = string.match(held, '^(%d+):(%d+)')
+    return token, attempt, string.match(held, '@(.*)$') or '', nil
+  end
+  local found = nil
+  each_leased(claimed, function(c, k, member, holder, attempt)
+    if member ~= id then return false end
+    found = { string.format('%d', tonumber(c) + k - 1), string.format('%d', attempt), holder, c }
+    return true
+  end)
+  if not found then return nil end
+  return found[1], found[2], found[3], found[4]
 end
 
 -- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
