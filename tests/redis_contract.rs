@@ -636,3 +636,28 @@ async fn leases_of_an_older_host_are_adopted_when_they_expire() {
     }
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);
 }
+
+/// A claim record someone overwrote names no ids to bring back, but its
+/// expiry still frees its count: `max_running` is not held short for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_claim_record_still_frees_its_count_when_it_expires() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("capped");
+    let now = redis_now(&mut c);
+    for id in ["a", "b"] {
+        let _: () = c.zadd(key("capped", "due"), id, now - 1).unwrap();
+    }
+    let capped = |lease| ClaimLimits { max_running: 2, ..limits(2, lease) };
+    let first = s.claim(&t, &capped(Duration::from_millis(200))).await.unwrap();
+    assert_eq!(first.tasks.len(), 2);
+    let _: () = c.hset(key("capped", "claimed"), first.tasks[0].claim, "not msgpack").unwrap();
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
+
+    wait_past(&mut c, first.lease_expiry_ms);
+    let _: () = c.zadd(key("capped", "due"), "c", now - 1).unwrap();
+    let second = s.claim(&t, &capped(Duration::from_secs(60))).await.unwrap();
+    assert_eq!(ids(&second.tasks), vec![b"c".to_vec()], "the freed slots take new work");
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 1);
+}

@@ -119,6 +119,11 @@ for _, c in ipairs(reaped_claims) do
         reaped_leased = reaped_leased + 1
       end
     end
+  else
+    -- A record someone damaged names no ids to bring back; its count still
+    -- leaves `leased`, or max_running would stay short for good.
+    local _, live = string.gsub(redis.call('HGET', claimed, c .. ':live') or '', '1', '')
+    reaped_leased = reaped_leased + live
   end
 end
 if #lost_ids > 0 then
