@@ -115,12 +115,13 @@ impl Store {
 
     /// How many leases of `t` each host holds, with up to `most` ids each.
     pub async fn holders(&self, t: &TaskType, most: usize) -> Result<Vec<HolderCount>> {
+        let k = self.keys(t);
         let mut conn = self.conn.clone();
         let value: Value = self
             .scripts
             .holders
-            .key(self.keys(t).tokens)
-            .key(self.keys(t).claimed)
+            .key(&k.tokens)
+            .key(&k.claimed)
             .arg(most)
             .invoke_async(&mut conn)
             .await

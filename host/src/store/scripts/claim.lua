@@ -62,7 +62,8 @@ local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, seq, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local recur, throttle, paused, cancels = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local claims, claimed = KEYS[14], KEYS[15]
--- A claim's tokens must not reach the next claim's (see the prelude).
+-- One claim is one record in `claimed`: hosts ask for at most batch_size
+-- (10,000), and any caller is held to 65535 so that a record stays bounded.
 local limit = math.min(tonumber(ARGV[1]), 65535)
 local max_running = tonumber(ARGV[6]) or 0
 local rate = tonumber(ARGV[7]) or 0
@@ -122,8 +123,7 @@ for _, c in ipairs(reaped_claims) do
   else
     -- A record someone damaged names no ids to bring back; its count still
     -- leaves `leased`, or max_running would stay short for good.
-    local _, live = string.gsub(redis.call('HGET', claimed, c .. ':live') or '', '1', '')
-    reaped_leased = reaped_leased + live
+    reaped_leased = reaped_leased + count_live(redis.call('HGET', claimed, c .. ':live'))
   end
 end
 if #lost_ids > 0 then

@@ -75,16 +75,35 @@ end
 -- and `tokens` (HASH id → "<token>:<attempt>[@<host id>]"); those are still
 -- reaped, counted, shown and cancelled, never written.
 
+-- How many tasks a claim's "<claim id>:live" bytes mark as leased.
+local function count_live(live)
+  return select(2, string.gsub(live or '', '1', ''))
+end
+
+-- A claim record's packed value: holder, ids and attempts (nil when it is not
+-- a table), or nil when it is unreadable.
+local function decode_claim(packed)
+  local ok, rec = pcall(cmsgpack.unpack, packed)
+  if not ok or type(rec) ~= 'table' or type(rec[2]) ~= 'table' then return nil end
+  return rec[1] or '', rec[2], type(rec[3]) == 'table' and rec[3] or nil
+end
+
 -- Claim `c` as `claimed` holds it: { holder, ids, attempts, live = { '0'|'1' ... },
--- changed = 0 }, or nil when it is gone or unreadable.
+-- left (how many are leased), changed = 0 }, or nil when it is gone or unreadable.
 local function read_claim(claimed, c)
   local f = redis.call('HMGET', claimed, c, c .. ':live')
   if not f[1] or not f[2] then return nil end
-  local ok, rec = pcall(cmsgpack.unpack, f[1])
-  if not ok or type(rec) ~= 'table' or type(rec[2]) ~= 'table' or type(rec[3]) ~= 'table' then return nil end
+  local holder, ids, attempts = decode_claim(f[1])
+  if not attempts then return nil end
   local live = {}
   for k = 1, #f[2] do live[k] = string.sub(f[2], k, k) end
-  return { holder = rec[1] or '', ids = rec[2], attempts = rec[3], live = live, changed = 0 }
+  return { holder = holder, ids = ids, attempts = attempts, live = live, left = count_live(f[2]), changed = 0 }
+end
+
+-- Task `k` of claim record `rec` is no longer leased (written by write_claims).
+local function leave_claim(rec, k)
+  rec.live[k] = '0'
+  rec.changed = rec.changed + 1
 end
 
 -- Whether task `id` with `token` is still leased under claim `c`: its claim
@@ -101,22 +120,15 @@ local function leased_in(recs, claimed, c, id, token)
   return nil
 end
 
--- Writes back the claims in `recs` whose tasks the caller marked '0' (and
--- counted in `changed`): a claim with none left leased is dropped with its
--- lease. Writes: the caller checks first (the `leased` counter is an integer).
+-- Writes back the claims in `recs` whose tasks the caller took out with
+-- leave_claim: a claim with none left leased is dropped with its lease.
+-- Writes: the caller checks first (the `leased` counter is an integer).
 local function write_claims(claims, claimed, recs)
   local released = 0
   for c, rec in pairs(recs) do
     if rec and rec.changed > 0 then
       released = released + rec.changed
-      local any = false
-      for k = 1, #rec.live do
-        if rec.live[k] == '1' then
-          any = true
-          break
-        end
-      end
-      if any then
+      if rec.left > rec.changed then
         redis.call('HSET', claimed, c .. ':live', table.concat(rec.live))
       else
         redis.call('HDEL', claimed, c, c .. ':live')
@@ -136,15 +148,11 @@ local function each_leased(claimed, fn)
   for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
   for c, packed in pairs(fields) do
     local live = fields[c .. ':live']
-    if live and string.match(c, '^%d+$') then
-      local ok, rec = pcall(cmsgpack.unpack, packed)
-      if ok and type(rec) == 'table' and type(rec[2]) == 'table' then
-        for k, id in ipairs(rec[2]) do
-          if string.sub(live, k, k) == '1' then
-            local attempt = type(rec[3]) == 'table' and rec[3][k] or 1
-            if fn(c, k, id, rec[1] or '', attempt) then return end
-          end
-        end
+    local holder, ids, attempts = nil, nil, nil
+    if live and string.match(c, '^%d+$') then holder, ids, attempts = decode_claim(packed) end
+    for k, id in ipairs(ids or {}) do
+      if string.sub(live, k, k) == '1' then
+        if fn(c, k, id, holder, attempts and attempts[k] or 1) then return end
       end
     end
   end

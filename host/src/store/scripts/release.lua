@@ -22,8 +22,7 @@ for i = 1, #ARGV, 3 do
   local id = ARGV[i]
   local rec, k = leased_in(recs, claimed, ARGV[i + 2], id, ARGV[i + 1])
   if rec then
-    rec.live[k] = '0'
-    rec.changed = rec.changed + 1
+    leave_claim(rec, k)
     back[#back + 1] = now
     back[#back + 1] = id
   end

@@ -86,7 +86,6 @@ local has_errors = redis.call('EXISTS', errors) == 1
 -- Usually absent: one EXISTS, then a look per failed task only.
 local has_cancels = redis.call('EXISTS', cancels) == 1
 
-
 local results = {}
 local drop_attempts, drop_errors, drop_payload = {}, {}, {}
 local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}, {}, {}, {}
@@ -97,10 +96,7 @@ local pending_events = {}
 for k, at in ipairs(starts) do
   local kind, id, token = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local rec, index = leased_in(recs, claimed, ARGV[at + 3], id, token)
-  if rec then
-    rec.live[index] = '0'
-    rec.changed = rec.changed + 1
-  end
+  if rec then leave_claim(rec, index) end
   if not rec then
     results[k] = 0
   elseif kind == 'a' then
