@@ -86,6 +86,8 @@ enum Script {
     Cancel,
     Claim,
     Settle,
+    /// Settle with acks only (no follow-ups, no events): the per-claim mask path.
+    SettleAcks,
     Extend,
     Release,
     Deliver,
@@ -135,6 +137,18 @@ impl Script {
                 ("events", "stream"),
                 ("cancels", "hash"),
             ],
+            // Plain acks touch no dead letters, outbox or events; `due` only
+            // because the scene's tasks have payloads (kept if due again).
+            Script::SettleAcks => &[
+                ("due", "zset"),
+                ("payload", "hash"),
+                ("claims", "zset"),
+                ("claimed", "hash"),
+                ("attempts", "hash"),
+                ("errors", "hash"),
+                ("stats", "hash"),
+                ("cancels", "hash"),
+            ],
             Script::Extend => &[("claims", "zset"), ("claimed", "hash"), ("cancels", "hash")],
             Script::Release => &[("claims", "zset"), ("claimed", "hash"), ("due", "zset")],
             Script::Deliver => &[("next:due", "zset"), ("next:payload", "hash"), ("next:marker", "string")],
@@ -180,6 +194,9 @@ impl Script {
                 ("stats", Bad::FieldNotANumber("cancelled")),
                 ("claimed", Bad::FieldNotANumber("leased")),
             ],
+            Script::SettleAcks => {
+                &[("stats", Bad::FieldNotANumber("succeeded")), ("claimed", Bad::FieldNotANumber("leased"))]
+            }
             Script::Release => &[("claimed", Bad::FieldNotANumber("leased"))],
             Script::Stats => &[
                 ("seq", Bad::NotANumber),
@@ -223,6 +240,7 @@ async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
     let mut marker = String::new();
     match script {
         Script::Settle
+        | Script::SettleAcks
         | Script::Extend
         | Script::Release
         | Script::Deliver
@@ -269,6 +287,10 @@ async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask
                 fail(&c[4], true),
             ];
             s.settle_with_events(&t, &batch, Some(100)).await.map(none).map_err(err)
+        }
+        Script::SettleAcks => {
+            let batch: Vec<Settlement> = scene.claimed.iter().map(|c| ack(c, vec![])).collect();
+            s.settle(&t, &batch).await.map(none).map_err(err)
         }
         Script::Extend => s.extend(&t, &leases, 60_000).await.map(none).map_err(err),
         Script::Release => s.release(&t, &leases).await.map(none).map_err(err),
@@ -383,6 +405,7 @@ async fn a_broken_key_fails_every_script_cleanly_and_loses_nothing() {
         Script::Cancel,
         Script::Claim,
         Script::Settle,
+        Script::SettleAcks,
         Script::Extend,
         Script::Release,
         Script::Deliver,

@@ -173,6 +173,9 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert!(s.leased(&t, b"x").await.unwrap(), "the new lease stands");
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), Some(b"data".to_vec()));
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 0);
+    // So is its plain ack (sent as its claim's mask): that claim is gone.
+    assert_eq!(s.settle(&t, &[ack(&old, vec![])]).await.unwrap(), vec![SettleResult::Fenced]);
+    assert!(s.leased(&t, b"x").await.unwrap(), "the new lease stands");
 
     let r = s.settle(&t, &[ack(&new, vec![])]).await.unwrap();
     assert_eq!(r, vec![SettleResult::Settled]);
@@ -660,4 +663,70 @@ async fn a_damaged_claim_record_still_frees_its_count_when_it_expires() {
     let second = s.claim(&t, &capped(Duration::from_secs(60))).await.unwrap();
     assert_eq!(ids(&second.tasks), vec![b"c".to_vec()], "the freed slots take new work");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 1);
+}
+
+/// Plain acks go as one mask per claim: part of a claim settles and the rest
+/// stays leased; an ack of a task that already left its claim is fenced.
+#[tokio::test(flavor = "multi_thread")]
+async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("parts");
+    let now = redis_now(&mut c);
+    for (i, id) in ["p1", "p2", "p3", "p4"].iter().enumerate() {
+        let _: () = c.zadd(key("parts", "due"), id, now - 10 + i as i64).unwrap();
+    }
+    let _: () = c.hset(key("parts", "payload"), "p3", "body").unwrap();
+    let claim = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
+    let tasks = claim.tasks;
+    assert_eq!(ids(&tasks), [b"p1".to_vec(), b"p2".to_vec(), b"p3".to_vec(), b"p4".to_vec()]);
+
+    let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])]).await.unwrap();
+    assert_eq!(r, [SettleResult::Settled, SettleResult::Settled]);
+    assert_eq!(hget(&mut c, &key("parts", "payload"), b"p3"), None, "an acked task's payload goes");
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
+    assert!(s.leased(&t, b"p2").await.unwrap() && s.leased(&t, b"p4").await.unwrap());
+    assert!(!s.leased(&t, b"p1").await.unwrap());
+
+    // p1 again (already settled) beside the two still leased.
+    let r = s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])]).await.unwrap();
+    assert_eq!(r, [SettleResult::Settled, SettleResult::Fenced, SettleResult::Settled]);
+    let stats = s.stats(&t).await.unwrap();
+    assert_eq!((stats.succeeded, stats.in_flight), (4, 0));
+    let claims: usize = c.zcard(key("parts", "claims")).unwrap();
+    assert_eq!(claims, 0, "the claim's lease goes with its last task");
+    let fields: Vec<String> = c.hkeys(key("parts", "claimed")).unwrap();
+    assert_eq!(fields, ["leased"], "the claim's record goes with its last task");
+}
+
+/// Acks name a task by its claim id and index, so a claim id still in flight
+/// is never handed out again, even when someone deletes the token counter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_token_counter_never_reuses_a_claim_in_flight() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("reset");
+    let now = redis_now(&mut c);
+    for id in ["a1", "a2", "a3"] {
+        let _: () = c.zadd(key("reset", "due"), id, now - 1).unwrap();
+    }
+    let first = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap().tasks;
+    assert_eq!(first.len(), 3);
+    let _: () = c.del(key("reset", "seq")).unwrap();
+    for id in ["b1", "b2"] {
+        let _: () = c.zadd(key("reset", "due"), id, now - 1).unwrap();
+    }
+    let second = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap().tasks;
+    assert_eq!(ids(&second), [b"b1".to_vec(), b"b2".to_vec()]);
+    assert!(second[0].claim > first[2].token, "claim {} reuses a token in flight", second[0].claim);
+
+    let batch: Vec<Settlement> = first.iter().map(|task| ack(task, vec![])).collect();
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), [SettleResult::Settled; 3]);
+    assert!(s.leased(&t, b"b1").await.unwrap() && s.leased(&t, b"b2").await.unwrap(), "the second claim stands");
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
+    let batch: Vec<Settlement> = second.iter().map(|task| ack(task, vec![])).collect();
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), [SettleResult::Settled; 2]);
+    assert_eq!(s.stats(&t).await.unwrap().succeeded, 5);
 }

@@ -12,6 +12,9 @@ pub(super) fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {
     let mut next = || top.next().ok_or_else(|| anyhow!("short reply"));
     let now_ms = int(next()?)?;
     let claimed = array(next()?)?;
+    // Both absent (false, read as nil) when no task has a payload or a retried attempt.
+    let payloads = opt_array(next()?)?;
+    let attempts = opt_array(next()?)?;
     let dead = array(next()?)?;
     let next_due_ms = score(next()?)?;
     let next_lease_expiry_ms = score(next()?)?;
@@ -20,18 +23,32 @@ pub(super) fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {
     let throttled_ms = opt_int(top.next().unwrap_or(Value::Nil))?;
     let paused = opt_int(top.next().unwrap_or(Value::Nil))?.unwrap_or(0) == 1;
 
-    if claimed.len() % 4 != 0 || dead.len() % 2 != 0 {
+    let n = claimed.len() / 2;
+    if claimed.len() % 2 != 0 || dead.len() % 2 != 0 {
         bail!("odd list lengths");
     }
-    let mut tasks = Vec::with_capacity(claimed.len() / 4);
+    if payloads.as_ref().is_some_and(|p| p.len() != n) || attempts.as_ref().is_some_and(|a| a.len() != n) {
+        bail!("payloads or attempts do not match the {n} tasks claimed");
+    }
+    let mut payloads = payloads.map(Vec::into_iter);
+    let mut attempts = attempts.map(Vec::into_iter);
+    let mut tasks = Vec::with_capacity(n);
     let mut it = claimed.into_iter();
     let mut token = first_token;
-    while let (Some(id), Some(payload), Some(attempt), Some(due)) = (it.next(), it.next(), it.next(), it.next()) {
+    while let (Some(id), Some(due)) = (it.next(), it.next()) {
+        let payload = match payloads.as_mut().and_then(Iterator::next) {
+            Some(p) => opt_bytes(p)?.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let attempt = match attempts.as_mut().and_then(Iterator::next) {
+            Some(a) => u32::try_from(int(a)?).unwrap_or(u32::MAX),
+            None => 1,
+        };
         tasks.push(ClaimedTask {
             task_type: t.clone(),
             id: bytes(id)?,
-            payload: opt_bytes(payload)?.unwrap_or_default(),
-            attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+            payload,
+            attempt,
             due_ms: score(due)?.unwrap_or(0),
             token,
             claim: first_token,
@@ -44,6 +61,14 @@ pub(super) fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {
         dead_lettered.push((bytes(id)?, String::from_utf8_lossy(&bytes(reason)?).into_owned()));
     }
     Ok(Claim { now_ms, tasks, dead_lettered, next_due_ms, next_lease_expiry_ms, lease_expiry_ms, throttled_ms, paused })
+}
+
+/// An array, or `None` for the nil a script's `false` becomes.
+fn opt_array(v: Value) -> Result<Option<Vec<Value>>> {
+    match v {
+        Value::Nil => Ok(None),
+        other => array(other).map(Some),
+    }
 }
 
 pub(super) fn array(v: Value) -> Result<Vec<Value>> {

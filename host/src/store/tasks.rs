@@ -1,5 +1,6 @@
 //! Task operations: schedule, cancel, claim, settle, extend, release, and the outbox that carries follow-ups.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -412,12 +413,15 @@ impl Store {
             .key(&k.cancels)
             .arg(t.as_str())
             .arg(events_maxlen.unwrap_or(0));
-        for s in batch {
-            // Most outcomes are acks with nothing else to write: three arguments, not ten.
-            if events_maxlen.is_none() && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty()) {
-                inv.arg("a").arg(&s.id).arg(s.token).arg(s.claim);
-                continue;
-            }
+        let entries = settle_entries(batch, events_maxlen.is_some());
+        for entry in &entries {
+            let s = match entry {
+                SettleEntry::Plain { claim, mask, .. } => {
+                    inv.arg("m").arg(*claim).arg(mask.as_slice());
+                    continue;
+                }
+                SettleEntry::Full(i) => &batch[*i],
+            };
             let (kind, delay_ms, error, followups) = match &s.outcome {
                 Outcome::Ack { followups } => ("ack", 0, "", followups.as_slice()),
                 Outcome::Retry { delay, error } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
@@ -437,20 +441,33 @@ impl Store {
             }
         }
         let mut conn = self.conn.clone();
-        let flags: Vec<i64> =
+        let replies: Vec<Value> =
             inv.invoke_async(&mut conn).await.with_context(|| format!("cannot settle {} {t} tasks", batch.len()))?;
-        if flags.len() != batch.len() {
-            bail!("settle of {t}: {} results for {} tasks", flags.len(), batch.len());
+        if replies.len() != entries.len() {
+            bail!("settle of {t}: {} results for {} entries", replies.len(), entries.len());
         }
         // Follow-ups committed with acks wait in the outbox; the caller moves them on (`flush_outbox`).
-        Ok(flags
-            .into_iter()
-            .map(|f| match f {
-                1 => SettleResult::Settled,
-                2 => SettleResult::Cancelled,
-                _ => SettleResult::Fenced,
-            })
-            .collect())
+        let mut results = vec![SettleResult::Fenced; batch.len()];
+        for (entry, reply) in entries.iter().zip(replies) {
+            match entry {
+                SettleEntry::Plain { tasks, .. } => {
+                    let taken = super::reply::bytes(reply).context("settle: a claim's acks are not a mask")?;
+                    for &(i, index) in tasks {
+                        if taken.get(index) == Some(&b'1') {
+                            results[i] = SettleResult::Settled;
+                        }
+                    }
+                }
+                SettleEntry::Full(i) => {
+                    results[*i] = match super::reply::int(reply).context("settle: a task's result is not a number")? {
+                        1 => SettleResult::Settled,
+                        2 => SettleResult::Cancelled,
+                        _ => SettleResult::Fenced,
+                    }
+                }
+            }
+        }
+        Ok(results)
     }
 
     /// Extends the leases of running tasks to now + `lease_ms`.
@@ -589,6 +606,50 @@ pub fn decode_followup(data: &[u8]) -> Result<FollowUp> {
     Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms })
 }
 
+/// One entry of a settle call: the plain acks of one claim as a mask, or one task in full.
+#[derive(Debug, PartialEq, Eq)]
+enum SettleEntry {
+    /// Acks with nothing else to write (no follow-ups, no events) of tasks of
+    /// `claim`: byte i of `mask` is `1` for its task i (from 0, the token
+    /// minus the claim id); `tasks` maps batch indexes to i.
+    Plain { claim: u64, mask: Vec<u8>, tasks: Vec<(usize, usize)> },
+    /// The batch index of a task sent with its outcome in full.
+    Full(usize),
+}
+
+/// Most tasks one claim holds (claim.lua caps a claim at this many).
+const CLAIM_MAX: u64 = 65535;
+
+/// The entries of one settle call for `batch`, in the order each first
+/// appears: acks of the same claim share one mask, so settling a whole
+/// claim sends three arguments, not four per task.
+fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
+    let mut entries = Vec::new();
+    let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
+    for (i, s) in batch.iter().enumerate() {
+        let plain = !events && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty());
+        let index = s.token.checked_sub(s.claim).filter(|&k| k < CLAIM_MAX);
+        let (true, Some(index)) = (plain, index) else {
+            entries.push(SettleEntry::Full(i));
+            continue;
+        };
+        let at = *masks.entry(s.claim).or_insert_with(|| {
+            entries.push(SettleEntry::Plain { claim: s.claim, mask: Vec::new(), tasks: Vec::new() });
+            entries.len() - 1
+        });
+        let SettleEntry::Plain { mask, tasks, .. } = &mut entries[at] else {
+            unreachable!("masks index plain entries")
+        };
+        let index = index as usize;
+        if mask.len() <= index {
+            mask.resize(index + 1, b'0');
+        }
+        mask[index] = b'1';
+        tasks.push((i, index));
+    }
+    entries
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,5 +664,42 @@ mod tests {
         };
         assert_eq!(decode_followup(&encode_followup(&f)).unwrap(), f);
         assert!(decode_followup(b"a\n1\n9\nxy").is_err());
+    }
+
+    fn settlement(token: u64, claim: u64, outcome: Outcome) -> Settlement {
+        Settlement { id: format!("t{token}").into_bytes(), token, claim, outcome, run: RunInfo::default() }
+    }
+
+    fn ack() -> Outcome {
+        Outcome::Ack { followups: Vec::new() }
+    }
+
+    #[test]
+    fn plain_acks_of_one_claim_share_one_mask() {
+        let retry = Outcome::Retry { delay: Duration::from_secs(1), error: "x".into() };
+        let batch = [
+            settlement(12, 10, ack()),
+            settlement(20, 20, ack()),
+            settlement(11, 10, retry),
+            settlement(10, 10, ack()),
+        ];
+        assert_eq!(
+            settle_entries(&batch, false),
+            [
+                SettleEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 2), (3, 0)] },
+                SettleEntry::Plain { claim: 20, mask: b"1".to_vec(), tasks: vec![(1, 0)] },
+                SettleEntry::Full(2),
+            ]
+        );
+    }
+
+    #[test]
+    fn acks_go_in_full_with_events_or_an_impossible_token() {
+        let batch = [settlement(5, 10, ack()), settlement(10, 10, ack())];
+        assert_eq!(settle_entries(&batch, true), [SettleEntry::Full(0), SettleEntry::Full(1)]);
+        assert_eq!(
+            settle_entries(&batch, false),
+            [SettleEntry::Full(0), SettleEntry::Plain { claim: 10, mask: b"1".to_vec(), tasks: vec![(1, 0)] }]
+        );
     }
 }

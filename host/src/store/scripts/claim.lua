@@ -9,15 +9,17 @@
 --       8 rate burst (tokens the bucket holds at most), 9 fairness separator ('' = off),
 --       10 fairness window (how many of the oldest, and of the newest, due tasks it looks at)
 -- Returns: { now_ms,
---            claimed: flat { id, payload|nil, attempt, due_score (string) } per task,
+--            claimed: flat { id, due_score (string) } per task, oldest due first,
+--            payloads: { payload|false } per claimed task, or false when none has one,
+--            attempts: { attempt } per claimed task, or false when every one is 1,
 --            dead_lettered: flat { id, reason } per task,
 --            next_due_score (string)|nil, next_lease_expiry (string)|nil (both
 --            nil when `limit` tasks were claimed: the caller claims again),
---            lease_expiry_ms, first_token, throttled_ms|nil }: the claimed
---            tasks' tokens are first_token, first_token + 1, ... in the order
---            they are listed; throttled_ms is set when max_running, the rate
---            or a pause held the claim back: how long until it may take more;
---            paused is 1 while the type is paused }.
+--            lease_expiry_ms, first_token, throttled_ms|nil, paused }: the
+--            claimed tasks' tokens are first_token, first_token + 1, ... in
+--            the order they are listed; throttled_ms is set when max_running,
+--            the rate or a pause held the claim back: how long until it may
+--            take more; paused is 1 while the type is paused.
 -- Guarantees:
 --   * a paused type hands out nothing and changes nothing (its tasks stay
 --     due; schedules keep arriving); its running tasks finish.
@@ -37,6 +39,9 @@
 --     attempts hash only records attempts that ended without an ack (a
 --     retry, a dead letter, or here a lease that expired), so a task that
 --     succeeds first time never writes it.
+--   * a claim id is never handed out while a claim of that id is in flight,
+--     even when seq was deleted or lowered meanwhile (seq then moves past
+--     every claim in flight).
 --   * throttles, over every host: no more than max_running tasks are leased
 --     at once, and no more than `rate` per second are handed out (a token
 --     bucket in `throttle`, refilled by this server's clock); what is over
@@ -75,17 +80,24 @@ local max_payload = tonumber(ARGV[3])
 local max_id = tonumber(ARGV[4])
 local holder = ARGV[5] or ''
 
-local bad = check_keys({
-  { due, 'zset' }, { payload, 'hash' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
-  { errors, 'hash' }, { dead, 'zset' }, { seq, 'string' }, { stats, 'hash' }, { recur, 'hash' },
-  { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' }, { claims, 'zset' }, { claimed, 'hash' },
-}) or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' }) or check_counters(claimed, { 'leased' })
+-- Which keys exist (their type, or 'none'): most are usually absent, and
+-- what is absent costs no further call. Kept up to date where this script
+-- creates one. seq, stats and claimed are checked by reading their numbers.
+local types = {}
+local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' } }, types)
+  or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' }) or check_counters(claimed, { 'leased' })
+  or check_rare({
+    { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { dead, 'zset' },
+    { recur, 'hash' }, { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' },
+  }, types)
 if bad then return bad end
 
+local function present(key) return types[key] ~= 'none' end
+
 local now = now_ms()
-if redis.call('EXISTS', paused) == 1 then
+if present(paused) then
   -- Look again within a second: a pause given a length ends by itself (PX).
-  return { now, {}, {}, false, false, now, 0, 1000, 1 }
+  return { now, {}, false, false, {}, false, false, now, 0, 1000, 1 }
 end
 -- '%d', not '%.0f': integer formatting skips glibc's float printer, which
 -- showed in Redis's profile when it ran per task.
@@ -96,7 +108,10 @@ local expiry_s = string.format('%d', expiry)
 -- 1. Reap expired leases back into due: read what they still hold (per-task
 -- leases of older hosts, then whole claims), then write.
 local lost_ids, lost_tokens, lost_attempts = {}, {}, {}
-local reaped_legacy = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)
+local reaped_legacy = {}
+if present(leases) then
+  reaped_legacy = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)
+end
 if #reaped_legacy > 0 then
   local held = multi_get('HMGET', tokens, reaped_legacy)
   for i, id in ipairs(reaped_legacy) do
@@ -107,13 +122,17 @@ if #reaped_legacy > 0 then
     lost_attempts[#lost_attempts + 1] = attempt or false
   end
 end
-local reaped_claims = redis.call('ZRANGEBYSCORE', claims, '-inf', now_s, 'LIMIT', 0, limit)
+local reaped_claims = {}
+if present(claims) then
+  reaped_claims = redis.call('ZRANGEBYSCORE', claims, '-inf', now_s, 'LIMIT', 0, limit)
+end
 local reaped_leased = 0
 for _, c in ipairs(reaped_claims) do
   local rec = read_claim(claimed, c)
-  if rec then
-    for k, id in ipairs(rec.ids) do
-      if rec.live[k] == '1' then
+  local ids = rec and claim_ids(rec)
+  if ids then
+    for k, id in ipairs(ids) do
+      if string.byte(rec.live, k) == LIVE then
         lost_ids[#lost_ids + 1] = id
         lost_tokens[#lost_tokens + 1] = string.format('%d', tonumber(c) + k - 1)
         lost_attempts[#lost_attempts + 1] = tostring(rec.attempts[k] or 1)
@@ -123,13 +142,13 @@ for _, c in ipairs(reaped_claims) do
   else
     -- A record someone damaged names no ids to bring back; its count still
     -- leaves `leased`, or max_running would stay short for good.
-    reaped_leased = reaped_leased + count_live(redis.call('HGET', claimed, c .. ':live'))
+    reaped_leased = reaped_leased + count_live(rec and rec.live or redis.call('HGET', claimed, c .. ':live'))
   end
 end
 if #lost_ids > 0 then
   -- A run whose cancel was asked, and whose host died, is not run again.
   local marks = {}
-  if redis.call('EXISTS', cancels) == 1 then marks = multi_get('HMGET', cancels, lost_ids) end
+  if present(cancels) then marks = multi_get('HMGET', cancels, lost_ids) end
   local zpairs = {}
   local spent = {}
   local stopped = 0
@@ -151,7 +170,10 @@ if #lost_ids > 0 then
   end
   if stopped > 0 then redis.call('HINCRBY', stats, 'cancelled', stopped) end
   each_chunk(zpairs, function(...) redis.call('ZADD', due, 'NX', ...) end)
-  each_chunk(spent, function(...) redis.call('HSET', attempts, ...) end)
+  if #spent > 0 then
+    each_chunk(spent, function(...) redis.call('HSET', attempts, ...) end)
+    types[attempts] = 'hash'
+  end
 end
 if #reaped_legacy > 0 then
   each_chunk(reaped_legacy, function(...) redis.call('ZREM', leases, ...) end)
@@ -234,13 +256,16 @@ if limit > 0 and fair_by ~= '' then
 elseif limit > 0 then
   rows = redis.call('ZRANGEBYSCORE', due, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, limit)
 end
-local ids, scores = {}, {}
-for i = 1, #rows, 2 do
-  ids[#ids + 1] = rows[i]
-  scores[#scores + 1] = rows[i + 1]
+-- `rows` (id, due score pairs) are what is handed out, unless a step below
+-- changes the list; most claims go through with a loop over the ids only.
+local function ids_of(flat)
+  local out = {}
+  for j = 1, #flat / 2 do out[j] = flat[2 * j - 1] end
+  return out
 end
+local ids = ids_of(rows)
 
-local handed, dead_out = {}, {}
+local payloads_out, attempts_out, dead_out = false, false, {}
 local first_token = 0
 if #ids > 0 then
   if fair_by == '' then
@@ -251,34 +276,38 @@ if #ids > 0 then
   end
 
   -- 4. A claimed occurrence of a recurring schedule arms the next one.
-  if redis.call('EXISTS', recur) == 1 then
-    local kept_ids, kept_scores = {}, {}
-    for i, id in ipairs(ids) do
-      local run_id, run_score = id, scores[i]
+  if present(recur) then
+    local kept = {}
+    for j, id in ipairs(ids) do
+      local run_id, run_score = id, rows[2 * j]
       local at = string.find(id, '@', 1, true)
       if at then
         local name = string.sub(id, 1, at - 1)
         local f = redis.call('HMGET', recur, name .. ':armed', name .. ':then', name .. ':missed', name .. ':payload')
         if f[1] == id then
           local times, policy = parse_times(f[2]), f[3] or 'latest'
-          local j = pick_next(times, now, policy)
+          local next_j = pick_next(times, now, policy)
           local moved = false
-          if policy == 'latest' and j and times[j] <= now then
+          if policy == 'latest' and next_j and times[next_j] <= now then
             -- More occurrences were missed: this run stands for the latest of them.
-            run_score = string.format('%d', times[j])
+            run_score = string.format('%d', times[next_j])
             run_id = name .. '@' .. run_score
             moved = true
-            j = times[j + 1] and (j + 1) or nil
-          elseif policy == 'skip' and tonumber(scores[i]) < now - SKIP_GRACE_MS then
+            next_j = times[next_j + 1] and (next_j + 1) or nil
+          elseif policy == 'skip' and tonumber(run_score) < now - SKIP_GRACE_MS then
             run_id = false
             moved = true
           end
           if moved then
             redis.call('HDEL', payload, id)
-            if run_id and f[4] and f[4] ~= '' then redis.call('HSET', payload, run_id, f[4]) end
+            if run_id and f[4] and f[4] ~= '' then
+              redis.call('HSET', payload, run_id, f[4])
+              types[payload] = 'hash'
+            end
           end
-          if j then
-            arm(recur, due, payload, name, times, j, f[4])
+          if next_j then
+            arm(recur, due, payload, name, times, next_j, f[4])
+            if f[4] and f[4] ~= '' then types[payload] = 'hash' end
           else
             -- Nothing computed to arm yet: the hosts' sync arms the next one.
             redis.call('HSET', recur, name .. ':armed', run_id or id, name .. ':then', '')
@@ -286,18 +315,18 @@ if #ids > 0 then
         end
       end
       if run_id then
-        kept_ids[#kept_ids + 1] = run_id
-        kept_scores[#kept_scores + 1] = run_score
+        kept[#kept + 1] = run_id
+        kept[#kept + 1] = run_score
       end
     end
-    ids, scores = kept_ids, kept_scores
+    rows, ids = kept, ids_of(kept)
   end
 
-  if redis.call('EXISTS', dead) == 1 then
+  if present(dead) then
     local in_dead = multi_get('ZMSCORE', dead, ids)
     local revived = {}
-    for i, s in ipairs(in_dead) do
-      if s then revived[#revived + 1] = ids[i] end
+    for j, s in ipairs(in_dead) do
+      if s then revived[#revived + 1] = ids[j] end
     end
     if #revived > 0 then
       each_chunk(revived, function(...) redis.call('ZREM', dead, ...) end)
@@ -308,68 +337,90 @@ if #ids > 0 then
 
   -- Tasks without a payload (a plain ZADD) leave the payload hash absent.
   local payloads = {}
-  if redis.call('EXISTS', payload) == 1 then payloads = multi_get('HMGET', payload, ids) end
-  local ok_ids, ok_idx = {}, {}
-  local dead_pairs, error_pairs = {}, {}
-  for i, id in ipairs(ids) do
-    local reason = nil
-    if #id > max_id then
-      reason = string.format('id of %d bytes is over the %d-byte limit', #id, max_id)
-    elseif payloads[i] and #payloads[i] > max_payload then
-      reason = string.format('payload of %d bytes is over the %d-byte limit', #payloads[i], max_payload)
-    end
-    if reason then
-      dead_pairs[#dead_pairs + 1] = now_s
-      dead_pairs[#dead_pairs + 1] = id
-      error_pairs[#error_pairs + 1] = id
-      error_pairs[#error_pairs + 1] = reason
-      dead_out[#dead_out + 1] = id
-      dead_out[#dead_out + 1] = reason
-    else
-      ok_ids[#ok_ids + 1] = id
-      ok_idx[#ok_idx + 1] = i
+  if present(payload) then payloads = multi_get('HMGET', payload, ids) end
+  local oversize = false
+  for j, id in ipairs(ids) do
+    if #id > max_id or (payloads[j] and #payloads[j] > max_payload) then
+      oversize = true
+      break
     end
   end
-
-  if #dead_pairs > 0 then
+  if oversize then
+    local kept, kept_payloads = {}, {}
+    local dead_pairs, error_pairs = {}, {}
+    for j, id in ipairs(ids) do
+      local reason = nil
+      if #id > max_id then
+        reason = string.format('id of %d bytes is over the %d-byte limit', #id, max_id)
+      elseif payloads[j] and #payloads[j] > max_payload then
+        reason = string.format('payload of %d bytes is over the %d-byte limit', #payloads[j], max_payload)
+      end
+      if reason then
+        dead_pairs[#dead_pairs + 1] = now_s
+        dead_pairs[#dead_pairs + 1] = id
+        error_pairs[#error_pairs + 1] = id
+        error_pairs[#error_pairs + 1] = reason
+        dead_out[#dead_out + 1] = id
+        dead_out[#dead_out + 1] = reason
+      else
+        kept[#kept + 1] = id
+        kept[#kept + 1] = rows[2 * j]
+        kept_payloads[#kept_payloads + 1] = payloads[j] or false
+      end
+    end
     each_chunk(dead_pairs, function(...) redis.call('ZADD', dead, ...) end)
     each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
     redis.call('HINCRBY', stats, 'dead', #dead_pairs / 2)
+    rows, ids, payloads = kept, ids_of(kept), kept_payloads
   end
 
-  if #ok_ids > 0 then
-    local first = redis.call('INCRBY', seq, #ok_ids) - #ok_ids + 1
-    first_token = first
-    -- Usually empty: it holds only attempts that ended without an ack.
-    local prior = {}
-    if redis.call('EXISTS', attempts) == 1 then prior = multi_get('HMGET', attempts, ok_ids) end
-    local claim_id = string.format('%d', first)
-    local tried = {}
-    for k, id in ipairs(ok_ids) do
-      local attempt = (tonumber(prior[k]) or 0) + 1
-      tried[k] = attempt
-      local i = ok_idx[k]
-      handed[#handed + 1] = id
-      handed[#handed + 1] = payloads[i] or false
-      handed[#handed + 1] = attempt
-      handed[#handed + 1] = scores[i]
+  if #ids > 0 then
+    first_token = redis.call('INCRBY', seq, #ids) - #ids + 1
+    if redis.call('HEXISTS', claimed, string.format('%d', first_token)) == 1 then
+      -- seq went back (someone deleted or lowered it). Acks name a task by
+      -- its claim id and index, so a claim id in flight is never handed out
+      -- twice: move past every claim in flight.
+      local top = 0
+      local all = redis.call('HGETALL', claimed)
+      for j = 1, #all, 2 do
+        local c = tonumber(string.match(all[j], '^(%d+):live$'))
+        if c then top = math.max(top, c + #all[j + 1] - 1) end
+      end
+      first_token = top + 1
+      redis.call('SET', seq, string.format('%d', top + #ids))
     end
-    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ok_ids, tried }),
-      claim_id .. ':live', string.rep('1', #ok_ids))
-    redis.call('HINCRBY', claimed, 'leased', #ok_ids)
+    if present(payload) then payloads_out = payloads end
+    -- Usually absent: it holds only attempts that ended without an ack.
+    -- The record keeps no attempts when all are first ones (a missing one is 1).
+    local tried = {}
+    if present(attempts) then
+      local prior = multi_get('HMGET', attempts, ids)
+      local any = false
+      for j = 1, #ids do
+        tried[j] = (tonumber(prior[j]) or 0) + 1
+        any = any or prior[j] ~= false
+      end
+      if any then attempts_out = tried else tried = {} end
+    end
+    local claim_id = string.format('%d', first_token)
+    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ids, tried }),
+      claim_id .. ':live', string.rep('1', #ids))
+    redis.call('HINCRBY', claimed, 'leased', #ids)
     redis.call('ZADD', claims, expiry_s, claim_id)
   end
 end
 if bucket then
-  redis.call('HSET', throttle, 'tokens', tostring(bucket - #handed / 4), 'at', now_s)
+  redis.call('HSET', throttle, 'tokens', tostring(bucket - #ids), 'at', now_s)
 end
 
 -- A full claim means the caller claims again at once and ignores both.
 local next_due, next_lease = false, false
-if #handed / 4 < limit or limit == 0 then
+if #ids < limit or limit == 0 then
   next_due = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')[2] or false
   next_lease = redis.call('ZRANGE', claims, 0, 0, 'WITHSCORES')[2] or false
-  local legacy = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2]
-  if legacy and (not next_lease or tonumber(legacy) < tonumber(next_lease)) then next_lease = legacy end
+  if present(leases) then
+    local legacy = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')[2]
+    if legacy and (not next_lease or tonumber(legacy) < tonumber(next_lease)) then next_lease = legacy end
+  end
 end
-return { now, handed, dead_out, next_due, next_lease, expiry, first_token, throttled, 0 }
+return { now, rows, payloads_out, attempts_out, dead_out, next_due, next_lease, expiry, first_token, throttled, 0 }

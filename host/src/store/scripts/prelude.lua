@@ -17,17 +17,34 @@ local function fault(text)
   return redis.error_reply('HGFAULT ' .. text)
 end
 
+-- The fault for `key`, which holds another type than `expected`.
+local function wrong_type(key, expected)
+  local actual = redis.call('TYPE', key)['ok']
+  return fault(string.format(
+    '%s holds a %s, not a %s: delete or rename it (DEL %s); its tasks resume by themselves once it is fixed',
+    key, actual, expected, key))
+end
+
 -- `expected`: { { key, 'zset' | 'hash' | 'string' | 'stream' }, ... }.
--- Returns an error reply for the first key of another type, else nil.
-local function check_keys(expected)
+-- Returns an error reply for the first key of another type, else nil. With
+-- `types`, records each key's type there ('none' when absent), so the
+-- script can skip what is not there without asking again (EXISTS).
+local function check_keys(expected, types)
   for _, e in ipairs(expected) do
     local actual = redis.call('TYPE', e[1])['ok']
-    if actual ~= 'none' and actual ~= e[2] then
-      return fault(string.format(
-        '%s holds a %s, not a %s: delete or rename it (DEL %s); its tasks resume by themselves once it is fixed',
-        e[1], actual, e[2], e[1]))
-    end
+    if actual ~= 'none' and actual ~= e[2] then return wrong_type(e[1], e[2]) end
+    if types then types[e[1]] = actual end
   end
+  return nil
+end
+
+-- check_keys for keys that are usually all absent: one EXISTS for them
+-- all, and a TYPE each only when some exist.
+local function check_rare(expected, types)
+  local keys = {}
+  for i, e in ipairs(expected) do keys[i] = e[1] end
+  if redis.call('EXISTS', unpack(keys)) > 0 then return check_keys(expected, types) end
+  for _, key in ipairs(keys) do types[key] = 'none' end
   return nil
 end
 
@@ -35,9 +52,11 @@ local function is_integer(v)
   return string.match(v, '^-?%d+$') ~= nil and #v <= 18
 end
 
--- The string at `key` (if any) must be an integer (INCRBY would fail).
+-- The string at `key` (if any) must be an integer (INCRBY would fail); this
+-- also checks that it is a string.
 local function check_integer(key)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then return wrong_type(key, 'string') end
   if v and not is_integer(v) then
     return fault(string.format(
       '%s holds %q, not an integer: delete it (DEL %s); its tasks resume by themselves once it is fixed', key, v, key))
@@ -45,9 +64,11 @@ local function check_integer(key)
   return nil
 end
 
--- The counters hash at `key`: each field in `fields` absent or an integer (HINCRBY would fail).
+-- The counters hash at `key`: each field in `fields` absent or an integer
+-- (HINCRBY would fail); this also checks that it is a hash.
 local function check_counters(key, fields)
-  local values = redis.call('HMGET', key, unpack(fields))
+  local values = redis.pcall('HMGET', key, unpack(fields))
+  if values.err then return wrong_type(key, 'hash') end
   for i, v in ipairs(fields) do
     if values[i] and not is_integer(values[i]) then
       return fault(string.format(
@@ -64,11 +85,34 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
+-- 1000 arguments (even, so field/value and score/member pairs never split).
+local function each_chunk(items, fn)
+  local n = #items
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    fn(unpack(items, i, j))
+    i = j + 1
+  end
+end
+
+-- One variadic read (HMGET, ZMSCORE) of many ids, chunked like each_chunk.
+local function multi_get(cmd, key, ids)
+  local out = {}
+  each_chunk(ids, function(...)
+    local r = redis.call(cmd, key, ...)
+    for k = 1, #r do out[#out + 1] = r[k] end
+  end)
+  return out
+end
+
 -- Leases are held per claim, not per task. A claim takes the tokens
 -- first .. first + n - 1; `first` is its id, and task k of it (from 1) has
 -- token first + k - 1. The type keeps:
 --   `claims`  ZSET  claim id → lease expiry (ms): one lease for the claim;
---   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... } },
+--   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... } }
+--                   (attempts empty when all are first attempts; a missing one is 1),
 --                   "<claim id>:live" → one byte per task, '1' while it is leased,
 --                   "leased" → how many tasks are leased under claims (every host).
 -- Hosts before claim leases leased each task in `leases` (ZSET id → expiry)
@@ -80,62 +124,135 @@ local function count_live(live)
   return select(2, string.gsub(live or '', '1', ''))
 end
 
--- A claim record's packed value: holder, ids and attempts (nil when it is not
--- a table), or nil when it is unreadable.
+-- A string's bytes as a table of numbers, and back (string.byte and
+-- string.char take a bounded number of values at once, hence the chunks).
+local function bytes_of(s)
+  if #s <= 4000 then return { string.byte(s, 1, -1) } end
+  local t = {}
+  for i = 1, #s, 4000 do
+    local part = { string.byte(s, i, math.min(i + 3999, #s)) }
+    for j = 1, #part do t[i + j - 1] = part[j] end
+  end
+  return t
+end
+
+local function string_of(t)
+  if #t <= 4000 then return string.char(unpack(t)) end
+  local parts = {}
+  for i = 1, #t, 4000 do parts[#parts + 1] = string.char(unpack(t, i, math.min(i + 3999, #t))) end
+  return table.concat(parts)
+end
+
+local LIVE, LEFT = 49, 48 -- the bytes '1' (leased) and '0' (left the claim)
+
+-- A claim record's packed value: holder, ids and attempts (an empty table
+-- when every attempt is the first), or nil when it is unreadable.
 local function decode_claim(packed)
   local ok, rec = pcall(cmsgpack.unpack, packed)
   if not ok or type(rec) ~= 'table' or type(rec[2]) ~= 'table' then return nil end
   return rec[1] or '', rec[2], type(rec[3]) == 'table' and rec[3] or nil
 end
 
--- Claim `c` as `claimed` holds it: { holder, ids, attempts, live = { '0'|'1' ... },
--- left (how many are leased), changed = 0 }, or nil when it is gone or unreadable.
+-- Claim `c` as `claimed` holds it, or nil when it is gone: { packed, live
+-- (its bytes as read), left (how many are leased), changed = 0 }. The ids
+-- (claim_ids) and the live bytes as numbers (live_bytes) are worked out on
+-- first need: acks of whole claims need neither.
 local function read_claim(claimed, c)
   local f = redis.call('HMGET', claimed, c, c .. ':live')
   if not f[1] or not f[2] then return nil end
-  local holder, ids, attempts = decode_claim(f[1])
-  if not attempts then return nil end
-  local live = {}
-  for k = 1, #f[2] do live[k] = string.sub(f[2], k, k) end
-  return { holder = holder, ids = ids, attempts = attempts, live = live, left = count_live(f[2]), changed = 0 }
+  return { packed = f[1], live = f[2], left = count_live(f[2]), changed = 0 }
+end
+
+-- The claim's ids (setting rec.holder and rec.attempts), or false when its
+-- record is unreadable (someone overwrote it).
+local function claim_ids(rec)
+  if rec.ids == nil then
+    local holder, ids, attempts = decode_claim(rec.packed)
+    if attempts then rec.holder, rec.ids, rec.attempts = holder, ids, attempts else rec.ids = false end
+  end
+  return rec.ids
+end
+
+local function live_bytes(rec)
+  if not rec.bytes then rec.bytes = bytes_of(rec.live) end
+  return rec.bytes
 end
 
 -- Task `k` of claim record `rec` is no longer leased (written by write_claims).
 local function leave_claim(rec, k)
-  rec.live[k] = '0'
+  live_bytes(rec)[k] = LEFT
   rec.changed = rec.changed + 1
 end
 
--- Whether task `id` with `token` is still leased under claim `c`: its claim
--- record and index, else nil. `recs` caches the records read (claim id → record | false).
-local function leased_in(recs, claimed, c, id, token)
+-- Claim `c` from the cache `recs` (claim id → record | false), read on first use.
+local function cached_claim(recs, claimed, c)
   local rec = recs[c]
   if rec == nil then
     rec = read_claim(claimed, c) or false
     recs[c] = rec
   end
-  if not rec then return nil end
+  return rec
+end
+
+-- Whether task `id` with `token` is still leased under claim `c`: its claim
+-- record and index, else nil.
+local function leased_in(recs, claimed, c, id, token)
+  local rec = cached_claim(recs, claimed, c)
+  if not rec or rec.all_left then return nil end
   local k = (tonumber(token) or -1) - (tonumber(c) or 0) + 1
-  if k >= 1 and rec.ids[k] == id and rec.live[k] == '1' then return rec, k end
+  if k < 1 or live_bytes(rec)[k] ~= LIVE then return nil end
+  local ids = claim_ids(rec)
+  if ids and ids[k] == id then return rec, k end
   return nil
 end
 
+-- Takes the tasks that `mask` marks ('1' at index k = task k) out of claim
+-- record `rec`, each only if it is still leased (fencing by claim and index:
+-- a claim id is never reused). Returns the mask of those taken. A mask
+-- equal to the live bytes (every task still leased) costs no per-task work.
+local function take_masked(rec, mask)
+  if not rec.bytes and mask == rec.live then
+    rec.changed = rec.left
+    rec.all_left = true
+    return mask
+  end
+  local live, m = live_bytes(rec), bytes_of(mask)
+  for k = 1, #m do
+    if m[k] == LIVE then
+      if live[k] == LIVE then
+        live[k] = LEFT
+        rec.changed = rec.changed + 1
+      else
+        m[k] = LEFT
+      end
+    end
+  end
+  return string_of(m)
+end
+
 -- Writes back the claims in `recs` whose tasks the caller took out with
--- leave_claim: a claim with none left leased is dropped with its lease.
+-- leave_claim or take_masked: a claim with none left leased is dropped with
+-- its lease. One call per operation, whatever the number of claims.
 -- Writes: the caller checks first (the `leased` counter is an integer).
 local function write_claims(claims, claimed, recs)
   local released = 0
+  local kept, gone_fields, gone = {}, {}, {}
   for c, rec in pairs(recs) do
     if rec and rec.changed > 0 then
       released = released + rec.changed
       if rec.left > rec.changed then
-        redis.call('HSET', claimed, c .. ':live', table.concat(rec.live))
+        kept[#kept + 1] = c .. ':live'
+        kept[#kept + 1] = string_of(rec.bytes)
       else
-        redis.call('HDEL', claimed, c, c .. ':live')
-        redis.call('ZREM', claims, c)
+        gone_fields[#gone_fields + 1] = c
+        gone_fields[#gone_fields + 1] = c .. ':live'
+        gone[#gone + 1] = c
       end
     end
   end
+  each_chunk(kept, function(...) redis.call('HSET', claimed, ...) end)
+  each_chunk(gone_fields, function(...) redis.call('HDEL', claimed, ...) end)
+  each_chunk(gone, function(...) redis.call('ZREM', claims, ...) end)
   if released > 0 then redis.call('HINCRBY', claimed, 'leased', -released) end
 end
 
@@ -174,28 +291,6 @@ local function find_leased(tokens, claimed, id)
   end)
   if not found then return nil end
   return found[1], found[2], found[3], found[4]
-end
-
--- Lua's unpack() has a stack limit, so variadic calls go out in chunks of
--- 1000 arguments (even, so field/value and score/member pairs never split).
-local function each_chunk(items, fn)
-  local n = #items
-  local i = 1
-  while i <= n do
-    local j = math.min(i + 999, n)
-    fn(unpack(items, i, j))
-    i = j + 1
-  end
-end
-
--- One variadic read (HMGET, ZMSCORE) of many ids, chunked like each_chunk.
-local function multi_get(cmd, key, ids)
-  local out = {}
-  each_chunk(ids, function(...)
-    local r = redis.call(cmd, key, ...)
-    for k = 1, #r do out[#out + 1] = r[k] end
-  end)
-  return out
 end
 
 -- For dead_requeue and dead_purge. ARGV: 1 mode, 'all' (then 2 = most to take)

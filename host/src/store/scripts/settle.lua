@@ -2,11 +2,14 @@
 --
 -- KEYS: 1 due, 2 payload, 3 claims, 4 claimed (see the prelude), 5 attempts, 6 errors, 7 dead,
 --       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop)
--- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then per task
---       either a plain ack (no follow-ups, no events): 'a', id, token, claim id
---       or in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt, due_ms,
---         started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n
--- Returns: { 1 = settled | 2 = settled as cancelled | 0 = fenced } per task, in order.
+-- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then entries:
+--       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
+--         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one)
+--       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
+--         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n
+-- Returns: per entry, in order: for plain acks the mask of those settled (the
+--          others were fenced); for a task in full 1 = settled | 2 = settled as
+--          cancelled | 0 = fenced.
 -- Guarantees:
 --   * fencing: a task that is no longer leased under the given claim and
 --     token (its claim's lease expired and was reaped: someone else may hold
@@ -34,11 +37,12 @@
 --     HGFAULT, every task stays leased, and the host writes it again later.
 --
 -- Cost: the batch is read with one HMGET per claim it touches and, only
--- when a payload or a failure needs it, one ZMSCORE due; it is written with
--- one variadic call per key and operation and one per claim, so no sorted set
--- or hash is touched per acked task without a payload. A batch holds each id
--- at most once with a valid token (an id is leased to one token at a time),
--- so reading everything first sees what each task needs.
+-- when a payload or a failure needs it, ZMSCORE due; it is written with one
+-- variadic call per key and operation and one per claim, so no sorted set or
+-- hash is touched per acked task without a payload, and acks that empty a
+-- claim cost no per-task work at all. A batch holds each task at most once
+-- (a task is leased to one claim and token at a time), so reading
+-- everything first sees what each task needs.
 
 local due, payload, claims, claimed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -46,45 +50,48 @@ local events, cancels = KEYS[10], KEYS[11]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
-local bad = check_keys({
-  { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { claimed, 'hash' }, { attempts, 'hash' },
-  { errors, 'hash' }, { dead, 'zset' }, { stats, 'hash' }, { outbox, 'hash' }, { events, 'stream' },
-  { cancels, 'hash' },
-}) or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
-  or check_counters(claimed, { 'leased' })
-if bad then return bad end
-
-local now = now_ms()
-local now_s = string.format('%d', now)
-
--- Where each task's arguments start (no table per task: most are plain acks).
-local starts, ids = {}, {}
-local all_plain = true
+-- Where each entry's arguments start; the ids of tasks in full (for ZMSCORE).
+local starts, full_ids = {}, {}
 local i = 3
 while i <= #ARGV do
   starts[#starts + 1] = i
-  ids[#ids + 1] = ARGV[i + 1]
-  if ARGV[i] == 'a' then
-    i = i + 4
+  if ARGV[i] == 'm' then
+    i = i + 3
   else
-    all_plain = false
+    full_ids[#full_ids + 1] = ARGV[i + 1]
     i = i + 11 + tonumber(ARGV[i + 10])
   end
 end
 if #starts == 0 then return {} end
 
--- Without payloads, plain acks need no due scores (they only decide whether a payload stays).
-local has_payload = redis.call('EXISTS', payload) == 1
-local due_scores = {}
-if has_payload or not all_plain then due_scores = multi_get('ZMSCORE', due, ids) end
-local recs = {} -- claim id → its record (read once per claim)
+-- The keys this batch touches: plain acks only need the claims, the
+-- counters and (when they exist) payload, attempts, errors and cancels;
+-- tasks in full touch everything. Usually absent keys cost one EXISTS.
+local types = {}
+local bad = check_keys({ { claims, 'zset' } }, types)
+  or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
+  or check_counters(claimed, { 'leased' })
+  or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' } }, types)
+if bad then return bad end
+if #full_ids > 0 or types[payload] ~= 'none' then
+  bad = check_keys({ { due, 'zset' } }, types)
+  if not bad and #full_ids > 0 then
+    bad = check_keys({ { dead, 'zset' }, { outbox, 'hash' }, { events, 'stream' } }, types)
+  end
+  if bad then return bad end
+end
+local now = #full_ids > 0 and now_ms() or 0
+local now_s = string.format('%d', now)
 
--- Both usually do not exist (they hold only failed attempts): one EXISTS
--- each, instead of collecting ids to drop from them.
-local has_attempts = redis.call('EXISTS', attempts) == 1
-local has_errors = redis.call('EXISTS', errors) == 1
--- Usually absent: one EXISTS, then a look per failed task only.
-local has_cancels = redis.call('EXISTS', cancels) == 1
+local function present(key) return types[key] ~= 'none' end
+-- Usually absent: the payload hash (plain ZADDs), attempts and errors
+-- (failed attempts only) and cancels. What is absent needs no per-task work.
+local has_payload, has_attempts = present(payload), present(attempts)
+local has_errors, has_cancels = present(errors), present(cancels)
+-- Due scores of the tasks in full: whether a client re-scheduled one while it ran.
+local full_due = {}
+if #full_ids > 0 then full_due = multi_get('ZMSCORE', due, full_ids) end
+local recs = {} -- claim id → its record (read once per claim)
 
 local results = {}
 local drop_attempts, drop_errors, drop_payload = {}, {}, {}
@@ -92,103 +99,134 @@ local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}
 local succeeded, failed, retried, dead_n, cancelled_n = 0, 0, 0, 0, 0
 local drop_cancels = {}
 local pending_events = {}
+-- Acked ids that may still have something to drop (payload, attempts, errors, cancel marks).
+local plain_acked = {}
+local track_plain = has_payload or has_attempts or has_errors or has_cancels
 
-for k, at in ipairs(starts) do
-  local kind, id, token = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  local rec, index = leased_in(recs, claimed, ARGV[at + 3], id, token)
-  if rec then leave_claim(rec, index) end
-  if not rec then
-    results[k] = 0
-  elseif kind == 'a' then
-    results[k] = 1
-    if has_attempts then drop_attempts[#drop_attempts + 1] = id end
-    if has_errors then drop_errors[#drop_errors + 1] = id end
-    if has_payload and not due_scores[k] then drop_payload[#drop_payload + 1] = id end
-    if has_cancels then drop_cancels[#drop_cancels + 1] = id end
-    succeeded = succeeded + 1
-  else
-    results[k] = 1
-    local task = {
-      attempt = ARGV[at + 4], due_ms = ARGV[at + 5], started_ms = ARGV[at + 6], finished_ms = ARGV[at + 7],
-      delay_ms = ARGV[at + 8], err = ARGV[at + 9], n_follow = tonumber(ARGV[at + 10]),
-    }
-    -- The attempt the claim recorded (the caller's copy is the fallback).
-    local attempt = rec.attempts[index] and string.format('%d', rec.attempts[index]) or task.attempt
-    local outcome, retry_at = nil, nil
-    if has_cancels then drop_cancels[#drop_cancels + 1] = id end
-    -- A failure of a run whose cancel was asked is a cancel: never retried.
-    if kind ~= 'ack' and kind ~= 'cancel' and has_cancels and redis.call('HGET', cancels, id) == token then
-      kind = 'cancel'
+local f = 0 -- index into full_due
+for e, at in ipairs(starts) do
+  local kind = ARGV[at]
+  if kind == 'm' then
+    local rec = cached_claim(recs, claimed, ARGV[at + 1])
+    local taken = rec and not rec.all_left and take_masked(rec, ARGV[at + 2]) or ''
+    local n = count_live(taken)
+    succeeded = succeeded + n
+    if n > 0 and track_plain then
+      local ids = claim_ids(rec)
+      if ids then
+        for k = 1, #taken do
+          if string.byte(taken, k) == LIVE then plain_acked[#plain_acked + 1] = ids[k] end
+        end
+      end
     end
-    if kind == 'cancel' then
-      if has_attempts then drop_attempts[#drop_attempts + 1] = id end
-      if has_errors then drop_errors[#drop_errors + 1] = id end
-      if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
-      cancelled_n = cancelled_n + 1
-      results[k] = 2
-      outcome = 'cancelled'
-    elseif kind == 'ack' then
-      if has_attempts then drop_attempts[#drop_attempts + 1] = id end
-      if has_errors then drop_errors[#drop_errors + 1] = id end
-      if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
-      for f = 0, task.n_follow - 1 do
-        outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. token .. ':' .. f
-        outbox_pairs[#outbox_pairs + 1] = ARGV[at + 11 + f]
-      end
-      succeeded = succeeded + 1
-      outcome = 'succeeded'
-    elseif kind == 'retry' then
-      error_pairs[#error_pairs + 1] = id
-      error_pairs[#error_pairs + 1] = task.err
-      attempt_pairs[#attempt_pairs + 1] = id
-      attempt_pairs[#attempt_pairs + 1] = attempt
-      failed = failed + 1
-      retried = retried + 1
-      if due_scores[k] then
-        -- A client schedule written during the run wins (ZADD NX would keep it).
-        retry_at = string.format('%.0f', tonumber(due_scores[k]))
-      else
-        retry_at = string.format('%.0f', now + tonumber(task.delay_ms))
-        retry_pairs[#retry_pairs + 1] = retry_at
-        retry_pairs[#retry_pairs + 1] = id
-      end
-      outcome = 'retried'
+    results[e] = taken
+  else
+    f = f + 1
+    local id, token = ARGV[at + 1], ARGV[at + 2]
+    local due_score = full_due[f]
+    local rec, index = leased_in(recs, claimed, ARGV[at + 3], id, token)
+    if not rec then
+      results[e] = 0
     else
-      error_pairs[#error_pairs + 1] = id
-      error_pairs[#error_pairs + 1] = task.err
-      failed = failed + 1
-      if due_scores[k] then
+      leave_claim(rec, index)
+      results[e] = 1
+      local task = {
+        attempt = ARGV[at + 4], due_ms = ARGV[at + 5], started_ms = ARGV[at + 6], finished_ms = ARGV[at + 7],
+        delay_ms = ARGV[at + 8], err = ARGV[at + 9], n_follow = tonumber(ARGV[at + 10]),
+      }
+      -- The attempt the claim recorded (none recorded: the first).
+      local attempt = string.format('%d', rec.attempts[index] or 1)
+      local outcome, retry_at = nil, nil
+      if has_cancels then drop_cancels[#drop_cancels + 1] = id end
+      -- A failure of a run whose cancel was asked is a cancel: never retried.
+      if kind ~= 'ack' and kind ~= 'cancel' and has_cancels and redis.call('HGET', cancels, id) == token then
+        kind = 'cancel'
+      end
+      if kind == 'cancel' then
         if has_attempts then drop_attempts[#drop_attempts + 1] = id end
-        outcome = 'rescheduled'
-      else
-        dead_pairs[#dead_pairs + 1] = now_s
-        dead_pairs[#dead_pairs + 1] = id
+        if has_errors then drop_errors[#drop_errors + 1] = id end
+        if not due_score then drop_payload[#drop_payload + 1] = id end
+        cancelled_n = cancelled_n + 1
+        results[e] = 2
+        outcome = 'cancelled'
+      elseif kind == 'ack' then
+        if has_attempts then drop_attempts[#drop_attempts + 1] = id end
+        if has_errors then drop_errors[#drop_errors + 1] = id end
+        if not due_score then drop_payload[#drop_payload + 1] = id end
+        for n = 0, task.n_follow - 1 do
+          outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. token .. ':' .. n
+          outbox_pairs[#outbox_pairs + 1] = ARGV[at + 11 + n]
+        end
+        succeeded = succeeded + 1
+        outcome = 'succeeded'
+      elseif kind == 'retry' then
+        error_pairs[#error_pairs + 1] = id
+        error_pairs[#error_pairs + 1] = task.err
         attempt_pairs[#attempt_pairs + 1] = id
         attempt_pairs[#attempt_pairs + 1] = attempt
-        dead_n = dead_n + 1
-        outcome = 'dead'
+        failed = failed + 1
+        retried = retried + 1
+        if due_score then
+          -- A client schedule written during the run wins (ZADD NX would keep it).
+          retry_at = string.format('%.0f', tonumber(due_score))
+        else
+          retry_at = string.format('%.0f', now + tonumber(task.delay_ms))
+          retry_pairs[#retry_pairs + 1] = retry_at
+          retry_pairs[#retry_pairs + 1] = id
+        end
+        outcome = 'retried'
+      else
+        error_pairs[#error_pairs + 1] = id
+        error_pairs[#error_pairs + 1] = task.err
+        failed = failed + 1
+        if due_score then
+          if has_attempts then drop_attempts[#drop_attempts + 1] = id end
+          outcome = 'rescheduled'
+        else
+          dead_pairs[#dead_pairs + 1] = now_s
+          dead_pairs[#dead_pairs + 1] = id
+          attempt_pairs[#attempt_pairs + 1] = id
+          attempt_pairs[#attempt_pairs + 1] = attempt
+          dead_n = dead_n + 1
+          outcome = 'dead'
+        end
+      end
+      if events_maxlen > 0 then
+        local fields = {'id', id, 'outcome', outcome, 'attempt', task.attempt, 'due_ms', task.due_ms,
+          'started_ms', task.started_ms, 'finished_ms', task.finished_ms}
+        if kind ~= 'ack' and kind ~= 'cancel' and task.err ~= '' then
+          fields[#fields + 1] = 'error'
+          fields[#fields + 1] = task.err
+        end
+        if retry_at then
+          fields[#fields + 1] = 'retry_at_ms'
+          fields[#fields + 1] = retry_at
+        end
+        pending_events[#pending_events + 1] = fields
       end
     end
-    if events_maxlen > 0 then
-      local fields = {'id', id, 'outcome', outcome, 'attempt', task.attempt, 'due_ms', task.due_ms,
-        'started_ms', task.started_ms, 'finished_ms', task.finished_ms}
-      if kind ~= 'ack' and kind ~= 'cancel' and task.err ~= '' then
-        fields[#fields + 1] = 'error'
-        fields[#fields + 1] = task.err
-      end
-      if retry_at then
-        fields[#fields + 1] = 'retry_at_ms'
-        fields[#fields + 1] = retry_at
-      end
-      pending_events[#pending_events + 1] = fields
+  end
+end
+
+-- Plain acks: drop what they still have (the payload only if not due again).
+if #plain_acked > 0 then
+  if has_payload then
+    local due_scores = multi_get('ZMSCORE', due, plain_acked)
+    for k, id in ipairs(plain_acked) do
+      if not due_scores[k] then drop_payload[#drop_payload + 1] = id end
     end
+  end
+  for _, id in ipairs(plain_acked) do
+    if has_attempts then drop_attempts[#drop_attempts + 1] = id end
+    if has_errors then drop_errors[#drop_errors + 1] = id end
+    if has_cancels then drop_cancels[#drop_cancels + 1] = id end
   end
 end
 
 write_claims(claims, claimed, recs)
 each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
-each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end)
+if has_payload then each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end) end
 each_chunk(drop_cancels, function(...) redis.call('HDEL', cancels, ...) end)
 each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
 each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
