@@ -136,7 +136,6 @@ pub async fn start(
         }),
         history: Arc::default(),
     };
-    tokio::spawn(crate::telemetry::upkeep(stop.clone()));
     tokio::spawn(sample(state.clone(), stop.clone()));
     let app = router(state);
     let stopped = stop.clone();

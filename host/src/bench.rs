@@ -316,7 +316,7 @@ struct Recorder {
 
 impl Recorder {
     fn new(n: usize, hosts: usize) -> Arc<Recorder> {
-        Arc::new(Recorder {
+        let recorder = Arc::new(Recorder {
             n,
             starts: (0..n).map(|_| AtomicU32::new(0)).collect(),
             acks: (0..n).map(|_| AtomicU32::new(0)).collect(),
@@ -329,7 +329,16 @@ impl Recorder {
             first_on_watched_us: AtomicI64::new(0),
             host_acks: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
             host_warm: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
-        })
+        });
+        // The arrays may come as untouched zero pages: touch them now, so the
+        // RSS a run reports (`rss_growth_mib`) is the host's, not these
+        // arrays filling in as tasks run.
+        for i in 0..n {
+            recorder.starts[i].store(0, Ordering::Relaxed);
+            recorder.acks[i].store(0, Ordering::Relaxed);
+            recorder.lateness_us[i].store(0, Ordering::Relaxed);
+        }
+        recorder
     }
 
     fn observe(&self, host: usize, event: Event<'_>) {
@@ -824,13 +833,29 @@ impl Bench {
 
     /// Writes `rate` tasks/s due evenly over `duration`, staying about a second
     /// ahead of the due times (as an app scheduling near-term work would).
-    /// Returns the due time of task 0 (ms).
+    /// Returns the due time of task 0 (ms) and how many tasks it wrote.
     async fn steady_writer(&self, rate: u64, duration: Duration, label: &str) -> Result<(i64, u64)> {
+        self.steady_writer_sampled(rate, duration, label, || {}).await
+    }
+
+    /// [`Self::steady_writer`], calling `at_quarter` once, when a quarter of the tasks are due.
+    async fn steady_writer_sampled(
+        &self,
+        rate: u64,
+        duration: Duration,
+        label: &str,
+        mut at_quarter: impl FnMut(),
+    ) -> Result<(i64, u64)> {
         let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
         let t0_us = (now_ms() + 1000) * 1000;
         let due = move |i: u64| (t0_us + (i as i128 * 1_000_000 / rate as i128) as i64) / 1000;
         let mut written = 0;
+        let mut quarter_seen = false;
         while written < n {
+            if !quarter_seen && now_ms() >= due(n / 4) {
+                quarter_seen = true;
+                at_quarter();
+            }
             let horizon = now_ms() + 1000;
             let mut end = written;
             while end < n && due(end) <= horizon {
@@ -854,9 +879,12 @@ impl Bench {
         let n = (rate as f64 * duration.as_secs_f64()).round() as u64;
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host(&recorder, &[]).await?;
-        self.steady_writer(rate, duration, "steady").await?;
+        // RSS once the run is under way, and at its end: what a long run adds.
+        let mut rss_quarter = None;
+        self.steady_writer_sampled(rate, duration, "steady", || rss_quarter = proc_status_kib("VmRSS:")).await?;
         self.progress_done();
         self.wait_acked(&recorder, n, "steady").await;
+        let rss_end = proc_status_kib("VmRSS:");
         host.stop().await?;
         self.clear().await?;
         let (lost, doubled) = recorder.lost_doubled();
@@ -884,6 +912,9 @@ impl Bench {
         m.insert("lateness_p99_ms".into(), pct(99.0));
         m.insert("lateness_p999_ms".into(), pct(99.9));
         m.insert("lateness_max_ms".into(), pct(100.0));
+        // Flat when nothing the host keeps grows with the tasks it has run.
+        let growth = rss_quarter.zip(rss_end).map(|(q, e)| e.saturating_sub(q));
+        m.insert("rss_growth_mib".into(), mib(growth));
         m.insert("lost".into(), json!(lost));
         m.insert("doubled".into(), json!(doubled));
         self.report(&format!("steady: {rate} tasks/s for {:.0} s", duration.as_secs_f64()), Value::Object(m));

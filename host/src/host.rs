@@ -49,6 +49,9 @@ pub async fn run_observed(
     let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
     let store = store.with_holder(&host_id);
     let traces = crate::traces::start(&config.telemetry, &host_id)?;
+    // Histograms buffer every sample until upkeep folds them into buckets:
+    // it runs for as long as the host does (through the drain), admin server or not.
+    let metrics_upkeep = tokio::spawn(crate::telemetry::upkeep(CancellationToken::new()));
     let health = Health::default();
     // The admin server comes first: /healthz answers and /readyz says
     // "loading plugins 3/8" while the first start compiles.
@@ -83,6 +86,7 @@ pub async fn run_observed(
 
     recurring.abort();
     announce.abort();
+    metrics_upkeep.abort();
     watcher.abort();
     admin.stop().await;
     presence.stop().await;

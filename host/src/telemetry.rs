@@ -332,12 +332,14 @@ pub fn recent() -> Vec<Completed> {
     RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner()).iter().rev().cloned().collect()
 }
 
-/// Runs the recorder's upkeep (drains histogram buffers) every few seconds until `stop`.
+/// Runs the recorder's upkeep every second until `stop`: a histogram keeps
+/// each sample (about 24 bytes) until upkeep folds it into its buckets, so
+/// this bounds what they hold to a second of tasks.
 pub async fn upkeep(stop: tokio_util::sync::CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => handle().run_upkeep(),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => handle().run_upkeep(),
         }
     }
 }
