@@ -5,8 +5,9 @@
 //! behalf: blocked host calls, host memory outside `memory_limit`, log
 //! floods and forged log lines, oversized errors, allow-list bypasses, and
 //! shutdown while handlers hang. Every test asserts that the ordinary
-//! `noop` tasks running beside all succeed, and the memory test that the
-//! host's peak memory stays under the bound README documents.
+//! `noop` tasks running beside all succeed, and the memory tests that the
+//! host's memory stays under the bound docs/sandbox.md documents, during a
+//! hostile run and after compiling an interpreter-sized plugin.
 
 mod support;
 
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
+use support::{Host, RedisServer, now_ms, plugin, polyglot_plugin, stat, test_plugin, wait_for};
 
 const LONG: Duration = Duration::from_secs(120);
 
@@ -56,13 +57,6 @@ fn wait_all_settled(conn: &mut redis::Connection, noops: usize, chaos: usize) {
 /// The error stored for a dead chaos task.
 fn error_of(conn: &mut redis::Connection, id: &str) -> String {
     conn.hget::<_, _, Option<String>>("hourglass:{chaos}:errors", id).unwrap().unwrap_or_default()
-}
-
-/// A field of the host's `/proc/<pid>/status`, in kB or a count.
-fn proc_status(host: &Host, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", host.pid())).unwrap();
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in status"));
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A TCP server that accepts connections and never answers; counts them.
@@ -118,7 +112,7 @@ fn handlers_blocked_in_host_calls_end_at_their_deadline_and_hold_only_their_own_
     assert!(!log.contains("maximum concurrent limit"), "the instance pool ran out:\n{log}");
     // Every run ended: no handler is left in flight, and no thread was left blocked behind one.
     wait_for("no handler in flight", LONG, || support::leases(&mut conn, "chaos").is_empty().then_some(()));
-    let threads = proc_status(&host, "Threads:");
+    let threads = host.proc_status("Threads:");
     assert!(threads < 30, "{threads} threads: blocked runs kept their threads");
 }
 
@@ -135,7 +129,7 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     let mut conn = redis.client();
     noop_stream(&mut conn, 200, 0);
     wait_all_settled(&mut conn, 200, 0);
-    let rss_before = proc_status(&host, "VmRSS:");
+    let rss_before = host.proc_status("VmRSS:");
     let log_before = host.log().len();
 
     let mut tasks = Vec::new();
@@ -204,13 +198,55 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     // The documented bound: concurrency × (memory_limit + host_memory_limit),
     // plus the transient copy of one host-call argument per run (at most its
     // own linear memory): 8 × (16 + 4 + 16) MiB.
-    let peak = proc_status(&host, "VmHWM:");
+    let peak = host.proc_status("VmHWM:");
     let bound_kb = 8 * (16 + 4 + 16) * 1024;
     assert!(
         peak < rss_before + bound_kb,
         "peak RSS {peak} kB, {rss_before} kB before: over the bound of {bound_kb} kB"
     );
-    eprintln!("RSS before {rss_before} kB, peak {peak} kB, now {} kB", proc_status(&host, "VmRSS:"));
+    eprintln!("RSS before {rss_before} kB, peak {peak} kB, now {} kB", host.proc_status("VmRSS:"));
+}
+
+/// Compiling a plugin the size of an interpreter (py.echo: CPython, 18 MB)
+/// takes the host hundreds of MiB for a few seconds. Afterwards the host
+/// must give them back: an operator dropping in such a plugin, or a new
+/// version of it, should not leave every host ten times its idle size.
+#[test]
+fn compiling_a_large_plugin_gives_its_memory_back() {
+    let wasm = polyglot_plugin("py.echo");
+    let redis = RedisServer::start();
+    // A cache of its own, empty: the plugin is compiled in this host.
+    let host = Host::start_cold(&redis, &[("noop", plugin("noop"))], "");
+    let mut conn = redis.client();
+    noop_stream(&mut conn, 200, 0);
+    wait_all_settled(&mut conn, 200, 0);
+    let rss_idle = host.proc_status("VmRSS:");
+
+    // Dropped in while ordinary tasks keep coming.
+    noop_stream(&mut conn, 2000, 5000);
+    let tmp = host.plugins().join(".py.echo.tmp");
+    std::fs::copy(&wasm, &tmp).unwrap();
+    std::fs::rename(&tmp, host.plugins().join("py.echo.wasm")).unwrap();
+    let now = now_ms();
+    let _: () = conn.zadd("hourglass:{py.echo}:due", "first", now).unwrap();
+    wait_for("the compiled plugin to run a task", Duration::from_secs(600), || {
+        (stat(&mut conn, "py.echo", "succeeded") == 1).then_some(())
+    });
+    wait_all_settled(&mut conn, 2200, 0);
+    let peak = host.proc_status("VmHWM:");
+    assert!(
+        peak > rss_idle + 100 * 1024,
+        "peak RSS {peak} kB against {rss_idle} kB idle: the compile did not happen in this host"
+    );
+
+    // Measured: about 13 MiB above idle 10-20 s after the compile (without
+    // a throwaway compile engine and jemalloc's background purging, 330 MiB
+    // stayed for good). Waits are generous; the bound is what is asserted.
+    let bound_kb = rss_idle + 48 * 1024;
+    wait_for(&format!("RSS back under {bound_kb} kB (idle {rss_idle} kB, peak {peak} kB)"), LONG, || {
+        (host.proc_status("VmRSS:") < bound_kb).then_some(())
+    });
+    eprintln!("RSS idle {rss_idle} kB, peak {peak} kB, now {} kB", host.proc_status("VmRSS:"));
 }
 
 #[test]

@@ -14,6 +14,13 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse_or_exit();
     hourglass::logging::init(cli.log_format);
+    // jemalloc returns freed memory to the system only when the arena that
+    // freed it allocates again, so what compiling a plugin freed (hundreds of
+    // MiB for an interpreter) stayed resident in an idle host. Its background
+    // threads return it after `dirty_decay_ms` (10 s) whatever the host does.
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::warn!("jemalloc's background purging is off ({e}): memory freed after a compile may stay resident");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -105,6 +105,9 @@ pub struct Runtime {
 
 struct RuntimeInner {
     engine: Engine,
+    /// The engine's settings without its instance pool: each compile runs in
+    /// a throwaway engine made from them (see `Runtime::compile`).
+    compile_config: Config,
     linker: Linker<HostState>,
     max_memory: u64,
     cache: Option<cache::CompileCache>,
@@ -171,6 +174,8 @@ impl Runtime {
         priority::lower_compile_pool();
         let mut config = Config::new();
         config.epoch_interruption(true);
+        // Compiled code depends on settings, not on how instances are allocated.
+        let compile_config = config.clone();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let cache = opts.cache_dir.as_deref().map(cache::CompileCache::open).transpose()?;
         let engine = Engine::new(&config).map_err(wt).with_context(|| {
@@ -198,6 +203,7 @@ impl Runtime {
             .context("cannot start the threads that run handlers")?;
         let inner = Arc::new(RuntimeInner {
             engine,
+            compile_config,
             linker,
             max_memory,
             cache,
@@ -271,10 +277,15 @@ impl Runtime {
         if let Some(problem) = not_a_component(bytes) {
             bail!("{}: {problem}", path.display());
         }
+        // A wasmtime engine keeps its compiler's scratch buffers for good,
+        // sized by the largest function it compiled: about 80 MiB after an
+        // interpreter's main loop (CPython, StarlingMonkey). A throwaway
+        // engine compiles, and gives them back when it is dropped.
+        let compile = || Engine::new(&self.inner.compile_config)?.precompile_component(bytes);
         // Compiling takes every core for a while; running tasks come first.
         let compiled = priority::at_low_priority(|| match &self.inner.cache {
-            Some(cache) => cache.load(&self.inner.engine, bytes),
-            None => wasmtime::component::Component::new(&self.inner.engine, bytes),
+            Some(cache) => cache.load(&self.inner.engine, bytes, compile),
+            None => cache::in_memory(&self.inner.engine, &compile()?),
         });
         compiled.map_err(|e| {
             let reason = one_line(&format!("{e:#}"));

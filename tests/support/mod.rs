@@ -204,6 +204,13 @@ impl Host {
         self.child.as_ref().expect("running").id()
     }
 
+    /// A number field of the host's `/proc/<pid>/status` in kB (or a count), e.g. `"VmHWM:"`.
+    pub fn proc_status(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in status"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
     /// The plugins folder the host watches.
     pub fn plugins(&self) -> PathBuf {
         self.dir.path().join("plugins")

@@ -10,7 +10,8 @@
 
 // `Component::deserialize_file` is unsafe because it runs whatever machine
 // code the file holds. The files here are written only by this module, from
-// `Engine::precompile_component`, into the host's own cache folder: the same
+// `Engine::precompile_component` (of the runtime's compile engine, which has
+// the host engine's settings), into the host's own cache folder: the same
 // trust wasmtime's built-in cache places in its folder. A file that does not
 // match this engine is rejected by wasmtime and compiled again.
 #![allow(unsafe_code)]
@@ -57,9 +58,15 @@ impl CompileCache {
         self.dir.join(format!("{}.cwasm", key(engine, bytes))).is_file()
     }
 
-    /// The compiled `bytes`, from the cache or compiled now (and cached).
-    /// `Err` carries wasmtime's error when `bytes` is not a valid component.
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    /// The compiled `bytes`, from the cache or compiled now by `compile` (and
+    /// cached). `Err` carries wasmtime's error when `bytes` is not a valid
+    /// component.
+    pub fn load(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        compile: impl FnOnce() -> wasmtime::Result<Vec<u8>>,
+    ) -> wasmtime::Result<Component> {
         let file = self.dir.join(format!("{}.cwasm", key(engine, bytes)));
         if file.is_file() {
             match map(engine, &file) {
@@ -70,7 +77,7 @@ impl CompileCache {
                 Err(e) => tracing::warn!("compiling again: cache entry {} is unusable: {e:#}", file.display()),
             }
         }
-        let compiled = engine.precompile_component(bytes)?;
+        let compiled = compile()?;
         match self.store(&file, &compiled).and_then(|()| map(engine, &file)) {
             Ok(component) => Ok(component),
             Err(e) => {
@@ -78,8 +85,7 @@ impl CompileCache {
                     "compiled plugin kept in memory: cannot use the cache folder {}: {e:#}",
                     self.dir.display()
                 );
-                // SAFETY: `compiled` was produced by `precompile_component` of this very engine just above.
-                unsafe { Component::deserialize(engine, &compiled) }
+                in_memory(engine, &compiled)
             }
         }
     }
@@ -92,6 +98,15 @@ impl CompileCache {
         }
         Ok(written?)
     }
+}
+
+/// `compiled`, the output of `precompile_component` by an engine with
+/// `engine`'s settings, as a component held in memory (no cache folder).
+pub fn in_memory(engine: &Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `compiled` comes from `precompile_component` (see the module
+    // note), and wasmtime rejects it unless it was made for `engine`'s
+    // version and settings.
+    unsafe { Component::deserialize(engine, compiled) }
 }
 
 /// Maps a cache entry as a component.
