@@ -154,7 +154,16 @@ fn footprint_measures_redis_and_rss() {
     let redis = RedisServer::start();
     let runs = bench(Some(&redis), &["footprint", "--tasks", "2000", "--footprint-tasks", "20000"]);
     assert_eq!(runs[0]["redis_tasks"], 20000);
-    assert_clean(&runs[0], &["redis_bytes_per_task", "rss_idle_mib", "rss_peak_mib"]);
+    assert_eq!(runs[0]["cache"], "warm");
+    assert_clean(&runs[0], &["redis_bytes_per_task", "rss_start_peak_mib", "rss_idle_mib", "rss_peak_mib"]);
+}
+
+#[test]
+fn footprint_cold_compiles_every_plugin_on_a_first_start() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["footprint", "--cold", "--tasks", "2000", "--footprint-tasks", "20000"]);
+    assert_eq!(runs[0]["cache"], "cold");
+    assert_clean(&runs[0], &["rss_start_peak_mib", "rss_idle_mib", "rss_peak_mib"]);
 }
 
 #[test]

@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// ZADDs of `footprint`'s Redis measurement [default: 1000000].
     #[arg(long, value_name = "N")]
     pub footprint_tasks: Option<u64>,
+    /// `footprint` on a first start: compile every plugin into an empty cache, report the compile's
+    /// peak RSS, and measure idle RSS 20 s after loading (when the allocator has returned what compiling freed).
+    #[arg(long)]
+    pub cold: bool,
     /// The `noop` component [default: plugins/noop.wasm near the binary or the current folder].
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
@@ -94,7 +98,7 @@ pub enum Scenario {
     Steady,
     /// A burst while millions of far-future tasks sit in the same set, as a ratio to the empty burst.
     Backlog,
-    /// Redis bytes per task, host RSS idle and at the peak of a burst.
+    /// Redis bytes per task, host RSS at start, idle and at the peak of a burst (`--cold`: on a first start).
     Footprint,
     /// Time from renaming a new plugin into place to the first task it serves, under load.
     Reload,
@@ -649,7 +653,11 @@ impl Bench {
         config.redis.url = self.url.clone();
         config.redis.prefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
         config.runner.plugins_dir = plugins.clone();
-        config.runner.cache_dir = std::env::temp_dir().join("hourglass-bench-cache");
+        config.runner.cache_dir = if self.args.cold {
+            self.work.path.join(format!("cache-{:x}", rand::random::<u32>()))
+        } else {
+            std::env::temp_dir().join("hourglass-bench-cache")
+        };
         config.runner.grace_period = Duration::from_secs(5);
         config.runner.concurrency = self.concurrency();
         config.runner.batch_size = self.batch_size();
@@ -1061,8 +1069,11 @@ impl Bench {
             .collect();
 
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
         let host = self.start_host(&recorder, &extra).await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss_loaded_peak = proc_status_kib("VmHWM:");
+        // jemalloc returns freed pages after its 10 s decay: a cold start's compile needs that long to be given back.
+        tokio::time::sleep(Duration::from_secs(if self.args.cold { 20 } else { 1 })).await;
         let rss_idle = proc_status_kib("VmRSS:");
         // Reset the high-water mark (compiling the plugins at start is not the burst's peak).
         let _ = std::fs::write("/proc/self/clear_refs", "5");
@@ -1093,6 +1104,8 @@ impl Bench {
         m.insert("redis_tasks".into(), json!(count));
         m.insert("redis_bytes_per_task".into(), per_task);
         m.insert("plugins_loaded".into(), json!(extra.len() + 1));
+        m.insert("cache".into(), json!(if self.args.cold { "cold" } else { "warm" }));
+        m.insert("rss_start_peak_mib".into(), mib(rss_loaded_peak));
         m.insert("rss_idle_mib".into(), mib(rss_idle));
         m.insert("burst_tasks".into(), json!(n));
         m.insert("rss_peak_mib".into(), mib(rss_peak));
