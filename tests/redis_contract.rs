@@ -640,6 +640,53 @@ async fn leases_of_an_older_host_are_adopted_when_they_expire() {
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);
 }
 
+/// The claim-lease version before acks went as masks listed every task's
+/// attempt in its claim records (this one leaves the list empty when all
+/// are first attempts). Its expired claims are reaped by a host of this
+/// version with those attempts counted, and the ones it still holds stay.
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_of_the_previous_claim_lease_version_are_reaped_with_their_attempts() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let t = ty("prev");
+    let now = redis_now(&mut c);
+    // Claim 7 (expired): "x" on attempt 1, "y" on attempt 2, "z" already settled.
+    // Claim 20 (held until now + 60 s): "w" on attempt 1.
+    const WRITE: &str = r#"
+        redis.call('HSET', KEYS[1], '7', cmsgpack.pack({ 'old-1', { 'x', 'y', 'z' }, { 1, 2, 1 } }), '7:live', '110',
+                   '20', cmsgpack.pack({ 'old-2', { 'w' }, { 1 } }), '20:live', '1')
+        redis.call('HINCRBY', KEYS[1], 'leased', 3)
+        redis.call('ZADD', KEYS[2], ARGV[1], '7', ARGV[2], '20')
+        redis.call('SET', KEYS[3], '20')"#;
+    let _: () = redis::Script::new(WRITE)
+        .key(key("prev", "claimed"))
+        .key(key("prev", "claims"))
+        .key(key("prev", "seq"))
+        .arg(now - 1)
+        .arg(now + 60_000)
+        .invoke(&mut c)
+        .unwrap();
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 3);
+
+    let claim = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
+    let mut got: Vec<(Vec<u8>, u32)> = claim.tasks.iter().map(|t| (t.id.clone(), t.attempt)).collect();
+    got.sort();
+    assert_eq!(got, vec![(b"x".to_vec(), 2), (b"y".to_vec(), 3)], "the expired claim's live tasks, attempts counted");
+    assert!(claim.tasks.iter().all(|t| t.claim > 20), "claim ids go on past the old ones");
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 3, "w is still held by old-2");
+    let held = s.show(&t, b"w").await.unwrap().running.expect("w still runs on old-2");
+    assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 20, 1));
+
+    let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
+    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 2]);
+    let fields: Vec<String> = c.hkeys(key("prev", "claimed")).unwrap();
+    let mut fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    fields.sort();
+    assert_eq!(fields, ["20", "20:live", "leased"], "claim 7 is gone, claim 20 stays");
+    assert_eq!(s.stats(&t).await.unwrap().in_flight, 1);
+}
+
 /// A claim record someone overwrote names no ids to bring back, but its
 /// expiry still frees its count: `max_running` is not held short for good.
 #[tokio::test(flavor = "multi_thread")]
