@@ -224,9 +224,7 @@ fn compiling_a_large_plugin_gives_its_memory_back() {
 
     // Dropped in while ordinary tasks keep coming.
     noop_stream(&mut conn, 2000, 5000);
-    let tmp = host.plugins().join(".py.echo.tmp");
-    std::fs::copy(&wasm, &tmp).unwrap();
-    std::fs::rename(&tmp, host.plugins().join("py.echo.wasm")).unwrap();
+    host.drop_in("py.echo", &wasm);
     let now = now_ms();
     let _: () = conn.zadd("hourglass:{py.echo}:due", "first", now).unwrap();
     wait_for("the compiled plugin to run a task", Duration::from_secs(600), || {

@@ -18,7 +18,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,13 +47,6 @@ fn echoed(conn: &mut redis::Connection, task_type: &str, id: &[u8]) -> Option<Ve
     // No payload entry would mean an empty payload.
     let payload: Option<Vec<u8>> = conn.hget(format!("hourglass:{{{out}}}:payload"), id).unwrap();
     Some(payload.unwrap_or_default())
-}
-
-/// Copies a plugin into the host's folder the safe way (temp name, then rename).
-fn drop_in(host: &Host, task_type: &str, wasm: &Path) {
-    let tmp = host.plugins().join(format!(".{task_type}.tmp"));
-    std::fs::copy(wasm, &tmp).unwrap();
-    std::fs::rename(&tmp, host.plugins().join(format!("{task_type}.wasm"))).unwrap();
 }
 
 /// Payloads and ids that must come back byte for byte.
@@ -95,7 +87,7 @@ fn echo_plugin_end_to_end(task_type: &str) {
     schedule(&mut conn, task_type, b"doomed", r#"{"permanent": "no such order — ø"}"#.as_bytes());
     schedule(&mut conn, task_type, b"crash", r#"{"crash": "boom ✗"}"#.as_bytes());
     // The tasks wait in Redis until a plugin serves their type.
-    drop_in(&host, task_type, &wasm);
+    host.drop_in(task_type, &wasm);
 
     // Success, with the payload and id round-tripped byte for byte.
     for (id, payload) in &cases {
@@ -168,6 +160,8 @@ fn javascript_handler_succeeds_retries_dead_letters_and_round_trips_payloads() {
 // Measurements for BENCHMARKS.md (ignored: numbers, not assertions).
 
 mod measure {
+    use std::path::Path;
+
     use super::*;
     use bytesize::ByteSize;
     use hourglass::config::TypePolicy;

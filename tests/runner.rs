@@ -111,9 +111,7 @@ fn hot_reload_while_10000_tasks_flow_runs_each_exactly_once() {
     let _: () = pipe.query(&mut conn).unwrap();
     wait_for("some tasks done", LONG, || (stat(&mut conn, "bulk", "succeeded") > 500).then_some(()));
     // Replace the plugin the way deploy tools do: write elsewhere, rename into place.
-    let staged = host.dir.path().join("bulk.wasm.new");
-    std::fs::copy(test_plugin("chaos"), &staged).unwrap();
-    std::fs::rename(&staged, host.plugins().join("bulk.wasm")).unwrap();
+    host.drop_in("bulk", &test_plugin("chaos"));
     wait_for("all done", LONG, || (stat(&mut conn, "bulk", "succeeded") == 10_000).then_some(()));
     let log = host.log();
     assert!(log.contains("plugin replaced"), "no reload in the log");

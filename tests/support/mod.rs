@@ -216,6 +216,14 @@ impl Host {
         self.dir.path().join("plugins")
     }
 
+    /// Puts `wasm` into the running host's plugins folder as `<task_type>.wasm`
+    /// the way deploy tools do: copied under another name, then renamed into place.
+    pub fn drop_in(&self, task_type: &str, wasm: &Path) {
+        let staged = self.dir.path().join(format!("{task_type}.wasm.new"));
+        std::fs::copy(wasm, &staged).unwrap();
+        std::fs::rename(&staged, self.plugins().join(format!("{task_type}.wasm"))).unwrap();
+    }
+
     /// Everything the host logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
