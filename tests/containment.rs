@@ -225,8 +225,7 @@ fn compiling_a_large_plugin_gives_its_memory_back() {
     // Dropped in while ordinary tasks keep coming.
     noop_stream(&mut conn, 2000, 5000);
     host.drop_in("py.echo", &wasm);
-    let now = now_ms();
-    let _: () = conn.zadd("hourglass:{py.echo}:due", "first", now).unwrap();
+    support::zadd(&mut conn, "py.echo", "first", now_ms());
     wait_for("the compiled plugin to run a task", Duration::from_secs(600), || {
         (stat(&mut conn, "py.echo", "succeeded") == 1).then_some(())
     });
