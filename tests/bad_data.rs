@@ -254,10 +254,11 @@ async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
         _ => {}
     }
     if script == Script::Deliver {
-        let f = FollowUp { task_type: ty("next"), id: b"f-1".to_vec(), payload: b"p".to_vec(), due_ms: 1 };
+        let f =
+            FollowUp { task_type: ty("next"), id: b"f-1".to_vec(), payload: b"p".to_vec(), due_ms: 1, replace: false };
         // The low-level settle leaves follow-ups in the outbox for the flush under test.
         s.settle_with_events(&t, &[ack(&claimed[0], vec![f])], None).await.unwrap();
-        marker = format!("hourglass:{{next}}:delivered:wt:{}:0", claimed[0].token);
+        marker = format!("hourglass:{{next}}:delivered:wt:{}:0:create", claimed[0].token);
     }
     if matches!(script, Script::DeadRequeue | Script::DeadPurge | Script::DeadList | Script::Stats) {
         let dead: Vec<Settlement> = claimed.iter().take(3).map(|t| fail(t, true)).collect();
@@ -278,7 +279,8 @@ async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask
         Script::Claim => s.claim(&t, &limits()).await.map(|claim| claim.tasks).map_err(err),
         Script::Settle => {
             let c = &scene.claimed;
-            let follow = FollowUp { task_type: ty("next"), id: b"f-2".to_vec(), payload: Vec::new(), due_ms: 1 };
+            let follow =
+                FollowUp { task_type: ty("next"), id: b"f-2".to_vec(), payload: Vec::new(), due_ms: 1, replace: true };
             let batch = vec![
                 ack(&c[0], vec![follow]),
                 ack(&c[1], vec![]),

@@ -156,6 +156,8 @@ fn runtime() -> &'static Runtime {
             cache_dir: Some(support::workspace_root().join("target/hourglass-test-cache")),
             max_instances: 32,
             max_memory: ByteSize::mib(64).as_u64(),
+            compiler: support::compiler(),
+            ..RuntimeOptions::default()
         })
         .expect("runtime")
     })

@@ -28,7 +28,10 @@ use support::{Host, RedisServer, RunNow, now_ms, polyglot_plugin, stat, wait_for
 const LONG: Duration = Duration::from_secs(600);
 
 /// Retries quickly, dead-letters after 3 attempts; every other limit (timeout, memory_limit, ...) is the default.
-const CONFIG: &str = "[defaults]\nbackoff_base = \"20ms\"\nbackoff_cap = \"100ms\"\nmax_attempts = 3\n";
+/// Each echo may schedule its `<type>.out` follow-ups (as runner.toml's examples do).
+const CONFIG: &str = "[defaults]\nbackoff_base = \"20ms\"\nbackoff_cap = \"100ms\"\nmax_attempts = 3\n\
+                      [types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\"]\n\
+                      [types.\"js.echo\"]\nmay_schedule = [\"js.echo.out\"]\n";
 
 fn schedule(conn: &mut redis::Connection, task_type: &str, id: &[u8], payload: &[u8]) {
     let _: () = redis::pipe()
@@ -174,6 +177,8 @@ mod measure {
             cache_dir: Some(cache.to_owned()),
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
+            compiler: support::compiler(),
+            ..RuntimeOptions::default()
         })
         .unwrap()
     }
@@ -192,7 +197,11 @@ mod measure {
 
     fn handler(rt: &Runtime, path: &Path, task_type: &str, memory: ByteSize) -> Handler {
         let component = rt.load(path).unwrap();
-        let policy = TypePolicy { memory_limit: memory, ..TypePolicy::default() };
+        let policy = TypePolicy {
+            memory_limit: memory,
+            may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
+            ..TypePolicy::default()
+        };
         Handler::new(component, task_type, &policy, Arc::new(BTreeMap::new()))
     }
 

@@ -307,7 +307,7 @@ fn handler_schedules_a_follow_up_into_another_type() {
     let _host = Host::start(
         &redis,
         &[("device.offline", plugin("device.offline")), ("device.alert", plugin("device.alert"))],
-        "",
+        support::DEVICE_GRANTS,
     );
     let mut conn = redis.client();
     // Heartbeats postpone the offline check; the last one is allowed to lapse.

@@ -21,6 +21,8 @@ fn runtime() -> &'static Runtime {
             cache_dir: Some(support::workspace_root().join("target/hourglass-test-cache")),
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
+            compiler: support::compiler(),
+            ..RuntimeOptions::default()
         })
         .expect("runtime")
     })
@@ -31,8 +33,14 @@ fn chaos() -> Component {
     C.get_or_init(|| runtime().load(&support::test_plugin("chaos")).expect("load chaos")).clone()
 }
 
+/// The chaos tests' policy: follow-ups may go to `device.alert` and `noop` (create-only).
 fn policy(timeout: Duration, memory: ByteSize) -> TypePolicy {
-    TypePolicy { timeout, memory_limit: memory, ..TypePolicy::default() }
+    TypePolicy {
+        timeout,
+        memory_limit: memory,
+        may_schedule: vec!["device.alert".parse().unwrap(), "noop".parse().unwrap()],
+        ..TypePolicy::default()
+    }
 }
 
 fn task(task_type: &str, id: &[u8], payload: &str) -> ClaimedTask {
@@ -198,6 +206,40 @@ fn followups_are_kept_only_on_success() {
 }
 
 #[test]
+fn followups_go_only_to_the_types_runner_toml_grants() {
+    let granted = |schedule: &[&str], replace: &[&str]| TypePolicy {
+        may_schedule: schedule.iter().map(|t| t.parse().unwrap()).collect(),
+        may_replace: replace.iter().map(|t| t.parse().unwrap()).collect(),
+        ..TypePolicy::default()
+    };
+    let run = |policy: &TypePolicy, payload: &str| {
+        let h = handler_with(chaos(), policy, &[]);
+        capture_logs(|| h.run_now(&task("chaos", b"t-1", payload)))
+    };
+
+    // Nothing granted: refused, the run fails (chaos passes the error on), one log line says why.
+    let (denied, logs) = run(&granted(&[], &[]), "schedule:order.timeout:o-1");
+    let msg = error_of(&denied);
+    assert!(msg.contains("type \"chaos\" may not schedule \"order.timeout\" tasks"), "{msg}");
+    assert!(msg.contains("may_schedule in [types.\"chaos\"]"), "{msg}");
+    assert!(denied.followups.is_empty());
+    assert_eq!(logs.matches("follow-up refused").count(), 1, "{logs}");
+
+    // Its own type is no exception: it is granted only when listed.
+    let (own, _) = run(&granted(&["noop"], &[]), "schedule:chaos:again");
+    assert!(error_of(&own).contains("may not schedule \"chaos\""), "{:?}", own.result);
+
+    // Granted: create-only, unless may_replace lists the type too.
+    let (created, logs) = run(&granted(&["order.timeout"], &[]), "schedule:order.timeout:o-1");
+    assert_eq!(created.result, Ok(()));
+    assert!(!created.followups[0].replace);
+    assert!(!logs.contains("follow-up refused"), "{logs}");
+    let (replacing, _) = run(&granted(&[], &["order.timeout"]), "schedule:order.timeout:o-1");
+    assert_eq!(replacing.result, Ok(()), "may_replace implies may_schedule");
+    assert!(replacing.followups[0].replace);
+}
+
+#[test]
 fn followups_are_validated() {
     let msg = error_of(&run_chaos("schedule-invalid"));
     assert!(msg.contains("invalid task type"), "{msg}");
@@ -208,7 +250,8 @@ fn followups_are_validated() {
 #[test]
 fn device_offline_schedules_an_alert() {
     let component = runtime().load(&support::plugin("device.offline")).unwrap();
-    let h = Handler::new(component, "device.offline", &TypePolicy::default(), Arc::default());
+    let may_alert = TypePolicy { may_schedule: vec!["device.alert".parse().unwrap()], ..TypePolicy::default() };
+    let h = Handler::new(component, "device.offline", &may_alert, Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("device.offline", b"sensor-9", "")));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("WARN") && logs.contains("sensor-9"), "{logs}");

@@ -254,7 +254,8 @@ fn a_restricted_acl_user_runs_everything_and_its_password_never_shows() {
             ("device.alert", plugin("device.alert")),
         ],
         &format!(
-            "username = \"runner\"\npassword = \"{password}\"\n[runner]\nwakeup = \"notify\"\nhost_id = \"restricted\"\n"
+            "username = \"runner\"\npassword = \"{password}\"\n[runner]\nwakeup = \"notify\"\nhost_id = \"restricted\"\n{}",
+            support::DEVICE_GRANTS
         ),
     );
     let mut conn = redis.client();
@@ -520,8 +521,9 @@ fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
     plugins.push(("device.offline", plugin("device.offline")));
     plugins.push(("device.alert", plugin("device.alert")));
     let url = cluster.url();
-    let hosts: Vec<Host> =
-        (1..=2).map(|i| Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n"))).collect();
+    let hosts: Vec<Host> = (1..=2)
+        .map(|i| Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n{}", support::DEVICE_GRANTS)))
+        .collect();
     for host in &hosts {
         host.wait_log("keyspace notifications on every cluster master", LONG);
     }

@@ -220,6 +220,16 @@ impl Runner {
                 for (target, e) in &flushed.failed {
                     self.health.failed(target, "deliver", e);
                 }
+                for (target, id) in &flushed.kept_existing {
+                    tracing::warn!(
+                        task_type = %task_type,
+                        target = %target,
+                        id = %crate::logging::clean_id(id),
+                        "follow-up not delivered: a {target} task with its id is waiting or dead-lettered, and \
+                         {task_type} may only create {target} tasks (may_replace in runner.toml lets it replace them)"
+                    );
+                    crate::telemetry::followup_kept_existing(task_type, target);
+                }
                 flushed.moved
             }
             Err(e) => {

@@ -99,6 +99,13 @@ pub enum Command {
     Plugin(PluginCommand),
     /// Measure throughput, lateness, footprint and reload time on the `noop` plugin (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
+    /// Internal: compile the component on stdin into FILE under the limits the host set (docs/sandbox.md).
+    #[command(hide = true)]
+    CompileWorker {
+        /// Where the compiled artifact goes (temp file + rename).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 /// `hourglass run`.
@@ -335,6 +342,15 @@ impl Cli {
         }
     }
 
+    /// The output file when this process is a compile worker (`hourglass
+    /// compile-worker`): it runs before logging, the async runtime and config.
+    pub fn compile_worker(&self) -> Option<&Path> {
+        match &self.command {
+            Command::CompileWorker { out } => Some(out),
+            _ => None,
+        }
+    }
+
     /// The Redis URL: `--redis` / `HOURGLASS_REDIS_URL`, else the config's.
     pub fn redis_url(&self, config: &Config) -> String {
         self.redis.clone().unwrap_or_else(|| config.redis.url.clone())
@@ -354,6 +370,8 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
+        // main.rs runs the worker before any of this; here for completeness.
+        Command::CompileWorker { out } => Ok(crate::runtime::compile_worker(&out)),
         Command::Bench(args) => {
             crate::bench::run(args, config, url).await?;
             Ok(ExitCode::SUCCESS)
@@ -606,6 +624,8 @@ fn print_schedules(schedules: &[crate::schedules::Listed], json: bool) -> Result
 fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
     let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeOptions {
         cache_dir: Some(config.runner.cache_dir.clone()),
+        compiler: crate::runtime::Compiler::this_binary(),
+        compile_limits: crate::runtime::CompileLimits::from(&config.runner),
         ..Default::default()
     })?;
     let report = runtime.check(file)?;

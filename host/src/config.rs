@@ -183,6 +183,13 @@ pub struct RunnerConfig {
     pub poll_interval: Duration,
     /// This host's id in `hourglass stats` and in the leases it holds [default: `<hostname>-<pid>`].
     pub host_id: Option<String>,
+    /// Larger plugin files are refused before they are read.
+    pub max_plugin_size: ByteSize,
+    /// Most memory (address space) the child process that compiles one plugin may take; past it the plugin is refused.
+    pub compile_memory_limit: ByteSize,
+    /// Most CPU time (over all its threads) the child process that compiles one plugin may use; past it the plugin is refused.
+    #[serde(with = "humantime_serde")]
+    pub compile_timeout: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -197,6 +204,9 @@ impl Default for RunnerConfig {
             wakeup: WakeupMode::Auto,
             poll_interval: Duration::from_millis(100),
             host_id: None,
+            max_plugin_size: ByteSize::mib(64),
+            compile_memory_limit: ByteSize::mib(DEFAULT_COMPILE_MEMORY_MIB),
+            compile_timeout: Duration::from_secs(DEFAULT_COMPILE_SECS),
         }
     }
 }
@@ -254,6 +264,13 @@ pub struct TypePolicy {
     pub events: bool,
     /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
     pub events_maxlen: u64,
+    /// Types the handler may schedule follow-ups into, itself included only
+    /// when listed; create-only: a follow-up whose id is already waiting or
+    /// dead-lettered in its type leaves that task as it is. Empty: none.
+    pub may_schedule: Vec<TaskType>,
+    /// Types whose existing tasks the handler's follow-ups may also replace
+    /// (re-schedule, with their payload); implies `may_schedule`.
+    pub may_replace: Vec<TaskType>,
 }
 
 impl Default for TypePolicy {
@@ -277,6 +294,8 @@ impl Default for TypePolicy {
             instance_reuse: 0,
             events: false,
             events_maxlen: 10_000,
+            may_schedule: Vec::new(),
+            may_replace: Vec::new(),
         }
     }
 }
@@ -327,6 +346,10 @@ pub struct TypeConfig {
     pub events: Option<bool>,
     /// See [`TypePolicy::events_maxlen`].
     pub events_maxlen: Option<u64>,
+    /// See [`TypePolicy::may_schedule`].
+    pub may_schedule: Option<Vec<TaskType>>,
+    /// See [`TypePolicy::may_replace`].
+    pub may_replace: Option<Vec<TaskType>>,
     /// Values the plugin reads through its `config` import: strings, or secrets
     /// from the host's environment (`{ env = "NAME" }`) or a file (`{ file = "path" }`).
     #[serde(default)]
@@ -384,6 +407,12 @@ impl TryFrom<String> for Rate {
         Ok(Rate { count, per })
     }
 }
+
+/// Defaults of `compile_memory_limit` and `compile_timeout`: the Python and
+/// JavaScript examples (interpreters) need about 700 MiB of address space and
+/// 12 s of CPU here; these leave room for larger plugins and slower machines.
+const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
+const DEFAULT_COMPILE_SECS: u64 = 120;
 
 /// The most a config may ask for, so a typo cannot make the host unusable.
 const MAX_CONCURRENCY: usize = 100_000;
@@ -447,6 +476,15 @@ impl Config {
         if r.poll_interval.is_zero() {
             bail!("runner.poll_interval must be more than 0");
         }
+        if r.max_plugin_size < ByteSize::kib(1) || r.max_plugin_size > ByteSize::gib(1) {
+            bail!("runner.max_plugin_size must be between 1 KiB and 1 GiB");
+        }
+        if r.compile_memory_limit < ByteSize::mib(64) || r.compile_memory_limit > ByteSize::gib(64) {
+            bail!("runner.compile_memory_limit must be between 64 MiB and 64 GiB");
+        }
+        if r.compile_timeout < Duration::from_secs(1) || r.compile_timeout > Duration::from_secs(3600) {
+            bail!("runner.compile_timeout must be between 1s and 1h");
+        }
         if let Some(id) = &r.host_id
             && (id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_whitespace() || c.is_control()))
         {
@@ -498,6 +536,8 @@ impl Config {
             instance_reuse: t.instance_reuse.unwrap_or(d.instance_reuse),
             events: t.events.unwrap_or(d.events),
             events_maxlen: t.events_maxlen.unwrap_or(d.events_maxlen),
+            may_schedule: t.may_schedule.clone().unwrap_or_else(|| d.may_schedule.clone()),
+            may_replace: t.may_replace.clone().unwrap_or_else(|| d.may_replace.clone()),
         }
     }
 }
@@ -539,6 +579,12 @@ impl TypePolicy {
         }
         if self.events_maxlen == 0 || self.events_maxlen > 100_000_000 {
             bail!("{table}.events_maxlen must be between 1 and 100000000");
+        }
+        for (key, list) in [("may_schedule", &self.may_schedule), ("may_replace", &self.may_replace)] {
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(twice) = list.iter().find(|t| !seen.insert(*t)) {
+                bail!("{table}.{key} lists \"{twice}\" twice");
+            }
         }
         Ok(())
     }
@@ -605,6 +651,26 @@ mod tests {
     }
 
     #[test]
+    fn follow_up_grants_are_per_type_and_fall_back_to_defaults() {
+        let c = Config::parse(
+            "[defaults]\nmay_schedule = [\"audit\"]\n\
+             [types.\"device.offline\"]\nmay_schedule = [\"device.alert\"]\nmay_replace = [\"device.offline\"]\n",
+            "runner.toml",
+        )
+        .unwrap();
+        let p = c.policy(&"device.offline".parse().unwrap());
+        assert_eq!(p.may_schedule, vec!["device.alert".parse::<TaskType>().unwrap()]);
+        assert_eq!(p.may_replace, vec!["device.offline".parse::<TaskType>().unwrap()]);
+        let other = c.policy(&"other".parse().unwrap());
+        assert_eq!(other.may_schedule, vec!["audit".parse::<TaskType>().unwrap()]);
+        assert!(other.may_replace.is_empty());
+        assert!(
+            Config::parse("", "runner.toml").unwrap().defaults.may_schedule.is_empty(),
+            "nothing is granted by default"
+        );
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let err = Config::parse("[runner]\n\nconcurency = 4\n", "runner.toml").unwrap_err();
         let msg = format!("{err:#}");
@@ -635,6 +701,11 @@ mod tests {
             ("[defaults]\nevents_maxlen = 0", "defaults.events_maxlen"),
             ("[types.a]\nhost_memory_limit = \"1MiB\"", "types.\"a\".host_memory_limit"),
             ("[types.a]\nrate = \"fast\"", "invalid rate"),
+            ("[types.a]\nmay_schedule = [\"Device Alert\"]", "invalid task type \"Device Alert\""),
+            ("[types.a]\nmay_schedule = [\"b\", \"b\"]", "types.\"a\".may_schedule lists \"b\" twice"),
+            ("[runner]\ncompile_memory_limit = \"1MiB\"", "runner.compile_memory_limit"),
+            ("[runner]\ncompile_timeout = \"0s\"", "runner.compile_timeout"),
+            ("[runner]\nmax_plugin_size = \"2GiB\"", "runner.max_plugin_size"),
             ("[types.a]\nrate = \"0/s\"", "at least 1"),
             ("[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * *\"", "schedules.\"digest\""),
             ("[schedules.digest]\ntype = \"digest.send\"", "schedules.\"digest\""),

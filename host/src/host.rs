@@ -41,6 +41,8 @@ pub async fn run_observed(
         cache_dir: Some(config.runner.cache_dir.clone()),
         max_instances: u32::try_from(config.runner.concurrency).unwrap_or(u32::MAX),
         max_memory: largest_memory.as_u64(),
+        compiler: crate::runtime::Compiler::this_binary(),
+        compile_limits: crate::runtime::CompileLimits::from(&config.runner),
     })
     .context("cannot start the Wasm runtime")?;
 

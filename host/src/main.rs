@@ -13,6 +13,11 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_or_exit();
+    // A child the host started to compile one plugin under limits: no
+    // logging, threads or config of its own (docs/sandbox.md).
+    if let Some(out) = cli.compile_worker() {
+        return hourglass::runtime::compile_worker(out);
+    }
     hourglass::logging::init(cli.log_format);
     // jemalloc returns freed memory to the system only when the arena that
     // freed it allocates again, so what compiling a plugin freed (hundreds of

@@ -42,6 +42,9 @@ pub struct Registry {
     loaded: Arc<std::sync::Mutex<HashMap<PathBuf, Component>>>,
     /// The last load error of each plugin file that failed to load, until it loads.
     load_errors: Arc<std::sync::Mutex<BTreeMap<PathBuf, String>>>,
+    /// Files refused as they are (see [`crate::runtime::Refused`]), with what
+    /// they were refused as: not tried again until the file or the limits change.
+    refused: Arc<std::sync::Mutex<HashMap<PathBuf, Stamp>>>,
     /// While the first load runs: plugin files done and in all.
     loading: Arc<std::sync::Mutex<Option<(usize, usize)>>>,
 }
@@ -74,6 +77,7 @@ impl Registry {
             version: watch::Sender::new(0),
             loaded: Arc::default(),
             load_errors: Arc::default(),
+            refused: Arc::default(),
             loading: Arc::new(std::sync::Mutex::new(Some((0, pending)))),
         })
     }
@@ -183,6 +187,7 @@ impl Registry {
         }
         crate::telemetry::plugins_serving(kept.iter().map(|(f, c)| (file_stem(f), c.hash().to_owned())).collect());
         self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).retain(|f, _| wanted.contains_key(f));
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).retain(|f, _| wanted.contains_key(f));
         *loaded = kept;
         drop(loaded);
         self.entries.store(Arc::new(next));
@@ -190,16 +195,36 @@ impl Registry {
     }
 
     /// The component of `file`: the loaded one when the bytes are unchanged,
-    /// a fresh compile otherwise, or the last good one when the new file is broken.
+    /// a fresh compile otherwise, or the last good one when the new file is
+    /// refused or cannot be read. A refused file is not tried again until it
+    /// (or a compile limit) changes.
     fn component_for(&self, file: &Path, loaded: &mut HashMap<PathBuf, Component>) -> Option<Component> {
         let previous = loaded.get(file).cloned();
-        let bytes = match std::fs::read(file) {
-            Ok(b) => b,
-            Err(e) => {
-                error!(file = %file.display(), "cannot read plugin: {e}");
-                self.load_failed(file, format!("cannot read plugin: {e}"));
-                return previous;
+        let stamp = Stamp::of(file, self.runtime.compile_limits());
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if stamp.is_some() && refused.get(file) == stamp.as_ref() {
+            return previous;
+        }
+        refused.remove(file);
+        drop(refused);
+        let failed = |e: anyhow::Error| {
+            if crate::runtime::is_refused(&e)
+                && let Some(stamp) = stamp.clone()
+            {
+                self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(file.to_owned(), stamp);
             }
+            self.load_failed(file, format!("{e:#}"));
+            match &previous {
+                Some(p) => {
+                    error!(file = %file.display(), serving = %p.hash(), "plugin rejected, the previous version keeps serving: {e:#}")
+                }
+                None => error!(file = %file.display(), "plugin rejected: {e:#}"),
+            }
+            previous.clone()
+        };
+        let bytes = match self.runtime.read_plugin(file) {
+            Ok(b) => b,
+            Err(e) => return failed(e),
         };
         let hash = crate::runtime::short_hash(&bytes);
         if let Some(prev) = &previous
@@ -210,28 +235,17 @@ impl Registry {
         let compiling = self.runtime.needs_compile(&bytes).then(|| {
             let first = if previous.is_some() { "a new version" } else { "first start" };
             info!(file = %file.display(), "compiling {} ({first}; cached afterwards)…", file.display());
-            std::time::Instant::now()
         });
-        let loaded = self.runtime.load_bytes(file, &bytes);
-        if let Some(since) = compiling {
-            info!(file = %file.display(), "compiled {} in {:.1} s", file.display(), since.elapsed().as_secs_f64());
-        }
-        match loaded {
+        match self.runtime.load_bytes(file, &bytes) {
             Ok(component) => {
+                if let (Some(()), Some(stats)) = (compiling, component.compile_stats()) {
+                    info!(file = %file.display(), "compiled {} in {stats}", file.display());
+                }
                 crate::telemetry::plugin_loaded(&file_stem(file));
                 self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).remove(file);
                 Some(component)
             }
-            Err(e) => {
-                self.load_failed(file, format!("{e:#}"));
-                match &previous {
-                    Some(p) => {
-                        error!(file = %file.display(), serving = %p.hash(), "plugin rejected, the previous version keeps serving: {e:#}")
-                    }
-                    None => error!(file = %file.display(), "plugin rejected: {e:#}"),
-                }
-                previous
-            }
+            Err(e) => failed(e),
         }
     }
 
@@ -260,6 +274,7 @@ impl Registry {
                 warn!("runner.toml: the change to {what} takes effect after a restart");
             }
         }
+        self.runtime.set_compile_limits(crate::runtime::CompileLimits::from(&new.runner));
         self.config.store(Arc::new(new));
         info!("runner.toml reloaded");
         self.reload();
@@ -329,6 +344,24 @@ impl Registry {
                 .await;
             }
         }))
+    }
+}
+
+/// What a refused file was refused as: the file's identity and size and
+/// the limits then in force. Cheaper than hashing a large refused file again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+    limits: crate::runtime::CompileLimits,
+}
+
+impl Stamp {
+    fn of(file: &Path, limits: crate::runtime::CompileLimits) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(file).ok()?;
+        Some(Stamp { len: meta.len(), modified: meta.modified().ok(), inode: meta.ino(), limits })
     }
 }
 

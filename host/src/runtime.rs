@@ -15,6 +15,7 @@
 
 mod cache;
 mod check;
+mod compile;
 mod handler;
 mod outgoing;
 mod pipe;
@@ -28,13 +29,14 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use bytesize::ByteSize;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-pub use check::CheckReport;
+pub use check::{CheckReport, CompileReport};
+pub use compile::{CompileLimits, CompileStats, Compiler, Refused, is_refused, worker as compile_worker};
 pub use handler::{Failure, Handler, Limits, TaskRun};
 pub(crate) use outgoing::tls_connector;
 pub use state::{HostBudget, LOG_CAP, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
@@ -89,11 +91,21 @@ pub struct RuntimeOptions {
     pub max_instances: u32,
     /// Largest linear memory of any instance, in bytes (the largest `memory_limit`).
     pub max_memory: u64,
+    /// Where plugins are compiled: a child process under limits, or this process.
+    pub compiler: Compiler,
+    /// What one compile may take (applied to a child; the size limit applies to both).
+    pub compile_limits: CompileLimits,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        RuntimeOptions { cache_dir: None, max_instances: 64, max_memory: ByteSize::mib(64).as_u64() }
+        RuntimeOptions {
+            cache_dir: None,
+            max_instances: 64,
+            max_memory: ByteSize::mib(64).as_u64(),
+            compiler: Compiler::InProcess,
+            compile_limits: CompileLimits::default(),
+        }
     }
 }
 
@@ -111,6 +123,9 @@ struct RuntimeInner {
     linker: Linker<HostState>,
     max_memory: u64,
     cache: Option<cache::CompileCache>,
+    compiler: Compiler,
+    /// Changed by a runner.toml reload ([`Runtime::set_compile_limits`]).
+    compile_limits: std::sync::Mutex<CompileLimits>,
     executor: Executor,
     /// Idle warm instances over all handlers (each holds a pool slot).
     warm_idle: Arc<AtomicUsize>,
@@ -172,8 +187,7 @@ impl Runtime {
             .decommit_batch_size(DECOMMIT_BATCH);
 
         priority::lower_compile_pool();
-        let mut config = Config::new();
-        config.epoch_interruption(true);
+        let mut config = engine_config();
         // Compiled code depends on settings, not on how instances are allocated.
         let compile_config = config.clone();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -207,6 +221,8 @@ impl Runtime {
             linker,
             max_memory,
             cache,
+            compiler: opts.compiler,
+            compile_limits: std::sync::Mutex::new(opts.compile_limits),
             executor: Executor(Some(executor)),
             warm_idle: Arc::default(),
         });
@@ -231,20 +247,26 @@ impl Runtime {
 
     /// Reads, compiles (through the cache) and checks a plugin file.
     ///
-    /// Errors are one line naming the file and what is wrong with it.
+    /// Errors are one line naming the file and what is wrong with it; a
+    /// plugin the host will not load as it is carries [`Refused`].
     pub fn load(&self, path: &Path) -> Result<Component> {
-        let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read plugin", path.display()))?;
+        let bytes = self.read_plugin(path)?;
         self.load_bytes(path, &bytes)
+    }
+
+    /// Reads a plugin file; one over `max_plugin_size` is refused unread.
+    pub fn read_plugin(&self, path: &Path) -> Result<Vec<u8>> {
+        compile::read_plugin(path, self.compile_limits().max_plugin_size)
     }
 
     /// Like [`Runtime::load`], for bytes already read from `path`.
     pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Component> {
-        let wasm = self.compile(path, bytes)?;
+        let (wasm, compiled) = self.compile(path, bytes)?;
         let pre = match self.pre(&wasm) {
             Ok(pre) => pre,
             Err(_) => {
-                let report = self.report(path, bytes, &wasm);
-                bail!("{}: {}", path.display(), report.problem_line());
+                let report = self.report(path, bytes, &wasm, compiled);
+                return Err(compile::refused(format!("{}: {}", path.display(), report.problem_line())));
             }
         };
         Ok(Component {
@@ -252,6 +274,7 @@ impl Runtime {
                 pre,
                 path: path.to_owned(),
                 hash: short_hash(bytes),
+                compiled,
                 max_memory: self.inner.max_memory,
                 warm_idle: self.inner.warm_idle.clone(),
             }),
@@ -263,49 +286,106 @@ impl Runtime {
         self.inner.cache.as_ref().is_none_or(|c| !c.has(&self.inner.engine, bytes))
     }
 
-    /// Describes a plugin file for `hourglass plugin check`: its imports,
-    /// exports, world, and whether it fits [`WORLD`].
-    ///
-    /// Errors only when the file cannot be read or is not a component at all.
-    pub fn check(&self, path: &Path) -> Result<CheckReport> {
-        let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read plugin", path.display()))?;
-        let wasm = self.compile(path, &bytes)?;
-        Ok(self.report(path, &bytes, &wasm))
+    /// The limits compiles run under now.
+    pub fn compile_limits(&self) -> CompileLimits {
+        *self.inner.compile_limits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<wasmtime::component::Component> {
+    /// Changes the limits of the compiles to come (runner.toml was edited).
+    pub fn set_compile_limits(&self, limits: CompileLimits) {
+        *self.inner.compile_limits.lock().unwrap_or_else(|p| p.into_inner()) = limits;
+    }
+
+    /// Describes a plugin file for `hourglass plugin check`: its imports,
+    /// exports, world, whether it fits [`WORLD`], and what compiling it took.
+    ///
+    /// Errors when the file cannot be read, is not a component at all, or
+    /// is refused by a compile limit.
+    pub fn check(&self, path: &Path) -> Result<CheckReport> {
+        let bytes = self.read_plugin(path)?;
+        let (wasm, compiled) = self.compile(path, &bytes)?;
+        Ok(self.report(path, &bytes, &wasm, compiled))
+    }
+
+    /// The compiled component of `bytes`: mapped from the cache, or compiled
+    /// now (then with what compiling took).
+    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<(wasmtime::component::Component, Option<CompileStats>)> {
         if let Some(problem) = not_a_component(bytes) {
-            bail!("{}: {problem}", path.display());
+            return Err(compile::refused(format!("{}: {problem}", path.display())));
         }
-        // A wasmtime engine keeps its compiler's scratch buffers for good,
-        // sized by the largest function it compiled: about 80 MiB after an
-        // interpreter's main loop (CPython, StarlingMonkey). A throwaway
-        // engine compiles, and gives them back when it is dropped.
-        let compile = || Engine::new(&self.inner.compile_config)?.precompile_component(bytes);
-        // Compiling takes every core for a while; running tasks come first.
-        let compiled = priority::at_low_priority(|| match &self.inner.cache {
-            Some(cache) => cache.load(&self.inner.engine, bytes, compile),
-            None => cache::in_memory(&self.inner.engine, &compile()?),
-        });
-        compiled.map_err(|e| {
-            let reason = one_line(&format!("{e:#}"));
-            anyhow::anyhow!("{}: invalid WebAssembly component: {reason}", path.display())
-        })
+        let engine = &self.inner.engine;
+        match &self.inner.cache {
+            Some(cache) => cache.load(engine, bytes, |dest| self.compile_to(path, bytes, dest)),
+            None => {
+                let dest = std::env::temp_dir().join(format!(
+                    "hourglass-compile-{}-{:x}.cwasm",
+                    std::process::id(),
+                    rand::random::<u64>()
+                ));
+                let loaded = self.compile_to(path, bytes, &dest).and_then(|stats| {
+                    let compiled = std::fs::read(&dest).with_context(|| format!("cannot read {}", dest.display()))?;
+                    Ok((cache::in_memory(engine, &compiled).map_err(wt)?, Some(stats)))
+                });
+                let _ = std::fs::remove_file(&dest);
+                loaded
+            }
+        }
+    }
+
+    /// Compiles `bytes` into the file `dest`, where the runtime's [`Compiler`] says.
+    fn compile_to(&self, path: &Path, bytes: &[u8], dest: &Path) -> Result<CompileStats> {
+        match &self.inner.compiler {
+            Compiler::Child { program } => compile::in_child(program, path, bytes, dest, &self.compile_limits()),
+            Compiler::InProcess => {
+                let started = Instant::now();
+                // A wasmtime engine keeps its compiler's scratch buffers for good,
+                // sized by the largest function it compiled: about 80 MiB after an
+                // interpreter's main loop (CPython, StarlingMonkey). A throwaway
+                // engine compiles, and gives them back when it is dropped.
+                // Compiling takes every core for a while; running tasks come first.
+                let compiled =
+                    priority::at_low_priority(|| Engine::new(&self.inner.compile_config)?.precompile_component(bytes))
+                        .map_err(|e| {
+                            let reason = one_line(&format!("{e:#}"));
+                            compile::refused(format!("{}: invalid WebAssembly component: {reason}", path.display()))
+                        })?;
+                compile::write_atomically(dest, &compiled)
+                    .with_context(|| format!("cannot write the compiled plugin {}", dest.display()))?;
+                Ok(CompileStats { wall: started.elapsed(), cpu: None, peak_rss: None })
+            }
+        }
     }
 
     fn pre(&self, wasm: &wasmtime::component::Component) -> wasmtime::Result<TaskHandlerPre<HostState>> {
         TaskHandlerPre::new(self.inner.linker.instantiate_pre(wasm)?)
     }
 
-    fn report(&self, path: &Path, bytes: &[u8], wasm: &wasmtime::component::Component) -> CheckReport {
+    fn report(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        wasm: &wasmtime::component::Component,
+        compiled: Option<CompileStats>,
+    ) -> CheckReport {
         let linked = self.inner.linker.instantiate_pre(wasm);
         let typed = match &linked {
             Ok(pre) => TaskHandlerPre::new(pre.clone()).err().map(|e| one_line(&format!("{e:#}"))),
             Err(_) => None,
         };
         let link_error = linked.err().map(|e| one_line(&format!("{e:#}")));
-        CheckReport::new(&self.inner.engine, path, short_hash(bytes), wasm, link_error, typed)
+        let compile =
+            CompileReport { stats: compiled, limits: self.compile_limits(), compiler: self.inner.compiler.clone() };
+        CheckReport::new(&self.inner.engine, path, short_hash(bytes), wasm, link_error, typed, compile)
     }
+}
+
+/// The engine settings that compiled code depends on: the host's engine
+/// adds its instance pool, and a compile worker uses exactly these, so what
+/// it writes loads in the host.
+pub(crate) fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config
 }
 
 /// The machine's cores: the guest executor's threads.
@@ -366,7 +446,7 @@ fn wt(e: wasmtime::Error) -> anyhow::Error {
 }
 
 /// Joins a multi-line error into one line.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
@@ -380,6 +460,8 @@ struct ComponentInner {
     pre: TaskHandlerPre<HostState>,
     path: PathBuf,
     hash: String,
+    /// What compiling it took, when it was compiled rather than mapped from the cache.
+    compiled: Option<CompileStats>,
     max_memory: u64,
     warm_idle: Arc<AtomicUsize>,
 }
@@ -402,5 +484,10 @@ impl Component {
     /// The file it was loaded from.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// What compiling it took; `None` when it was mapped from the cache.
+    pub fn compile_stats(&self) -> Option<CompileStats> {
+        self.inner.compiled
     }
 }

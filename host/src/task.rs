@@ -45,10 +45,14 @@ pub struct Lease {
 pub struct FollowUp {
     /// Type of the new task.
     pub task_type: TaskType,
-    /// Its id (upsert: an existing task with this id is re-scheduled).
+    /// Its id.
     pub id: Vec<u8>,
     /// Its payload (empty means no payload entry).
     pub payload: Vec<u8>,
     /// When it is due, in ms since the Unix epoch.
     pub due_ms: i64,
+    /// Whether it replaces a task with its id that is waiting (re-schedules it,
+    /// with this payload) or dead-lettered in its type (`may_replace`); when
+    /// false it is created only where no such task is.
+    pub replace: bool,
 }

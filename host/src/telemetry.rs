@@ -71,6 +71,14 @@ fn describe() {
     describe_counter!("hourglass_tasks_dead_total", "Tasks dead-lettered.");
     describe_counter!("hourglass_tasks_fenced_total", "Outcomes ignored because the lease had been lost.");
     describe_counter!("hourglass_tasks_cancelled_total", "Running tasks stopped by hourglass cancel.");
+    describe_counter!(
+        "hourglass_followups_refused_total",
+        "Follow-ups a handler asked for into a type runner.toml does not grant it (may_schedule)."
+    );
+    describe_counter!(
+        "hourglass_followups_kept_existing_total",
+        "Create-only follow-ups not delivered because their id was waiting or dead in the target type."
+    );
     describe_gauge!("hourglass_tasks_in_flight", "Handlers running now.");
     describe_histogram!("hourglass_task_lateness_seconds", Unit::Seconds, "Start time minus due time.");
     describe_histogram!("hourglass_task_duration_seconds", Unit::Seconds, "Handler run time.");
@@ -277,6 +285,19 @@ pub fn redis_error() {
 pub fn plugin_loaded(plugin: &str) {
     handle();
     counter!("hourglass_plugin_loads_total", "plugin" => plugin.to_owned()).increment(1);
+}
+
+/// A create-only follow-up of `from` found its id taken in `to` and left that task as it was.
+pub fn followup_kept_existing(from: &TaskType, to: &TaskType) {
+    handle();
+    counter!("hourglass_followups_kept_existing_total", "type" => from.to_string(), "target" => to.to_string())
+        .increment(1);
+}
+
+/// A handler of `from` asked to schedule into `to`, which runner.toml does not grant it.
+pub fn followup_refused(from: &TaskType, to: &TaskType) {
+    handle();
+    counter!("hourglass_followups_refused_total", "type" => from.to_string(), "target" => to.to_string()).increment(1);
 }
 
 /// A plugin file could not be loaded (unreadable or rejected).

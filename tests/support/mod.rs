@@ -113,6 +113,16 @@ pub fn polyglot_plugin(name: &str) -> PathBuf {
     workspace_root().join("plugins").join(format!("{name}.wasm"))
 }
 
+/// The grant the heartbeat example needs in runner.toml: `device.offline`
+/// schedules `device.alert` follow-ups.
+pub const DEVICE_GRANTS: &str = "[types.\"device.offline\"]\nmay_schedule = [\"device.alert\"]\n";
+
+/// Compiles in a child process running the built `hourglass`, under the
+/// default limits, as `hourglass run` does.
+pub fn compiler() -> hourglass::runtime::Compiler {
+    hourglass::runtime::Compiler::Child { program: PathBuf::from(env!("CARGO_BIN_EXE_hourglass")) }
+}
+
 /// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
 ///
 /// Waits are generous on purpose: this is a correctness helper, never a timing assertion.
@@ -529,4 +539,105 @@ pub async fn store(server: &RedisServer) -> hourglass::store::Store {
 pub fn redis_now(conn: &mut redis::Connection) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
     s * 1000 + us / 1000
+}
+
+/// A valid component whose one core module has `funcs` functions of `locals`
+/// i64 locals, each `loops` loops of `shuffles` local-to-local moves: small
+/// on disk, costly for Cranelift's register allocator (a compile bomb).
+/// Deterministic: the same arguments give the same bytes.
+pub fn compile_bomb(funcs: u32, locals: u32, loops: u32, shuffles: u32) -> Vec<u8> {
+    use wasm_encoder::{
+        BlockType, CodeSection, Component, Function, FunctionSection, Module, ModuleSection, TypeSection, ValType,
+    };
+    let mut types = TypeSection::new();
+    types.ty().function([], []);
+    let mut functions = FunctionSection::new();
+    let mut code = CodeSection::new();
+    let mut seed: u32 = 0x2545_F491;
+    let mut local = || {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        (seed >> 8) % locals
+    };
+    for _ in 0..funcs {
+        functions.function(0);
+        let mut f = Function::new([(locals, ValType::I64)]);
+        for _ in 0..loops {
+            f.instructions().loop_(BlockType::Empty);
+            for _ in 0..shuffles {
+                let (from, to) = (local(), local());
+                f.instructions().local_get(from).local_set(to);
+            }
+            f.instructions().local_get(local()).i64_eqz().br_if(0).end();
+        }
+        f.instructions().end();
+        code.function(&f);
+    }
+    let mut module = Module::new();
+    module.section(&types).section(&functions).section(&code);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// The peak resident memory of a host and of the compile workers it starts,
+/// sampled every few ms from /proc until the sampler is stopped.
+pub struct MemorySampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<MemoryPeaks>>,
+}
+
+/// What a [`MemorySampler`] saw, in kB.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryPeaks {
+    /// The most the host and its children held at once (sum of VmRSS).
+    pub together: u64,
+    /// The largest peak (VmHWM) of any child seen.
+    pub child: u64,
+    /// How many child processes were seen.
+    pub children_seen: usize,
+}
+
+impl MemorySampler {
+    pub fn start(pid: u32) -> MemorySampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peaks = MemoryPeaks::default();
+            let mut seen = std::collections::HashSet::new();
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut together = proc_kb(pid, "VmRSS:").unwrap_or(0);
+                for child in children_of(pid) {
+                    together += proc_kb(child, "VmRSS:").unwrap_or(0);
+                    peaks.child = peaks.child.max(proc_kb(child, "VmHWM:").unwrap_or(0));
+                    seen.insert(child);
+                }
+                peaks.together = peaks.together.max(together);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peaks.children_seen = seen.len();
+            peaks
+        });
+        MemorySampler { stop, thread: Some(thread) }
+    }
+
+    pub fn finish(mut self) -> MemoryPeaks {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// A `/proc/<pid>/status` field in kB, while the process lives.
+fn proc_kb(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The live children of `pid`, over all its threads.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| list.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect()
 }

@@ -4,14 +4,15 @@
 //! code and data. Read into memory, all of it stays resident in every host;
 //! mapped from the cache file, the kernel keeps only the pages in use and can
 //! drop clean ones under pressure. Entries are keyed by the plugin's bytes and
-//! the engine's settings, written once (temp file + rename, so concurrent
-//! hosts never see half a file), touched on use, and pruned when unused for
-//! [`PRUNE_AFTER`].
+//! the engine's settings, written once by the compiler (temp file + rename,
+//! so concurrent hosts never see half a file), touched on use, and pruned
+//! when unused for [`PRUNE_AFTER`].
 
 // `Component::deserialize_file` is unsafe because it runs whatever machine
-// code the file holds. The files here are written only by this module, from
-// `Engine::precompile_component` (of the runtime's compile engine, which has
-// the host engine's settings), into the host's own cache folder: the same
+// code the file holds. The files here are written only by the runtime's
+// compiler (`compile.rs`: `Engine::precompile_component` of an engine with
+// the host engine's settings, in a child process or in this one), into the
+// host's own cache folder: the same
 // trust wasmtime's built-in cache places in its folder. A file that does not
 // match this engine is rejected by wasmtime and compiled again.
 #![allow(unsafe_code)]
@@ -58,45 +59,29 @@ impl CompileCache {
         self.dir.join(format!("{}.cwasm", key(engine, bytes))).is_file()
     }
 
-    /// The compiled `bytes`, from the cache or compiled now by `compile` (and
-    /// cached). `Err` carries wasmtime's error when `bytes` is not a valid
-    /// component.
-    pub fn load(
+    /// The compiled `bytes`, mapped from the cache, or compiled now by
+    /// `compile` into the entry's file (which it writes whole, by temp file
+    /// and rename) and then mapped. The stats are `compile`'s, `None` on a hit.
+    pub fn load<S>(
         &self,
         engine: &Engine,
         bytes: &[u8],
-        compile: impl FnOnce() -> wasmtime::Result<Vec<u8>>,
-    ) -> wasmtime::Result<Component> {
+        compile: impl FnOnce(&Path) -> anyhow::Result<S>,
+    ) -> anyhow::Result<(Component, Option<S>)> {
         let file = self.dir.join(format!("{}.cwasm", key(engine, bytes)));
         if file.is_file() {
             match map(engine, &file) {
                 Ok(component) => {
                     touch(&file);
-                    return Ok(component);
+                    return Ok((component, None));
                 }
                 Err(e) => tracing::warn!("compiling again: cache entry {} is unusable: {e:#}", file.display()),
             }
         }
-        let compiled = compile()?;
-        match self.store(&file, &compiled).and_then(|()| map(engine, &file)) {
-            Ok(component) => Ok(component),
-            Err(e) => {
-                tracing::warn!(
-                    "compiled plugin kept in memory: cannot use the cache folder {}: {e:#}",
-                    self.dir.display()
-                );
-                in_memory(engine, &compiled)
-            }
-        }
-    }
-
-    fn store(&self, file: &Path, compiled: &[u8]) -> wasmtime::Result<()> {
-        let tmp = self.dir.join(format!(".{}.{:x}.tmp", std::process::id(), rand::random::<u64>()));
-        let written = std::fs::write(&tmp, compiled).and_then(|()| std::fs::rename(&tmp, file));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        Ok(written?)
+        let stats = compile(&file)?;
+        let component = map(engine, &file)
+            .map_err(|e| anyhow::anyhow!("cannot map the compiled plugin {}: {e:#}", file.display()))?;
+        Ok((component, Some(stats)))
     }
 }
 

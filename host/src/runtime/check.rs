@@ -8,6 +8,36 @@ use wasmtime::component::types::{ComponentFunc, ComponentItem};
 use wasmtime::component::{Component, Type};
 
 use super::WORLD;
+use super::compile::{CompileLimits, CompileStats, Compiler, size};
+
+/// What compiling a checked plugin took, and under which limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileReport {
+    /// What the compile took; `None` when the compiled plugin came from the cache.
+    pub stats: Option<CompileStats>,
+    /// The limits it ran under.
+    pub limits: CompileLimits,
+    /// Where it ran.
+    pub compiler: Compiler,
+}
+
+impl fmt::Display for CompileReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.stats {
+            Some(stats) => write!(f, "{stats}")?,
+            None => write!(f, "from the cache (compiled before)")?,
+        }
+        match self.compiler {
+            Compiler::Child { .. } => write!(
+                f,
+                "; limits {} (compile_memory_limit), {} of CPU (compile_timeout)",
+                size(self.limits.memory),
+                humantime::format_duration(self.limits.cpu_time)
+            ),
+            Compiler::InProcess => write!(f, "; compiled in process, without limits"),
+        }
+    }
+}
 
 /// What a plugin file is, for humans; see [`Runtime::check`](super::Runtime::check).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +54,8 @@ pub struct CheckReport {
     pub exports: Vec<String>,
     /// What keeps it from fitting [`WORLD`]; empty when it fits.
     pub problems: Vec<String>,
+    /// What compiling it took.
+    pub compile: CompileReport,
 }
 
 impl CheckReport {
@@ -34,6 +66,7 @@ impl CheckReport {
         wasm: &Component,
         link_error: Option<String>,
         typed_error: Option<String>,
+        compile: CompileReport,
     ) -> CheckReport {
         let ty = wasm.component_type();
         let imports: Vec<String> = ty.imports(engine).map(|(name, e)| describe(engine, name, &e.ty)).collect();
@@ -63,7 +96,7 @@ impl CheckReport {
             "an unknown world".to_owned()
         };
 
-        CheckReport { path: path.to_owned(), hash, world, imports, exports, problems }
+        CheckReport { path: path.to_owned(), hash, world, imports, exports, problems, compile }
     }
 
     /// Whether the component implements [`WORLD`], so the host can run it.
@@ -84,6 +117,7 @@ impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "plugin:  {} (sha256 {})", self.path.display(), self.hash)?;
         writeln!(f, "world:   {}", self.world)?;
+        writeln!(f, "compile: {}", self.compile)?;
         writeln!(f, "imports:")?;
         if self.imports.is_empty() {
             writeln!(f, "  (none)")?;

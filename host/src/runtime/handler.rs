@@ -17,7 +17,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::TaskHandler;
 use super::bindings::hourglass::plugin::types as wit_types;
-use super::state::{HostBudget, HostState, MAX_RESOURCES, OUTPUT_CAP, RunMeta, RunParts, cap_error};
+use super::state::{Grants, HostBudget, HostState, MAX_RESOURCES, OUTPUT_CAP, RunMeta, RunParts, cap_error};
 use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
 use crate::config::TypePolicy;
 use crate::logging::clean_id;
@@ -82,6 +82,8 @@ pub struct Handler {
     plugin_name: Arc<str>,
     limits: Limits,
     config: Arc<BTreeMap<String, String>>,
+    /// The types its follow-ups may go to.
+    grants: Arc<Grants>,
     http: Arc<outgoing::HttpPolicy>,
     /// Most consecutive tasks one instance serves (`instance_reuse`); 0 or 1: a fresh instance each.
     reuse: u32,
@@ -142,6 +144,7 @@ impl Handler {
                 host_memory_limit: policy.host_memory_limit.as_u64(),
             },
             config,
+            grants: Arc::new(Grants::new(policy)),
             http: Arc::new(outgoing::HttpPolicy::new(policy)),
             reuse: policy.instance_reuse,
             warm: Arc::new(WarmPool { idle: Mutex::default(), shared: component.inner.warm_idle.clone() }),
@@ -318,7 +321,15 @@ impl Handler {
     /// A fresh `Store` with the run's memory cap, budget and deadline; guest
     /// code yields to the executor every epoch tick and traps past the deadline.
     fn new_store(&self, parts: RunParts, stdout: &CappedPipe, stderr: &CappedPipe) -> Store<HostState> {
-        let state = HostState::new(parts, self.memory_limit(), self.budget(), self.config.clone(), stdout, stderr);
+        let state = HostState::new(
+            parts,
+            self.memory_limit(),
+            self.budget(),
+            self.config.clone(),
+            self.grants.clone(),
+            stdout,
+            stderr,
+        );
         let mut store = Store::new(self.component.inner.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|ctx| {

@@ -10,7 +10,7 @@
 #![allow(unsafe_code)]
 
 /// Nice value of compiling threads.
-const COMPILE_NICE: libc::c_int = 10;
+pub(super) const COMPILE_NICE: libc::c_int = 10;
 
 /// Lowers the calling thread's CPU priority for good (use it on threads that only compile).
 pub(crate) fn lower_this_thread() {

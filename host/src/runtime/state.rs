@@ -6,7 +6,7 @@
 //! wasi:http's own state by the resource-table and field-size caps that
 //! [`HostState::new`] derives from the same limit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -113,6 +113,36 @@ impl Held {
     }
 }
 
+/// The types a handler's follow-ups may go to (`may_schedule`, `may_replace`
+/// in runner.toml): a type reaches another type's tasks only where the
+/// operator said so.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Grants {
+    /// Types it may create tasks in (ids not waiting or dead there).
+    schedule: BTreeSet<TaskType>,
+    /// Types whose existing tasks it may also replace.
+    replace: BTreeSet<TaskType>,
+}
+
+impl Grants {
+    pub(crate) fn new(policy: &crate::config::TypePolicy) -> Grants {
+        let replace: BTreeSet<TaskType> = policy.may_replace.iter().cloned().collect();
+        let schedule = policy.may_schedule.iter().cloned().chain(replace.iter().cloned()).collect();
+        Grants { schedule, replace }
+    }
+
+    /// Whether a follow-up of `from` into `to` may replace an existing task
+    /// (`Ok(true)`), may only create one (`Ok(false)`), or is refused.
+    fn check(&self, from: &TaskType, to: &TaskType) -> Result<bool, String> {
+        if !self.schedule.contains(to) {
+            return Err(format!(
+                "type \"{from}\" may not schedule \"{to}\" tasks: add \"{to}\" to may_schedule in [types.\"{from}\"] of runner.toml"
+            ));
+        }
+        Ok(self.replace.contains(to))
+    }
+}
+
 /// Who is logging: attached to every guest log line.
 pub(crate) struct RunMeta {
     pub(crate) plugin: Arc<str>,
@@ -189,6 +219,9 @@ pub(crate) struct HostState {
     pub(crate) limiter: MemoryCap,
     pub(crate) meta: Arc<RunMeta>,
     config: Arc<BTreeMap<String, String>>,
+    grants: Arc<Grants>,
+    /// Whether this run had a follow-up refused (logged once per run).
+    refused_followup: bool,
     pub(crate) followups: Vec<FollowUp>,
     pub(crate) held: Held,
     budget: HostBudget,
@@ -214,6 +247,7 @@ impl HostState {
         memory_limit: u64,
         budget: HostBudget,
         config: Arc<BTreeMap<String, String>>,
+        grants: Arc<Grants>,
         stdout: &CappedPipe,
         stderr: &CappedPipe,
     ) -> HostState {
@@ -227,6 +261,8 @@ impl HostState {
             limiter: MemoryCap { limit: memory_limit, exceeded: None },
             meta: parts.meta,
             config,
+            grants,
+            refused_followup: false,
             followups: Vec::new(),
             held: Held::new(budget.held_limit()),
             budget,
@@ -244,6 +280,7 @@ impl HostState {
         self.http_hooks = parts.http_hooks;
         self.deadline = parts.deadline;
         self.followups.clear();
+        self.refused_followup = false;
         self.held = Held::new(self.budget.held_limit());
         self.logged = 0;
         self.limiter.exceeded = None;
@@ -333,6 +370,17 @@ impl wit_schedule::Host for HostState {
             return Err(format!("at most {MAX_FOLLOWUPS} follow-ups per run"));
         }
         let task_type: TaskType = task_type.parse().map_err(|e| format!("{e}"))?;
+        let replace = match self.grants.check(&self.meta.task_type, &task_type) {
+            Ok(replace) => replace,
+            Err(why) => {
+                crate::telemetry::followup_refused(&self.meta.task_type, &task_type);
+                if !std::mem::replace(&mut self.refused_followup, true) {
+                    self.meta
+                        .warn(format_args!("follow-up refused (further refusals of this run are not logged): {why}"));
+                }
+                return Err(why);
+            }
+        };
         if id.len() > MAX_FOLLOWUP_ID {
             return Err(format!("id of {} bytes is over the limit of {MAX_FOLLOWUP_ID}", id.len()));
         }
@@ -342,7 +390,7 @@ impl wit_schedule::Host for HostState {
         let bytes = id.len() + payload.len() + FOLLOWUP_OVERHEAD;
         self.held.charge(bytes, "follow-ups", self.budget)?;
         let due_ms = i64::try_from(due_ms).unwrap_or(i64::MAX);
-        self.followups.push(FollowUp { task_type, id, payload, due_ms });
+        self.followups.push(FollowUp { task_type, id, payload, due_ms, replace });
         Ok(())
     }
 }

@@ -191,6 +191,9 @@ pub struct OutboxFlush {
     pub delivered_to: Vec<TaskType>,
     /// Entries left in the outbox because their target type's keys are broken.
     pub failed: Vec<(TaskType, anyhow::Error)>,
+    /// Create-only follow-ups not delivered because their id was waiting or
+    /// dead-lettered in their type: (type, id); handled, not retried.
+    pub kept_existing: Vec<(TaskType, Vec<u8>)>,
 }
 
 impl Store {
@@ -437,7 +440,9 @@ impl Store {
                 .arg(s.run.started_ms);
             inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len());
             for f in followups {
-                inv.arg(encode_followup(f));
+                let mut arg = vec![if f.replace { b'r' } else { b'c' }];
+                arg.extend(encode_followup(f));
+                inv.arg(arg);
             }
         }
         let mut conn = self.conn.clone();
@@ -531,7 +536,7 @@ impl Store {
                 .with_context(|| format!("cannot read the {t} outbox"))?;
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
-                match decode_followup(encoded) {
+                match decode_followup(entry_id, encoded) {
                     Ok(f) => {
                         let tk = self.keys(&f.task_type);
                         let delivered: Result<i64> = self
@@ -540,14 +545,17 @@ impl Store {
                             .key(&tk.due)
                             .key(&tk.payload)
                             .key(tk.delivered(entry_id))
+                            .key(&tk.dead)
                             .arg(&f.id)
                             .arg(f.due_ms)
                             .arg(&f.payload)
                             .arg(if f.payload.is_empty() { "0" } else { "1" })
+                            .arg(if f.replace { "replace" } else { "create" })
                             .invoke_async(&mut conn)
                             .await
                             .with_context(|| format!("cannot deliver a follow-up from {t} to {}", f.task_type));
                         match delivered {
+                            Ok(2) => flushed.kept_existing.push((f.task_type, f.id)),
                             Ok(_) => {
                                 if !flushed.delivered_to.contains(&f.task_type) {
                                     flushed.delivered_to.push(f.task_type.clone());
@@ -580,7 +588,11 @@ impl Store {
     }
 }
 
-/// Encodes a follow-up for the outbox: `<type>\n<due_ms>\n<id_len>\n<id><payload>` (binary-safe).
+/// How an outbox entry id ends when its follow-up is create-only (settle.lua).
+const CREATE_ONLY: &[u8] = b":create";
+
+/// Encodes a follow-up for the outbox: `<type>\n<due_ms>\n<id_len>\n<id><payload>`
+/// (binary-safe). Whether it may replace is in the entry id (settle.lua).
 pub fn encode_followup(f: &FollowUp) -> Vec<u8> {
     let mut out = format!("{}\n{}\n{}\n", f.task_type, f.due_ms, f.id.len()).into_bytes();
     out.extend_from_slice(&f.id);
@@ -588,8 +600,8 @@ pub fn encode_followup(f: &FollowUp) -> Vec<u8> {
     out
 }
 
-/// Decodes what [`encode_followup`] wrote.
-pub fn decode_followup(data: &[u8]) -> Result<FollowUp> {
+/// Decodes the outbox entry `entry_id` holding what [`encode_followup`] wrote.
+pub fn decode_followup(entry_id: &[u8], data: &[u8]) -> Result<FollowUp> {
     let mut parts = data.splitn(4, |&b| b == b'\n');
     let mut text = |what: &str| -> Result<&str> {
         let part = parts.next().ok_or_else(|| anyhow!("outbox entry has no {what}"))?;
@@ -603,7 +615,8 @@ pub fn decode_followup(data: &[u8]) -> Result<FollowUp> {
         bail!("outbox entry is truncated");
     }
     let (id, payload) = rest.split_at(id_len);
-    Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms })
+    let replace = !entry_id.ends_with(CREATE_ONLY);
+    Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms, replace })
 }
 
 /// One entry of a settle call: the plain acks of one claim as a mask, or one task in full.
@@ -661,9 +674,12 @@ mod tests {
             id: vec![0, 10, 255, b'\n'],
             payload: vec![b'\n', 0, 1],
             due_ms: -5,
+            replace: true,
         };
-        assert_eq!(decode_followup(&encode_followup(&f)).unwrap(), f);
-        assert!(decode_followup(b"a\n1\n9\nxy").is_err());
+        assert_eq!(decode_followup(b"src:7:0", &encode_followup(&f)).unwrap(), f);
+        let created = FollowUp { replace: false, ..f.clone() };
+        assert_eq!(decode_followup(b"src:7:0:create", &encode_followup(&created)).unwrap(), created);
+        assert!(decode_followup(b"src:7:0", b"a\n1\n9\nxy").is_err());
     }
 
     fn settlement(token: u64, claim: u64, outcome: Outcome) -> Settlement {

@@ -6,7 +6,8 @@
 --       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
 --         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one)
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
---         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n
+--         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
+--         'c' (create-only) or 'r' (may replace) and then the encoded follow-up
 -- Returns: per entry, in order: for plain acks the mask of those settled (the
 --          others were fenced); for a task in full 1 = settled | 2 = settled as
 --          cancelled | 0 = fenced.
@@ -18,7 +19,9 @@
 --   * ack: attempts, errors gone; the payload is dropped only if
 --     the id is not due again (a client re-scheduled it while it ran: that
 --     schedule and its payload stay); follow-ups go into the outbox in the
---     same atomic step, under entry ids "<type>:<token>:<n>" unique forever.
+--     same atomic step, under entry ids "<type>:<token>:<n>" unique forever,
+--     ":create" appended for a create-only one (hosts before it deliver
+--     every entry as a replace, none is lost in a rolling upgrade).
 --   * retry: due again at now + delay_ms, ZADD NX so a client schedule wins;
 --     the attempt is recorded in attempts (claim counts on from it).
 --   * dead: dead-lettered with its attempt count unless a client re-scheduled
@@ -154,8 +157,11 @@ for e, at in ipairs(starts) do
         if has_errors then drop_errors[#drop_errors + 1] = id end
         if not due_score then drop_payload[#drop_payload + 1] = id end
         for n = 0, task.n_follow - 1 do
-          outbox_pairs[#outbox_pairs + 1] = entry_prefix .. ':' .. token .. ':' .. n
-          outbox_pairs[#outbox_pairs + 1] = ARGV[at + 11 + n]
+          local follow = ARGV[at + 11 + n]
+          local entry = entry_prefix .. ':' .. token .. ':' .. n
+          if string.sub(follow, 1, 1) == 'c' then entry = entry .. ':create' end
+          outbox_pairs[#outbox_pairs + 1] = entry
+          outbox_pairs[#outbox_pairs + 1] = string.sub(follow, 2)
         end
         succeeded = succeeded + 1
         outcome = 'succeeded'
