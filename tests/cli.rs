@@ -357,3 +357,40 @@ fn the_kubernetes_configmap_parses_with_the_hosts_own_parser() {
     let typo = text.replace("grace_period", "grace_periode");
     assert!(hourglass::config::Config::parse(&typo, "x").is_err());
 }
+
+#[test]
+fn plugin_check_reports_what_compiling_took_and_refuses_what_the_limits_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("runner.toml");
+    std::fs::write(
+        &config,
+        "[runner]\ncache_dir = \"cache\"\ncompile_memory_limit = \"256MiB\"\nmax_plugin_size = \"2MiB\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let noop = support::plugin("noop");
+    let check = |file: &str| hourglass(None, &["--config", config, "plugin", "check", file]);
+
+    let out = check(noop.to_str().unwrap());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let line = text.lines().find(|l| l.starts_with("compile:")).unwrap_or_else(|| panic!("no compile line:\n{text}"));
+    assert!(line.contains("of CPU), peak ") && line.contains("limits 256 MiB (compile_memory_limit)"), "{line}");
+    let again = stdout(&check(noop.to_str().unwrap()));
+    assert!(again.contains("compile: from the cache (compiled before)"), "{again}");
+
+    let bomb = dir.path().join("bomb.wasm");
+    std::fs::write(&bomb, support::compile_bomb(1, 20_000, 400, 300)).unwrap();
+    let out = check(bomb.to_str().unwrap());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("bomb.wasm: compile exceeded 256 MiB (compile_memory_limit)"), "{err}");
+
+    let huge = dir.path().join("huge.wasm");
+    std::fs::write(&huge, vec![0u8; 3 << 20]).unwrap();
+    let err = stderr(&check(huge.to_str().unwrap()));
+    assert!(err.contains("huge.wasm: plugin file of 3 MiB is over max_plugin_size = 2 MiB"), "{err}");
+    let left: Vec<_> = dir.path().join("cache").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left.len(), 1, "the refused compiles left files in the cache: {left:?}");
+}

@@ -410,3 +410,45 @@ fn many_tasks_in_parallel_share_one_runtime() {
         t.join().unwrap();
     }
 }
+
+/// What compiling in a worker process costs against compiling in process,
+/// for BENCHMARKS.md (ignored: it prints numbers, it asserts nothing about
+/// time): `cargo test --release -p hourglass --test runtime -- --ignored --nocapture measure_compile`.
+#[test]
+#[ignore]
+fn measure_compile_in_a_worker_against_in_process() {
+    let plugins = [support::plugin("noop"), support::test_plugin("chaos"), support::polyglot_plugin("js.echo")];
+    for compiler in [hourglass::runtime::Compiler::InProcess, support::compiler()] {
+        let label = if compiler == hourglass::runtime::Compiler::InProcess { "in process" } else { "worker" };
+        for path in &plugins {
+            let rounds = if path.ends_with("js.echo.wasm") { 3 } else { 10 };
+            let mut cold = Vec::new();
+            let mut hit = Vec::new();
+            for _ in 0..rounds {
+                let cache = tempfile::tempdir().unwrap();
+                let rt = Runtime::new(RuntimeOptions {
+                    cache_dir: Some(cache.path().to_owned()),
+                    max_instances: 4,
+                    compiler: compiler.clone(),
+                    ..RuntimeOptions::default()
+                })
+                .unwrap();
+                let started = Instant::now();
+                rt.load(path).unwrap();
+                cold.push(started.elapsed());
+                let started = Instant::now();
+                rt.load(path).unwrap();
+                hit.push(started.elapsed());
+            }
+            cold.sort();
+            hit.sort();
+            let name = path.file_name().unwrap().to_string_lossy();
+            eprintln!(
+                "{label:>10} {name:<14} compile median {:>8.1} ms (min {:.1}), cache hit median {:.2} ms",
+                cold[rounds / 2].as_secs_f64() * 1e3,
+                cold[0].as_secs_f64() * 1e3,
+                hit[rounds / 2].as_secs_f64() * 1e3
+            );
+        }
+    }
+}

@@ -158,10 +158,13 @@ pub fn log(level: Level, message: &str) {
 
 /// Schedules a follow-up task, committed only if this run succeeds.
 ///
-/// `due_ms` is in ms since the Unix epoch (use [`now_ms`] for "now"). An
-/// existing task with the same id is re-scheduled. Fails for an invalid type
-/// name, an id over 1024 bytes, a payload over 1 MiB or more than 1000
-/// follow-ups in one run.
+/// `due_ms` is in ms since the Unix epoch (use [`now_ms`] for "now"). The
+/// host's runner.toml says which types this type may schedule into
+/// (`may_schedule`); there, a task with the same id that is waiting or
+/// dead-lettered is left as it is, unless the type is in `may_replace` (then
+/// it is re-scheduled). Fails for a type not granted, an invalid type name,
+/// an id over 1024 bytes, a payload over 1 MiB or more than 1000 follow-ups
+/// in one run.
 pub fn schedule(
     task_type: &str,
     id: impl AsRef<[u8]>,

@@ -28,6 +28,8 @@ use wasmtime::component::Component;
 
 /// Entries not used for this long are removed when a runtime starts.
 pub const PRUNE_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Temp files older than this were left by a compile that did not finish.
+const TEMP_ABANDONED_AFTER: Duration = Duration::from_secs(3600);
 
 /// A folder of compiled plugins for one engine configuration.
 #[derive(Debug, Clone)]
@@ -48,6 +50,14 @@ impl CompileCache {
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > PRUNE_AFTER);
             if stale && path.extension().is_some_and(|e| e == "cwasm") {
+                let _ = std::fs::remove_file(&path);
+            }
+            // A compile worker killed while it wrote leaves its temp file behind.
+            let abandoned = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > TEMP_ABANDONED_AFTER);
+            if abandoned && path.extension().is_some_and(|e| e == "tmp") {
                 let _ = std::fs::remove_file(&path);
             }
         }
@@ -130,16 +140,20 @@ mod tests {
         let old = dir.path().join("old.cwasm");
         let fresh = dir.path().join("fresh.cwasm");
         let other = dir.path().join("notes.txt");
-        for f in [&old, &fresh, &other] {
+        let abandoned = dir.path().join(".123.abc.tmp");
+        let writing = dir.path().join(".124.abd.tmp");
+        for f in [&old, &fresh, &other, &abandoned, &writing] {
             std::fs::write(f, b"x").unwrap();
         }
         let long_ago = SystemTime::now() - PRUNE_AFTER - Duration::from_secs(60);
-        for f in [&old, &other] {
+        for f in [&old, &other, &abandoned] {
             std::fs::File::options().append(true).open(f).unwrap().set_modified(long_ago).unwrap();
         }
         CompileCache::open(dir.path()).unwrap();
         assert!(!old.exists(), "an entry unused for 30 days is removed");
         assert!(fresh.exists());
         assert!(other.exists(), "only .cwasm files are ours to remove");
+        assert!(!abandoned.exists(), "a temp file an hour old was abandoned");
+        assert!(writing.exists(), "a fresh temp file may be being written");
     }
 }
