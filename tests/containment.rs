@@ -207,6 +207,17 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     eprintln!("RSS before {rss_before} kB, peak {peak} kB, now {} kB", host.proc_status("VmRSS:"));
 }
 
+/// A host with an empty compile cache of its own, serving noop, after 200
+/// noop tasks: the host, a connection, and its idle RSS in kB.
+fn warm_cold_host(redis: &RedisServer, config: &str) -> (Host, redis::Connection, u64) {
+    let host = Host::start_cold(redis, &[("noop", plugin("noop"))], config);
+    let mut conn = redis.client();
+    noop_stream(&mut conn, 200, 0);
+    wait_all_settled(&mut conn, 200, 0);
+    let rss_idle = host.proc_status("VmRSS:");
+    (host, conn, rss_idle)
+}
+
 /// Compiling a plugin the size of an interpreter (py.echo: CPython, 18 MB)
 /// takes hundreds of MiB for a few seconds. That happens in a compile
 /// worker, a child process that gives all of it back when it exits: the
@@ -217,15 +228,7 @@ fn an_interpreter_compiles_in_a_worker_and_the_host_stays_near_idle() {
     let wasm = polyglot_plugin("py.echo");
     let redis = RedisServer::start();
     // A cache of its own, empty: the plugin is compiled now.
-    let host = Host::start_cold(
-        &redis,
-        &[("noop", plugin("noop"))],
-        "[types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\"]\n",
-    );
-    let mut conn = redis.client();
-    noop_stream(&mut conn, 200, 0);
-    wait_all_settled(&mut conn, 200, 0);
-    let rss_idle = host.proc_status("VmRSS:");
+    let (host, mut conn, rss_idle) = warm_cold_host(&redis, "[types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\"]\n");
 
     // Dropped in while ordinary tasks keep coming.
     let sampler = support::MemorySampler::start(host.pid());
@@ -270,11 +273,7 @@ fn a_compile_bomb_is_stopped_at_its_memory_limit_beside_ordinary_tasks() {
     let bomb = dir.path().join("bomb.wasm");
     std::fs::write(&bomb, support::compile_bomb(1, 20_000, 400, 300)).unwrap();
     let redis = RedisServer::start();
-    let host = Host::start_cold(&redis, &[("noop", plugin("noop"))], "[runner]\ncompile_memory_limit = \"256MiB\"\n");
-    let mut conn = redis.client();
-    noop_stream(&mut conn, 200, 0);
-    wait_all_settled(&mut conn, 200, 0);
-    let rss_idle = host.proc_status("VmRSS:");
+    let (host, mut conn, rss_idle) = warm_cold_host(&redis, "[runner]\ncompile_memory_limit = \"256MiB\"\n");
 
     let sampler = support::MemorySampler::start(host.pid());
     noop_stream(&mut conn, 3000, 6000);

@@ -409,8 +409,9 @@ impl TryFrom<String> for Rate {
 }
 
 /// Defaults of `compile_memory_limit` and `compile_timeout`: the Python and
-/// JavaScript examples (interpreters) need about 700 MiB of address space and
-/// 12 s of CPU here; these leave room for larger plugins and slower machines.
+/// JavaScript examples (interpreters) need up to 640 MiB of address space and
+/// 10 s of CPU here (BENCHMARKS.md); these leave room for larger plugins and
+/// slower machines.
 const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
 const DEFAULT_COMPILE_SECS: u64 = 120;
 

@@ -45,19 +45,18 @@ impl CompileCache {
         let now = SystemTime::now();
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let path = entry.path();
-            let stale = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > PRUNE_AFTER);
-            if stale && path.extension().is_some_and(|e| e == "cwasm") {
-                let _ = std::fs::remove_file(&path);
-            }
-            // A compile worker killed while it wrote leaves its temp file behind.
-            let abandoned = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > TEMP_ABANDONED_AFTER);
-            if abandoned && path.extension().is_some_and(|e| e == "tmp") {
+            let Ok(age) =
+                entry.metadata().and_then(|m| m.modified()).map(|t| now.duration_since(t).unwrap_or_default())
+            else {
+                continue;
+            };
+            // Unused entries; and temp files a compile worker killed while it wrote left behind.
+            let expired = match path.extension().and_then(|e| e.to_str()) {
+                Some("cwasm") => age > PRUNE_AFTER,
+                Some("tmp") => age > TEMP_ABANDONED_AFTER,
+                _ => false,
+            };
+            if expired {
                 let _ = std::fs::remove_file(&path);
             }
         }
