@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use hourglass::config::KeyPrefix;
 use hourglass::health::{Trouble, classify};
-use hourglass::store::{ClaimLimits, Outcome, ScheduleMode, Settlement, Store};
+use hourglass::store::{ClaimLimits, ScheduleMode, Store};
 use hourglass::task::{ClaimedTask, FollowUp};
+use hourglass::task::{Outcome, Settlement};
 use redis::Commands;
 use support::{RedisServer, ack, key, ty};
 
@@ -72,7 +73,7 @@ fn fail(task: &ClaimedTask, dead: bool) -> Settlement {
     } else {
         Outcome::Retry { delay: Duration::ZERO, error: "again".into() }
     };
-    Settlement { id: task.id.clone(), token: task.token, claim: task.claim, outcome, run: Default::default() }
+    Settlement { lease: task.lease(), outcome, run: Default::default() }
 }
 
 fn limits() -> ClaimLimits {

@@ -6,10 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use hourglass::config::KeyPrefix;
-use hourglass::store::{
-    Cancelled, ClaimLimits, Extended, Outcome, ScheduleMode, SettleResult, Settlement, Store, encode_followup,
-};
-use hourglass::task::{ClaimedTask, FollowUp, Lease};
+use hourglass::store::{Cancelled, ClaimLimits, Extended, ScheduleMode, Store, encode_followup};
+use hourglass::task::{ClaimedTask, FollowUp, Lease, Outcome, SettleResult, Settlement};
 use redis::Commands;
 use support::{RedisServer, ack, key, redis_now, store, ty, wait_for};
 
@@ -237,13 +235,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
 
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
-    let batch = [Settlement {
-        id: task.id.clone(),
-        token: task.token,
-        claim: task.claim,
-        outcome: retry,
-        run: Default::default(),
-    }];
+    let batch = [Settlement { lease: task.lease(), outcome: retry, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let after = redis_now(&mut c);
     let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
@@ -261,13 +253,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
     let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
-    let batch = [Settlement {
-        id: again.id.clone(),
-        token: again.token,
-        claim: again.claim,
-        outcome: zero,
-        run: Default::default(),
-    }];
+    let batch = [Settlement { lease: again.lease(), outcome: zero, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!(third.attempt, 3);
@@ -288,9 +274,7 @@ async fn dead_letter_list_requeue_and_purge() {
     let batch: Vec<Settlement> = tasks
         .iter()
         .map(|task| Settlement {
-            id: task.id.clone(),
-            token: task.token,
-            claim: task.claim,
+            lease: task.lease(),
             outcome: Outcome::Dead { error: format!("bad {}", String::from_utf8_lossy(&task.id)) },
             run: Default::default(),
         })
@@ -370,19 +354,11 @@ async fn client_reschedule_during_a_run_wins() {
     let batch = [
         ack(&a, vec![]),
         Settlement {
-            id: r.id.clone(),
-            token: r.token,
-            claim: r.claim,
+            lease: r.lease(),
             outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into() },
             run: Default::default(),
         },
-        Settlement {
-            id: d.id.clone(),
-            token: d.token,
-            claim: d.claim,
-            outcome: Outcome::Dead { error: "e".into() },
-            run: Default::default(),
-        },
+        Settlement { lease: d.lease(), outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },
     ];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 3]);
     for id in ["acked", "retried", "dead"] {
@@ -456,8 +432,7 @@ async fn binary_ids_and_payloads_round_trip() {
     let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
     let dead = Outcome::Dead { error: "no".into() };
-    let batch =
-        [Settlement { id: id.clone(), token: task.token, claim: task.claim, outcome: dead, run: Default::default() }];
+    let batch = [Settlement { lease: task.lease(), outcome: dead, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
     let listed = s.dead_list(&t, 10).await.unwrap();
     assert_eq!(listed[0].id, id);

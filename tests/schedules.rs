@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hourglass::config::Rate;
-use hourglass::store::{ClaimLimits, Outcome, Settlement};
+use hourglass::store::ClaimLimits;
 use hourglass::task::ClaimedTask;
+use hourglass::task::{Outcome, Settlement};
 use redis::Commands;
 use support::{Host, RedisServer, key, now_ms, plugin, redis_now, stat, store, test_plugin, ty, wait_for};
 
@@ -72,13 +73,8 @@ async fn a_claimed_occurrence_arms_the_next_one_in_the_same_step_and_only_once()
     assert_eq!(payload.as_deref(), Some("hello"));
 
     // A dead-lettered occurrence does not stop the next one: it is already armed.
-    let dead = Settlement {
-        id: got[0].id.clone(),
-        token: got[0].token,
-        claim: got[0].claim,
-        outcome: Outcome::Dead { error: "boom".into() },
-        run: Default::default(),
-    };
+    let dead =
+        Settlement { lease: got[0].lease(), outcome: Outcome::Dead { error: "boom".into() }, run: Default::default() };
     s.settle(&t, &[dead]).await.unwrap();
     assert_eq!(due_ids(&mut c, "digest"), vec![format!("daily@{}", now + 60_000)]);
 
@@ -168,9 +164,7 @@ async fn max_running_and_rate_hold_claims_back_over_every_claimer() {
     assert!(second.tasks.is_empty(), "max_running counts every claimer's leases");
     assert!(second.throttled_ms.is_some());
     let ack = Settlement {
-        id: first.tasks[0].id.clone(),
-        token: first.tasks[0].token,
-        claim: first.tasks[0].claim,
+        lease: first.tasks[0].lease(),
         outcome: Outcome::Ack { followups: vec![] },
         run: Default::default(),
     };

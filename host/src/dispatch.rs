@@ -14,8 +14,7 @@ use crate::registry::Entry;
 use crate::runner::{Event, InFlightRun, Permits, Runner, TypeState};
 use crate::runtime::{Failure, TaskRun};
 use crate::settle::Finished;
-use crate::store::{Outcome, RunInfo, Settlement};
-use crate::task::{ClaimedTask, FollowUp};
+use crate::task::{ClaimedTask, FollowUp, Outcome, RunInfo, Settlement};
 
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
 const SECONDS_NOT_MS: i64 = 100_000_000_000;
@@ -130,8 +129,7 @@ impl Run {
             span.end(&outcome);
         }
         let info = RunInfo { attempt: task.attempt, due_ms: task.due_ms, started_ms, finished_ms };
-        let settlement =
-            Settlement { id: self.task.id, token: self.task.token, claim: self.task.claim, outcome, run: info };
+        let settlement = Settlement { lease: self.task.lease(), outcome, run: info };
         // Counted down just before it is queued, so the settler never lingers
         // for an outcome already in its queue.
         self.unreported.fetch_sub(1, Ordering::AcqRel);

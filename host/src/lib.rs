@@ -18,7 +18,8 @@
 //!
 //! Around it:
 //!
-//! - [`task_type`], [`task`], [`config`]: the validated type name, a task in flight, `runner.toml`.
+//! - [`task_type`], [`task`], [`config`]: the validated type name, the vocabulary of a task's life
+//!   (claimed, leased, its outcome, settled), `runner.toml`.
 //! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
 //! - [`outbound`], [`secrets`]: the HTTP allow-list and the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).

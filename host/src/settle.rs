@@ -9,8 +9,7 @@ use tracing::warn;
 
 use crate::logging::clean_id;
 use crate::runner::{Event, InFlight, Permits, Runner};
-use crate::store::{Outcome, SettleResult, Settlement};
-use crate::task::Lease;
+use crate::task::{Outcome, SettleResult, Settlement};
 use crate::task_type::TaskType;
 
 /// Most outcomes one settle call writes.
@@ -88,14 +87,14 @@ impl Runner {
             if let Some(observe) = &self.observer {
                 for (s, r) in batch.iter().zip(&results) {
                     let (acked, fenced) = (matches!(s.outcome, Outcome::Ack { .. }), matches!(r, SettleResult::Fenced));
-                    observe(Event::Settled { task_type: &task_type, id: &s.id, acked, fenced });
+                    observe(Event::Settled { task_type: &task_type, id: &s.lease.id, acked, fenced });
                 }
             }
             let mut committed_followups = false;
             for (s, r) in batch.iter().zip(&results) {
                 match (r, &s.outcome) {
                     (SettleResult::Fenced, _) => {
-                        warn!(task_type = %task_type, task_id = %clean_id(&s.id), attempt = s.run.attempt,
+                        warn!(task_type = %task_type, task_id = %clean_id(&s.lease.id), attempt = s.run.attempt,
                         "outcome ignored: the lease had expired and the task was claimed again")
                     }
                     (SettleResult::Settled, Outcome::Ack { followups }) => committed_followups |= !followups.is_empty(),
@@ -106,7 +105,7 @@ impl Runner {
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for s in &batch {
-                    map.remove(&Lease { id: s.id.clone(), token: s.token, claim: s.claim });
+                    map.remove(&s.lease);
                 }
             }
             drop(permits); // frees the concurrency slots only now that the outcome is stored

@@ -67,10 +67,7 @@ pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Node, Presence, ServerWork, answers, shut_down};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
-pub use tasks::{
-    Cancelled, Claim, ClaimLimits, Extended, OutboxFlush, Outcome, RunInfo, ScheduleMode, SettleResult, Settlement,
-    decode_followup, encode_followup,
-};
+pub use tasks::{Cancelled, ClaimLimits, Extended, OutboxFlush, ScheduleMode, decode_followup, encode_followup};
 
 use crate::config::KeyPrefix;
 use crate::target::Target;

@@ -1,4 +1,6 @@
-//! The data that travels with one task: what a claim hands out and what a handler asks to schedule.
+//! The vocabulary of a task's life: what a claim hands out, what a handler asks to schedule, how a run ended and what settling it did.
+
+use std::time::Duration;
 
 use crate::task_type::TaskType;
 
@@ -55,4 +57,142 @@ pub struct FollowUp {
     /// with this payload) or dead-lettered in its type (`may_replace`); when
     /// false it is created only where no such task is.
     pub replace: bool,
+}
+
+/// The result of one claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Redis `TIME` when the claim ran, in ms since the epoch.
+    pub now_ms: i64,
+    /// The tasks now leased to this host, oldest due first.
+    pub tasks: Vec<ClaimedTask>,
+    /// Tasks dead-lettered at claim (oversize id or payload), with the reason.
+    pub dead_lettered: Vec<(Vec<u8>, String)>,
+    /// Earliest due time still in the due set; `None` also when the claim
+    /// took `max_tasks` tasks (more may be due: claim again).
+    pub next_due_ms: Option<i64>,
+    /// Earliest lease expiry of this type (any host's); `None` also when the claim was full.
+    pub next_lease_expiry_ms: Option<i64>,
+    /// When the leases of `tasks` expire unless extended.
+    pub lease_expiry_ms: i64,
+    /// Set when `max_running`, `rate` or a pause held the claim back: how long until it may take more (ms).
+    pub throttled_ms: Option<i64>,
+    /// The type is paused: nothing was claimed.
+    pub paused: bool,
+}
+
+/// The outcome of one task, to settle under the lease it was run with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// The lease the run held: settling with a lease that was lost changes nothing.
+    pub lease: Lease,
+    /// What happened.
+    pub outcome: Outcome,
+    /// When and how it ran, for the events stream (zeros when unknown).
+    pub run: RunInfo,
+}
+
+/// The attempt and times of one run, carried into its completion event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunInfo {
+    /// Which attempt this was (1 = first).
+    pub attempt: u32,
+    /// The task's due time, ms since the epoch.
+    pub due_ms: i64,
+    /// When the handler started, ms since the epoch.
+    pub started_ms: i64,
+    /// When the handler finished, ms since the epoch.
+    pub finished_ms: i64,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Success; the follow-ups are committed atomically with it.
+    Ack {
+        /// Tasks to schedule (delivered through the outbox).
+        followups: Vec<FollowUp>,
+    },
+    /// Failure; run again after `delay`.
+    Retry {
+        /// Delay from now (Redis time).
+        delay: Duration,
+        /// Why it failed.
+        error: String,
+    },
+    /// Failure; dead-letter it.
+    Dead {
+        /// Why it failed.
+        error: String,
+    },
+    /// Stopped by `hourglass cancel`: never retried.
+    Cancelled,
+}
+
+impl Outcome {
+    /// What the outcome is called in spans, events and metrics, were it committed.
+    pub fn ended(&self) -> Ended {
+        match self {
+            Outcome::Ack { .. } => Ended::Succeeded,
+            Outcome::Retry { .. } => Ended::Retried,
+            Outcome::Dead { .. } => Ended::Dead,
+            Outcome::Cancelled => Ended::Cancelled,
+        }
+    }
+
+    /// The failure's text (retry and dead letter); `None` otherwise.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Outcome::Retry { error, .. } | Outcome::Dead { error } => Some(error),
+            Outcome::Ack { .. } | Outcome::Cancelled => None,
+        }
+    }
+}
+
+/// How a run ended once it was settled: its outcome as committed, or fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The ack was committed.
+    Succeeded,
+    /// The failure was committed, and the task is due again.
+    Retried,
+    /// The task was dead-lettered.
+    Dead,
+    /// The run was stopped by `hourglass cancel` (or its failure came after a cancel was asked).
+    Cancelled,
+    /// The outcome was ignored: the lease had been lost.
+    Fenced,
+}
+
+impl Ended {
+    /// What settling `outcome` with `result` amounted to.
+    pub fn of(outcome: &Outcome, result: SettleResult) -> Ended {
+        match result {
+            SettleResult::Fenced => Ended::Fenced,
+            SettleResult::Cancelled => Ended::Cancelled,
+            SettleResult::Settled => outcome.ended(),
+        }
+    }
+
+    /// Its name in metrics, spans and the dashboard.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Succeeded => "succeeded",
+            Ended::Retried => "retried",
+            Ended::Dead => "dead",
+            Ended::Cancelled => "cancelled",
+            Ended::Fenced => "fenced",
+        }
+    }
+}
+
+/// What settling one task did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleResult {
+    /// The outcome was committed.
+    Settled,
+    /// The token was stale (the lease was lost): nothing changed.
+    Fenced,
+    /// Settled, as cancelled: `hourglass cancel` had asked to stop it, so a failure is not retried.
+    Cancelled,
 }

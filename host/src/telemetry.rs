@@ -35,8 +35,7 @@ use std::time::{Duration, Instant};
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::store::{Claim, Outcome, SettleResult, Settlement};
-use crate::task::ClaimedTask;
+use crate::task::{Claim, ClaimedTask, Ended, SettleResult, Settlement};
 use crate::task_type::TaskType;
 
 /// How many settled outcomes [`recent`] remembers.
@@ -155,7 +154,7 @@ impl TypeMetrics {
                     Completed {
                         task_type: self.task_type.clone(),
                         id: String::from_utf8_lossy(id).into_owned(),
-                        outcome: "dead",
+                        outcome: Ended::Dead.as_str(),
                         attempt: 0,
                         finished_ms: now,
                         error: reason.clone(),
@@ -183,15 +182,15 @@ impl TypeMetrics {
         let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut cancelled = 0u64;
         for (s, r) in batch.iter().zip(results) {
-            match outcome(s, r).0 {
-                "fenced" => fenced += 1,
-                "succeeded" => ok += 1,
-                "cancelled" => cancelled += 1,
-                "retried" => {
+            match Ended::of(&s.outcome, *r) {
+                Ended::Fenced => fenced += 1,
+                Ended::Succeeded => ok += 1,
+                Ended::Cancelled => cancelled += 1,
+                Ended::Retried => {
                     failed += 1;
                     retried += 1;
                 }
-                _ => {
+                Ended::Dead => {
                     failed += 1;
                     dead += 1;
                 }
@@ -213,30 +212,23 @@ impl TypeMetrics {
         let skip = batch.len().saturating_sub(RECENT);
         let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
         for (s, r) in batch.iter().zip(results).skip(skip) {
-            let (outcome, error) = outcome(s, r);
+            let ended = Ended::of(&s.outcome, *r);
+            let error = match ended {
+                Ended::Retried | Ended::Dead => s.outcome.error().unwrap_or_default(),
+                _ => "",
+            };
             push(
                 &mut recent,
                 Completed {
                     task_type: self.task_type.clone(),
-                    id: String::from_utf8_lossy(&s.id).into_owned(),
-                    outcome,
+                    id: String::from_utf8_lossy(&s.lease.id).into_owned(),
+                    outcome: ended.as_str(),
                     attempt: s.run.attempt,
                     finished_ms: s.run.finished_ms,
                     error: error.to_owned(),
                 },
             );
         }
-    }
-}
-
-/// What a settled outcome is called, and its error.
-fn outcome<'a>(s: &'a Settlement, r: &SettleResult) -> (&'static str, &'a str) {
-    match (r, &s.outcome) {
-        (SettleResult::Fenced, _) => ("fenced", ""),
-        (SettleResult::Settled, Outcome::Ack { .. }) => ("succeeded", ""),
-        (SettleResult::Settled, Outcome::Retry { error, .. }) => ("retried", error.as_str()),
-        (SettleResult::Settled, Outcome::Dead { error }) => ("dead", error.as_str()),
-        (SettleResult::Cancelled, _) | (SettleResult::Settled, Outcome::Cancelled) => ("cancelled", ""),
     }
 }
 
@@ -329,7 +321,7 @@ pub struct Completed {
     pub task_type: String,
     /// Task id (lossy UTF-8).
     pub id: String,
-    /// `succeeded`, `retried`, `dead` or `fenced`.
+    /// What [`Ended::as_str`] calls it: `succeeded`, `retried`, `dead`, `cancelled` or `fenced`.
     pub outcome: &'static str,
     /// The attempt that ended (0 when it never ran).
     pub attempt: u32,

@@ -31,8 +31,9 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, 
 use serde::Deserialize;
 use tokio::sync::OnceCell;
 
-use crate::store::{Outcome, Store};
+use crate::store::Store;
 use crate::task::ClaimedTask;
+use crate::task::Outcome;
 use crate::task_type::TaskType;
 
 /// How often finished spans are sent to the collector (the SDK's default).
@@ -211,15 +212,9 @@ impl RunSpan {
 
     /// Ends the span with the run's outcome: `succeeded`, `retried`, `dead` (with the error) or `cancelled`.
     pub fn end(mut self, outcome: &Outcome) {
-        let (name, error) = match outcome {
-            Outcome::Ack { .. } => ("succeeded", None),
-            Outcome::Retry { error, .. } => ("retried", Some(error)),
-            Outcome::Dead { error } => ("dead", Some(error)),
-            Outcome::Cancelled => ("cancelled", None),
-        };
-        self.span.set_attribute(KeyValue::new("hourglass.outcome", name));
-        if let Some(e) = error {
-            self.span.set_status(Status::error(e.clone()));
+        self.span.set_attribute(KeyValue::new("hourglass.outcome", outcome.ended().as_str()));
+        if let Some(e) = outcome.error() {
+            self.span.set_status(Status::error(e.to_owned()));
         }
         self.span.end();
     }

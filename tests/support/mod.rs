@@ -362,12 +362,10 @@ pub fn leases_in(
 pub fn ack(
     task: &hourglass::task::ClaimedTask,
     followups: Vec<hourglass::task::FollowUp>,
-) -> hourglass::store::Settlement {
-    hourglass::store::Settlement {
-        id: task.id.clone(),
-        token: task.token,
-        claim: task.claim,
-        outcome: hourglass::store::Outcome::Ack { followups },
+) -> hourglass::task::Settlement {
+    hourglass::task::Settlement {
+        lease: task.lease(),
+        outcome: hourglass::task::Outcome::Ack { followups },
         run: Default::default(),
     }
 }

@@ -3,8 +3,7 @@
 use anyhow::{Context, Result, anyhow, bail};
 use redis::Value;
 
-use super::Claim;
-use crate::task::ClaimedTask;
+use crate::task::{Claim, ClaimedTask};
 use crate::task_type::TaskType;
 
 pub(super) fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {

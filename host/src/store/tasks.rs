@@ -8,7 +8,7 @@ use redis::Value;
 
 use super::reply::parse_claim;
 use super::{BATCH, Store, duration_ms};
-use crate::task::{ClaimedTask, FollowUp, Lease};
+use crate::task::{Claim, FollowUp, Lease, Outcome, SettleResult, Settlement};
 use crate::task_type::TaskType;
 
 /// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
@@ -70,91 +70,6 @@ impl Default for ClaimLimits {
             fair_by: None,
         }
     }
-}
-
-/// The result of one claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    /// Redis `TIME` when the claim ran, in ms since the epoch.
-    pub now_ms: i64,
-    /// The tasks now leased to this host, oldest due first.
-    pub tasks: Vec<ClaimedTask>,
-    /// Tasks dead-lettered at claim (oversize id or payload), with the reason.
-    pub dead_lettered: Vec<(Vec<u8>, String)>,
-    /// Earliest due time still in the due set; `None` also when the claim
-    /// took `max_tasks` tasks (more may be due: claim again).
-    pub next_due_ms: Option<i64>,
-    /// Earliest lease expiry of this type (any host's); `None` also when the claim was full.
-    pub next_lease_expiry_ms: Option<i64>,
-    /// When the leases of `tasks` expire unless extended.
-    pub lease_expiry_ms: i64,
-    /// Set when `max_running`, `rate` or a pause held the claim back: how long until it may take more (ms).
-    pub throttled_ms: Option<i64>,
-    /// The type is paused: nothing was claimed.
-    pub paused: bool,
-}
-
-/// The outcome of one task, to settle.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
-    /// Task id.
-    pub id: Vec<u8>,
-    /// The lease token it was claimed with.
-    pub token: u64,
-    /// The claim that took it (its first token).
-    pub claim: u64,
-    /// What happened.
-    pub outcome: Outcome,
-    /// When and how it ran, for the events stream (zeros when unknown).
-    pub run: RunInfo,
-}
-
-/// The attempt and times of one run, carried into its completion event.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunInfo {
-    /// Which attempt this was (1 = first).
-    pub attempt: u32,
-    /// The task's due time, ms since the epoch.
-    pub due_ms: i64,
-    /// When the handler started, ms since the epoch.
-    pub started_ms: i64,
-    /// When the handler finished, ms since the epoch.
-    pub finished_ms: i64,
-}
-
-/// How a task ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Success; the follow-ups are committed atomically with it.
-    Ack {
-        /// Tasks to schedule (delivered through the outbox).
-        followups: Vec<FollowUp>,
-    },
-    /// Failure; run again after `delay`.
-    Retry {
-        /// Delay from now (Redis time).
-        delay: Duration,
-        /// Why it failed.
-        error: String,
-    },
-    /// Failure; dead-letter it.
-    Dead {
-        /// Why it failed.
-        error: String,
-    },
-    /// Stopped by `hourglass cancel`: never retried.
-    Cancelled,
-}
-
-/// What settling one task did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettleResult {
-    /// The outcome was committed.
-    Settled,
-    /// The token was stale (the lease was lost): nothing changed.
-    Fenced,
-    /// Settled, as cancelled: `hourglass cancel` had asked to stop it, so a failure is not retried.
-    Cancelled,
 }
 
 /// What a cancel did.
@@ -432,9 +347,9 @@ impl Store {
                 Outcome::Cancelled => ("cancel", 0, "", &[][..]),
             };
             inv.arg(kind)
-                .arg(&s.id)
-                .arg(s.token)
-                .arg(s.claim)
+                .arg(&s.lease.id)
+                .arg(s.lease.token)
+                .arg(s.lease.claim)
                 .arg(s.run.attempt)
                 .arg(s.run.due_ms)
                 .arg(s.run.started_ms);
@@ -641,13 +556,14 @@ fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
     let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
     for (i, s) in batch.iter().enumerate() {
         let plain = !events && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty());
-        let index = s.token.checked_sub(s.claim).filter(|&k| k < CLAIM_MAX);
+        let Lease { token, claim, .. } = s.lease;
+        let index = token.checked_sub(claim).filter(|&k| k < CLAIM_MAX);
         let (true, Some(index)) = (plain, index) else {
             entries.push(SettleEntry::Full(i));
             continue;
         };
-        let at = *masks.entry(s.claim).or_insert_with(|| {
-            entries.push(SettleEntry::Plain { claim: s.claim, mask: Vec::new(), tasks: Vec::new() });
+        let at = *masks.entry(claim).or_insert_with(|| {
+            entries.push(SettleEntry::Plain { claim, mask: Vec::new(), tasks: Vec::new() });
             entries.len() - 1
         });
         let SettleEntry::Plain { mask, tasks, .. } = &mut entries[at] else {
@@ -666,6 +582,7 @@ fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::RunInfo;
 
     #[test]
     fn followup_encoding_round_trips() {
@@ -683,7 +600,8 @@ mod tests {
     }
 
     fn settlement(token: u64, claim: u64, outcome: Outcome) -> Settlement {
-        Settlement { id: format!("t{token}").into_bytes(), token, claim, outcome, run: RunInfo::default() }
+        let lease = Lease { id: format!("t{token}").into_bytes(), token, claim };
+        Settlement { lease, outcome, run: RunInfo::default() }
     }
 
     fn ack() -> Outcome {
