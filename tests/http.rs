@@ -173,7 +173,7 @@ fn handler_from_toml(plugin: &str, task_type: &str, table: &str) -> Handler {
     let text = format!("[types.\"{task_type}\"]\n{table}\n");
     let config = Config::parse(&text, "runner.toml").unwrap_or_else(|e| panic!("{e:#}"));
     let t = task_type.parse().unwrap();
-    let values = hourglass::secrets::resolve_all(&config).unwrap();
+    let values = hourglass::secrets::resolve_all(config.config_values()).unwrap();
     Handler::new(component(plugin), plugin, &config.policy(&t), values[&t].clone())
 }
 

@@ -1,4 +1,4 @@
-//! `allowed_outbound_hosts`: which HTTP targets a plugin may call.
+//! Outbound HTTP: `allowed_outbound_hosts` (which targets a plugin may call) and the one TLS client configuration.
 //!
 //! An entry is `scheme://host[:port]`, modelled on Spin's allow-list:
 //!
@@ -337,6 +337,24 @@ fn own_addresses() -> Vec<IpAddr> {
             addrs
         }
     }
+}
+
+/// One TLS client configuration (ring, webpki roots) for the process.
+pub(crate) fn tls_connector() -> tokio_rustls::TlsConnector {
+    static CONFIG: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+        // An explicit provider: other crates may enable a second one, and then
+        // rustls cannot pick a default on its own.
+        let config =
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default TLS versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        std::sync::Arc::new(config)
+    });
+    tokio_rustls::TlsConnector::from(config.clone())
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ impl Registry {
             bail!("plugins folder {} does not exist", plugins_dir.display());
         }
         // Secrets are read now: a missing one stops the start, naming type and key.
-        crate::secrets::resolve_all(&config)?;
+        crate::secrets::resolve_all(config.config_values())?;
         let pending = wanted_files(&plugins_dir, &config).map(|w| w.len()).unwrap_or(0);
         Ok(Registry {
             runtime,
@@ -124,7 +124,7 @@ impl Registry {
 
     fn load_all(&self) {
         let config = self.config.load_full();
-        let values = match crate::secrets::resolve_all(&config) {
+        let values = match crate::secrets::resolve_all(config.config_values()) {
             Ok(v) => v,
             Err(e) => {
                 error!("plugins not reloaded, the running handlers stay: {e:#}");
@@ -257,7 +257,7 @@ impl Registry {
     /// Applies an edited `runner.toml`: policies, limits and type mappings
     /// take effect now; settings that shape the running host need a restart.
     pub fn apply_config(&self, new: Config) {
-        if let Err(e) = crate::secrets::resolve_all(&new) {
+        if let Err(e) = crate::secrets::resolve_all(new.config_values()) {
             error!("runner.toml not reloaded, the running config stays: {e:#}");
             return;
         }

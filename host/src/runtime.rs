@@ -38,7 +38,6 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 pub use check::{CheckReport, CompileReport};
 pub use compile::{CompileLimits, CompileStats, Compiler, Refused, is_refused, worker as compile_worker};
 pub use handler::{Failure, Handler, Limits, TaskRun};
-pub(crate) use outgoing::tls_connector;
 pub use state::{HostBudget, LOG_CAP, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
 
 use state::HostState;

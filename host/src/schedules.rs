@@ -20,11 +20,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+pub use crate::config::{ScheduleConfig, ScheduleName};
 pub use crate::recurrence::MissedPolicy;
 use crate::recurrence::{Recurrence, catch_up};
 use crate::store::{RecurState, Store, SyncOutcome};
@@ -35,76 +36,10 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(2);
 /// Occurrence times kept known after the armed one: the runway claims arm from.
 const AHEAD: usize = 16;
 
-/// A schedule's name: like a task type, `[a-z0-9][a-z0-9._-]{0,63}` (so `@` never appears in it).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-#[serde(try_from = "String")]
-pub struct ScheduleName(String);
-
-impl ScheduleName {
-    /// The name as a string slice.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for ScheduleName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl TryFrom<String> for ScheduleName {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        // The same rule as task type names; it keeps `@` (the occurrence separator) out.
-        s.parse::<TaskType>().map(|_| ScheduleName(s.clone())).map_err(|_| {
-            format!("invalid schedule name {s:?}: use 1 to 64 of a-z 0-9 . _ - , starting with a letter or digit")
-        })
-    }
-}
-
-impl std::str::FromStr for ScheduleName {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ScheduleName::try_from(s.to_owned())
-    }
-}
-
-/// A `[schedules."name"]` table of `runner.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleConfig {
-    /// The task type of its occurrences.
-    #[serde(rename = "type")]
-    pub task_type: TaskType,
-    /// A cron expression (5 fields, or 6 with seconds first), read on the wall clock of `timezone`.
-    pub cron: Option<String>,
-    /// The IANA time zone of `cron` [default: UTC].
-    pub timezone: Option<String>,
-    /// Or a fixed interval instead of `cron`: `15m`, `1h 30m` (at least 1s).
-    pub every: Option<String>,
-    /// The payload of every occurrence (text) [default: none].
-    pub payload: Option<String>,
-    /// After a time with no host running: `latest` (run the latest missed occurrence once), `all`, or `skip`.
-    pub missed: Option<MissedPolicy>,
-}
-
 impl ScheduleConfig {
     /// The validated schedule; an error names what is wrong with it.
     pub fn definition(&self, name: &ScheduleName) -> Result<Definition> {
-        let rule = match (&self.cron, &self.every) {
-            (Some(expr), None) => Recurrence::cron(expr, self.timezone.as_deref())?,
-            (None, Some(interval)) => {
-                if self.timezone.is_some() {
-                    bail!("timezone goes with cron, not with every");
-                }
-                Recurrence::every(interval)?
-            }
-            (Some(_), Some(_)) => bail!("give cron or every, not both"),
-            (None, None) => bail!("give cron = \"...\" or every = \"...\""),
-        };
+        let rule = self.rule()?;
         Ok(Definition {
             name: name.clone(),
             task_type: self.task_type.clone(),

@@ -22,7 +22,6 @@ use anyhow::{Result, bail};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
-use crate::config::Config;
 use crate::task_type::TaskType;
 
 /// One `config` value as written in `runner.toml`.
@@ -153,15 +152,17 @@ impl fmt::Debug for Values {
     }
 }
 
-/// Resolves every type's `config` values, reading secrets.
+/// Resolves every type's `config` values ([`Config::config_values`](crate::config::Config::config_values)), reading secrets.
 ///
 /// Errors name the type and the key: `types."webhook".config.token:
 /// environment variable WEBHOOK_TOKEN is not set`.
-pub fn resolve_all(config: &Config) -> Result<BTreeMap<TaskType, Arc<BTreeMap<String, String>>>> {
+pub fn resolve_all<'a>(
+    types: impl IntoIterator<Item = (&'a TaskType, &'a BTreeMap<String, ConfigValue>)>,
+) -> Result<BTreeMap<TaskType, Arc<BTreeMap<String, String>>>> {
     let mut out = BTreeMap::new();
-    for (task_type, tc) in &config.types {
+    for (task_type, config) in types {
         let mut values = BTreeMap::new();
-        for (key, value) in &tc.config {
+        for (key, value) in config {
             let place = format!("types.\"{task_type}\".config.{key}");
             values.insert(key.clone(), value.resolve(&place)?);
         }
@@ -196,6 +197,7 @@ impl std::fmt::Debug for Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
     #[test]
     fn values_parse_resolve_and_never_print() {
@@ -212,7 +214,7 @@ mod tests {
         let debug = format!("{c:?}");
         assert!(debug.contains("env = \"PATH\""), "{debug}");
         assert!(!debug.contains("file-secret-123"), "{debug}");
-        let resolved = resolve_all(&c).unwrap();
+        let resolved = resolve_all(c.config_values()).unwrap();
         assert_eq!(resolved[&t]["url"], "http://x");
         assert_eq!(resolved[&t]["key"], "file-secret-123");
         assert_eq!(resolved[&t]["token"], std::env::var("PATH").unwrap());
@@ -224,7 +226,7 @@ mod tests {
     fn missing_env_names_type_and_key() {
         let text = "[types.\"webhook\"]\nconfig = { token = { env = \"HOURGLASS_SURELY_NOT_SET_42\" } }\n";
         let c = Config::parse(text, "runner.toml").unwrap();
-        let err = format!("{:#}", resolve_all(&c).unwrap_err());
+        let err = format!("{:#}", resolve_all(c.config_values()).unwrap_err());
         assert_eq!(err, "types.\"webhook\".config.token: environment variable HOURGLASS_SURELY_NOT_SET_42 is not set");
     }
 

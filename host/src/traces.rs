@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -28,12 +28,12 @@ use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
-use serde::Deserialize;
 use tokio::sync::OnceCell;
 
+pub use crate::config::TelemetryConfig;
+use crate::config::traces_url;
 use crate::store::Store;
-use crate::task::ClaimedTask;
-use crate::task::Outcome;
+use crate::task::{ClaimedTask, Outcome};
 use crate::task_type::TaskType;
 
 /// How often finished spans are sent to the collector (the SDK's default).
@@ -42,42 +42,6 @@ const EXPORT_EVERY: Duration = Duration::from_secs(5);
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest collector response read (it is a small protobuf, usually empty).
 const MAX_RESPONSE: usize = 64 * 1024;
-
-/// The `[telemetry]` table of `runner.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TelemetryConfig {
-    /// OTLP/HTTP collector, `http://collector:4318`: spans go to its `/v1/traces`. Unset: no traces.
-    pub otlp_endpoint: Option<String>,
-}
-
-impl TelemetryConfig {
-    /// Checks the endpoint: an `http` or `https` URL with a host and no query.
-    pub fn validate(&self) -> Result<()> {
-        match self.otlp_endpoint.as_deref() {
-            Some("") => bail!("telemetry.otlp_endpoint is empty: remove it to turn traces off"),
-            Some(url) => traces_url(url).map(drop),
-            None => Ok(()),
-        }
-    }
-}
-
-/// `<endpoint>/v1/traces`, or why the endpoint is not a collector URL.
-fn traces_url(endpoint: &str) -> Result<String> {
-    let bad =
-        |why: &str| anyhow::anyhow!("telemetry.otlp_endpoint = {endpoint:?} {why}, like \"http://collector:4318\"");
-    let uri: http::Uri = endpoint.parse().map_err(|_| bad("is not a URL"))?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) {
-        return Err(bad("must start with http:// or https://"));
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(bad("has no host"));
-    }
-    if uri.query().is_some() {
-        return Err(bad("must not have a query"));
-    }
-    Ok(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
-}
 
 /// The tracer while tracing is on.
 struct Traces {
@@ -320,7 +284,7 @@ async fn post(request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
     let request = http::Request::from_parts(parts, Full::new(body));
     let response = if https {
         let name = rustls::pki_types::ServerName::try_from(host.as_str())?.to_owned();
-        let tls = crate::runtime::tls_connector().connect(name, tcp).await?;
+        let tls = crate::outbound::tls_connector().connect(name, tcp).await?;
         exchange(tls, request).await?
     } else {
         exchange(tcp, request).await?

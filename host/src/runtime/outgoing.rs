@@ -19,8 +19,8 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -391,26 +391,9 @@ impl Sender {
                 .map_err(|_| Error::HttpRequestUriInvalid)?
                 .to_owned(),
         };
-        let tls = tls_connector().connect(name, tcp).await.map_err(Error::Tls)?;
+        let tls = crate::outbound::tls_connector().connect(name, tcp).await.map_err(Error::Tls)?;
         Ok(Box::new(tls))
     }
-}
-
-/// One TLS client configuration (ring, webpki roots) for the process.
-pub(crate) fn tls_connector() -> tokio_rustls::TlsConnector {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    let config = CONFIG.get_or_init(|| {
-        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
-        // An explicit provider: other crates may enable a second one, and then
-        // rustls cannot pick a default on its own.
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Arc::new(config)
-    });
-    tokio_rustls::TlsConnector::from(config.clone())
 }
 
 /// A response body that errors past `max` bytes or after the deadline, and

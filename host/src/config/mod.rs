@@ -8,9 +8,15 @@ use anyhow::{Context, Result, bail};
 use bytesize::ByteSize;
 use serde::Deserialize;
 
-use crate::outbound::AllowedHosts;
-use crate::secrets::ConfigValue;
 use crate::task_type::TaskType;
+
+mod policy;
+mod schedule;
+mod telemetry;
+
+pub use policy::{Rate, TypeConfig, TypePolicy};
+pub use schedule::{ScheduleConfig, ScheduleName};
+pub use telemetry::{TelemetryConfig, traces_url};
 
 /// The whole `runner.toml`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -33,10 +39,10 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Recurring schedules: each fires tasks of its type by a cron expression or an interval.
     #[serde(default)]
-    pub schedules: BTreeMap<crate::schedules::ScheduleName, crate::schedules::ScheduleConfig>,
+    pub schedules: BTreeMap<ScheduleName, ScheduleConfig>,
     /// Traces (opt-in): where to send one span per run.
     #[serde(default)]
-    pub telemetry: crate::traces::TelemetryConfig,
+    pub telemetry: TelemetryConfig,
 }
 
 /// The `[admin]` table.
@@ -211,203 +217,6 @@ impl Default for RunnerConfig {
     }
 }
 
-/// Retry policy and sandbox limits of a task type. In `[defaults]` every
-/// field has a value; in `[types.<name>]` every field is optional and falls
-/// back to `[defaults]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TypePolicy {
-    /// Most tasks of this type in hand at once (claimed and not yet settled); one claim takes at most a quarter of it.
-    pub concurrency: usize,
-    /// Most tasks of this type running at once over every host (0: no limit beyond `concurrency` per host).
-    pub max_running: u64,
-    /// Most tasks of this type started per second, minute or hour over every host (`50/s`, `100/m`); none by default.
-    pub rate: Option<Rate>,
-    /// Share claims fairly among the keys of task ids, the part before this separator (`":"`: `tenant-7:order-1` has key `tenant-7`); off by default.
-    pub fair_by: Option<String>,
-    /// Attempts before a failing task is dead-lettered (1 = never retry).
-    pub max_attempts: u32,
-    /// First retry delay; it doubles with every attempt (with jitter).
-    #[serde(with = "humantime_serde")]
-    pub backoff_base: Duration,
-    /// Longest retry delay.
-    #[serde(with = "humantime_serde")]
-    pub backoff_cap: Duration,
-    /// Execution deadline of one handler run.
-    #[serde(with = "humantime_serde")]
-    pub timeout: Duration,
-    /// `scheme://host[:port]` targets the plugin may call over HTTP (`*` as a
-    /// subdomain or port wildcard; private addresses only when named exactly).
-    /// Empty: no outbound HTTP.
-    pub allowed_outbound_hosts: AllowedHosts,
-    /// Deadline of one outbound HTTP request, connect to last body byte (the run's `timeout` still applies).
-    #[serde(with = "humantime_serde")]
-    pub http_timeout: Duration,
-    /// Largest HTTP response body a plugin may read; a longer one is cut off with an error.
-    pub http_max_response: ByteSize,
-    /// Most outbound HTTP requests of this type in flight at once, over all its running tasks.
-    pub http_concurrency: usize,
-    /// Linear memory cap of one handler instance.
-    pub memory_limit: ByteSize,
-    /// Most bytes the host holds for one run outside its linear memory: its
-    /// follow-ups, captured output and error text, and its wasi:http state
-    /// (header fields, request bodies). A run that needs more fails.
-    pub host_memory_limit: ByteSize,
-    /// Larger payloads are dead-lettered without running.
-    pub max_payload: ByteSize,
-    /// Opt-in instance reuse: one instance serves up to this many consecutive
-    /// tasks (0 or 1: a fresh instance per task, the default). A trap or
-    /// failure discards the instance. Faster, but a task can see what earlier
-    /// tasks left in the instance's memory and globals.
-    pub instance_reuse: u32,
-    /// Append every outcome to the `<prefix>:{<type>}:events` stream.
-    pub events: bool,
-    /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
-    pub events_maxlen: u64,
-    /// Types the handler may schedule follow-ups into, itself included only
-    /// when listed; create-only: a follow-up whose id is already waiting or
-    /// dead-lettered in its type leaves that task as it is. Empty: none.
-    pub may_schedule: Vec<TaskType>,
-    /// Types whose existing tasks the handler's follow-ups may also replace
-    /// (re-schedule, with their payload); implies `may_schedule`.
-    pub may_replace: Vec<TaskType>,
-}
-
-impl Default for TypePolicy {
-    fn default() -> Self {
-        TypePolicy {
-            concurrency: 256,
-            max_running: 0,
-            rate: None,
-            fair_by: None,
-            max_attempts: 5,
-            backoff_base: Duration::from_secs(1),
-            backoff_cap: Duration::from_secs(300),
-            timeout: Duration::from_secs(10),
-            allowed_outbound_hosts: AllowedHosts::default(),
-            http_timeout: Duration::from_secs(5),
-            http_max_response: ByteSize::mib(1),
-            http_concurrency: 8,
-            memory_limit: ByteSize::mib(64),
-            host_memory_limit: ByteSize::mib(16),
-            max_payload: ByteSize::mib(1),
-            instance_reuse: 0,
-            events: false,
-            events_maxlen: 10_000,
-            may_schedule: Vec::new(),
-            may_replace: Vec::new(),
-        }
-    }
-}
-
-/// Overrides of [`TypePolicy`] for one type: `None` falls back to `[defaults]`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TypeConfig {
-    /// Plugin file in the plugins folder (default: `<type>.wasm`).
-    pub plugin: Option<PathBuf>,
-    /// See [`TypePolicy::concurrency`].
-    pub concurrency: Option<usize>,
-    /// See [`TypePolicy::max_running`].
-    pub max_running: Option<u64>,
-    /// See [`TypePolicy::rate`].
-    pub rate: Option<Rate>,
-    /// See [`TypePolicy::fair_by`].
-    pub fair_by: Option<String>,
-    /// See [`TypePolicy::max_attempts`].
-    pub max_attempts: Option<u32>,
-    /// See [`TypePolicy::backoff_base`].
-    #[serde(default, with = "humantime_serde::option")]
-    pub backoff_base: Option<Duration>,
-    /// See [`TypePolicy::backoff_cap`].
-    #[serde(default, with = "humantime_serde::option")]
-    pub backoff_cap: Option<Duration>,
-    /// See [`TypePolicy::timeout`].
-    #[serde(default, with = "humantime_serde::option")]
-    pub timeout: Option<Duration>,
-    /// See [`TypePolicy::allowed_outbound_hosts`].
-    pub allowed_outbound_hosts: Option<AllowedHosts>,
-    /// See [`TypePolicy::http_timeout`].
-    #[serde(default, with = "humantime_serde::option")]
-    pub http_timeout: Option<Duration>,
-    /// See [`TypePolicy::http_max_response`].
-    pub http_max_response: Option<ByteSize>,
-    /// See [`TypePolicy::http_concurrency`].
-    pub http_concurrency: Option<usize>,
-    /// See [`TypePolicy::memory_limit`].
-    pub memory_limit: Option<ByteSize>,
-    /// See [`TypePolicy::host_memory_limit`].
-    pub host_memory_limit: Option<ByteSize>,
-    /// See [`TypePolicy::max_payload`].
-    pub max_payload: Option<ByteSize>,
-    /// See [`TypePolicy::instance_reuse`].
-    pub instance_reuse: Option<u32>,
-    /// See [`TypePolicy::events`].
-    pub events: Option<bool>,
-    /// See [`TypePolicy::events_maxlen`].
-    pub events_maxlen: Option<u64>,
-    /// See [`TypePolicy::may_schedule`].
-    pub may_schedule: Option<Vec<TaskType>>,
-    /// See [`TypePolicy::may_replace`].
-    pub may_replace: Option<Vec<TaskType>>,
-    /// Values the plugin reads through its `config` import: strings, or secrets
-    /// from the host's environment (`{ env = "NAME" }`) or a file (`{ file = "path" }`).
-    #[serde(default)]
-    pub config: BTreeMap<String, ConfigValue>,
-}
-
-/// A rate limit: tasks per second, minute or hour (`50/s`, `100/m`, `1000/h`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
-pub struct Rate {
-    count: u32,
-    per: Duration,
-}
-
-impl Rate {
-    /// Tasks per second.
-    pub fn per_second(&self) -> f64 {
-        f64::from(self.count) / self.per.as_secs_f64()
-    }
-
-    /// The most tasks the bucket lets out at once: 50 ms worth, at least one,
-    /// so that any one-second window sees at most 5% over the rate.
-    pub fn burst(&self) -> f64 {
-        (self.per_second() / 20.0).max(1.0)
-    }
-}
-
-impl std::fmt::Display for Rate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let unit = match self.per.as_secs() {
-            1 => "s",
-            60 => "m",
-            _ => "h",
-        };
-        write!(f, "{}/{unit}", self.count)
-    }
-}
-
-impl TryFrom<String> for Rate {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        let bad = || format!("invalid rate {s:?}: expected <count>/s, /m or /h, like \"50/s\"");
-        let (count, unit) = s.split_once('/').ok_or_else(bad)?;
-        let count: u32 = count.trim().parse().map_err(|_| bad())?;
-        let per = match unit.trim() {
-            "s" | "sec" | "second" => Duration::from_secs(1),
-            "m" | "min" | "minute" => Duration::from_secs(60),
-            "h" | "hour" => Duration::from_secs(3600),
-            _ => return Err(bad()),
-        };
-        if count == 0 {
-            return Err(format!("invalid rate {s:?}: the count must be at least 1"));
-        }
-        Ok(Rate { count, per })
-    }
-}
-
 /// Defaults of `compile_memory_limit` and `compile_timeout`: the Python and
 /// JavaScript examples (interpreters) need up to 640 MiB of address space and
 /// 10 s of CPU here (BENCHMARKS.md); these leave room for larger plugins and
@@ -416,7 +225,7 @@ const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
 const DEFAULT_COMPILE_SECS: u64 = 120;
 
 /// The most a config may ask for, so a typo cannot make the host unusable.
-const MAX_CONCURRENCY: usize = 100_000;
+pub(crate) const MAX_CONCURRENCY: usize = 100_000;
 const MAX_BATCH: usize = 10_000;
 
 impl Config {
@@ -493,7 +302,7 @@ impl Config {
         }
         self.admin.validate()?;
         for (name, schedule) in &self.schedules {
-            schedule.definition(name).with_context(|| format!("schedules.\"{name}\""))?;
+            schedule.rule().with_context(|| format!("schedules.\"{name}\""))?;
         }
         self.telemetry.validate()?;
         self.defaults.validate("defaults")?;
@@ -501,6 +310,11 @@ impl Config {
             self.policy(name).validate(&format!("types.\"{name}\""))?;
         }
         Ok(())
+    }
+
+    /// Every type's `config` values as written (secrets not read yet).
+    pub fn config_values(&self) -> impl Iterator<Item = (&TaskType, &BTreeMap<String, crate::secrets::ConfigValue>)> {
+        self.types.iter().map(|(t, tc)| (t, &tc.config))
     }
 
     /// The cap of the type's events stream, or `None` when its events are off.
@@ -543,61 +357,13 @@ impl Config {
     }
 }
 
-impl TypePolicy {
-    fn validate(&self, table: &str) -> Result<()> {
-        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
-            bail!("{table}.concurrency must be between 1 and {MAX_CONCURRENCY}");
-        }
-        if self.fair_by.as_ref().is_some_and(|s| s.is_empty() || s.len() > 16) {
-            bail!("{table}.fair_by must be 1 to 16 characters (the separator before which an id's key ends)");
-        }
-        if self.max_attempts == 0 {
-            bail!("{table}.max_attempts must be at least 1");
-        }
-        if self.backoff_cap < self.backoff_base {
-            bail!("{table}.backoff_cap must not be less than backoff_base");
-        }
-        if self.timeout.is_zero() {
-            bail!("{table}.timeout must be more than 0");
-        }
-        if self.http_timeout.is_zero() {
-            bail!("{table}.http_timeout must be more than 0");
-        }
-        if self.http_max_response.as_u64() == 0 || self.http_max_response > ByteSize::gib(1) {
-            bail!("{table}.http_max_response must be between 1 byte and 1 GiB");
-        }
-        if self.http_concurrency == 0 || self.http_concurrency > MAX_CONCURRENCY {
-            bail!("{table}.http_concurrency must be between 1 and {MAX_CONCURRENCY}");
-        }
-        if self.memory_limit < ByteSize::mib(1) || self.memory_limit > ByteSize::gib(4) {
-            bail!("{table}.memory_limit must be between 1 MiB and 4 GiB");
-        }
-        if self.host_memory_limit < ByteSize::mib(4) || self.host_memory_limit > ByteSize::gib(1) {
-            bail!("{table}.host_memory_limit must be between 4 MiB and 1 GiB");
-        }
-        if self.max_payload.as_u64() == 0 || self.max_payload > ByteSize::mib(512) {
-            bail!("{table}.max_payload must be between 1 byte and 512 MiB");
-        }
-        if self.events_maxlen == 0 || self.events_maxlen > 100_000_000 {
-            bail!("{table}.events_maxlen must be between 1 and 100000000");
-        }
-        for (key, list) in [("may_schedule", &self.may_schedule), ("may_replace", &self.may_replace)] {
-            let mut seen = std::collections::BTreeSet::new();
-            if let Some(twice) = list.iter().find(|t| !seen.insert(*t)) {
-                bail!("{table}.{key} lists \"{twice}\" twice");
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn shipped_runner_toml_parses() {
-        let c = Config::parse(include_str!("../../runner.toml"), "runner.toml").unwrap();
+        let c = Config::parse(include_str!("../../../runner.toml"), "runner.toml").unwrap();
         assert!(c.redis.managed);
         assert!(c.types.contains_key(&"order.timeout".parse().unwrap()));
     }
