@@ -1,4 +1,7 @@
 //! `hourglass bench`: runs the host in-process on the `noop` plugin against a Redis, writes tasks as a client would, and measures throughput, lateness, footprint and reload time.
+//!
+//! Long: every `hourglass bench` scenario and its report. It is to leave the host crate for a crate of its own
+//! (issue 26); until then it stays one file.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -14,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::now_ms;
 use crate::config::{Config, KeyPrefix, TypeConfig};
 use crate::host;
+use crate::pipeline::{Event, Observer};
 use crate::redis_server::{RedisServer, ServerSpec};
-use crate::runner::{Event, Observer};
 use crate::store::{ScheduleMode, Store};
 use crate::task_type::TaskType;
 

@@ -1,4 +1,6 @@
 //! The `hourglass` command line: argument parsing and one function per command.
+//!
+//! Long: the argument parser of every command and one short function per command; none shares code worth a module.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -8,14 +8,14 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::health::Health;
+use crate::pipeline::{self, Observer, Parts};
 use crate::registry::Registry;
-use crate::runner::{self, Observer, Parts};
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::store::Store;
 use crate::task_type::TaskType;
 
 /// Runs a host until `shutdown` is cancelled, then drains gracefully (see
-/// [`runner::run`]). `config_file`, when given, is watched and re-applied on change.
+/// [`pipeline::run`]). `config_file`, when given, is watched and re-applied on change.
 pub async fn run(
     config: Config,
     config_file: Option<PathBuf>,
@@ -84,7 +84,7 @@ pub async fn run_observed(
     let recurring = tokio::spawn(crate::schedules::run(store.clone(), registry.clone(), shutdown.clone()));
 
     let parts = Parts { store, registry, runtime, wakeups, health, observer, cancels };
-    runner::run(parts, shutdown).await;
+    pipeline::run(parts, shutdown).await;
 
     recurring.abort();
     announce.abort();

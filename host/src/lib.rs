@@ -10,11 +10,17 @@
 //!
 //! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic.
 //! - [`wakeup`]: keyspace notifications (or polling) that wake a type's claim loop early.
-//! - [`claim`]: a type's claim loop: slots, leases taken, sleep until due, lease renewals.
+//! - [`pipeline::claim`]: a type's claim loop: slots, leases taken, sleep until due, lease renewals.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
-//! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance.
-//! - [`dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
-//! - [`settle`]: outcomes written in batches; slots freed once they are stored.
+//! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance (compiled in a
+//!   worker process under limits).
+//! - [`pipeline::dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
+//! - [`pipeline::settle`]: outcomes written in batches; slots freed once they are stored.
+//!
+//! [`pipeline`] runs that path for every type and drains it at shutdown; its
+//! stages share [`pipeline::state`], which imports none of them. Imports
+//! point one way: no module imports one that imports it back
+//! (`tests/layout.rs` checks it).
 //!
 //! Around it:
 //!
@@ -23,7 +29,6 @@
 //! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
 //! - [`outbound`], [`secrets`]: the HTTP allow-list and the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
-//! - [`runner`]: the path above for every type, and the drain at shutdown.
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
 //! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
 //!   [`managed`]: a private `redis-server` for the quick start, started by
@@ -37,25 +42,22 @@
 pub mod admin;
 pub mod backoff;
 pub mod bench;
-pub mod claim;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod dispatch;
 pub mod health;
 pub mod host;
 pub mod hosts;
 pub mod logging;
 pub mod managed;
 pub mod outbound;
+pub mod pipeline;
 pub mod recurrence;
 pub mod redis_server;
 pub mod registry;
-pub mod runner;
 pub mod runtime;
 pub mod schedules;
 pub mod secrets;
-pub mod settle;
 pub mod show;
 pub mod store;
 pub mod target;

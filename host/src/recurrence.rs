@@ -1,5 +1,7 @@
 //! Recurring schedules: a cron expression in an IANA time zone, or a fixed interval, with DST-safe next occurrences and catch-up of missed runs.
 //!
+//! Long: one concept, its cron and interval arithmetic with the DST and missed-run rules (500 lines), and their tests (500).
+//!
 //! All instants are milliseconds since the Unix epoch (`i64`); cron occurrences fall on whole seconds.
 //!
 //! # Cron expressions

@@ -196,3 +196,38 @@ pub enum SettleResult {
     /// Settled, as cancelled: `hourglass cancel` had asked to stop it, so a failure is not retried.
     Cancelled,
 }
+
+/// A request to stop one run, from `hourglass cancel` through Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest {
+    /// Its type.
+    pub task_type: TaskType,
+    /// Its id.
+    pub id: Vec<u8>,
+    /// The lease token of the run to stop (a later run of the same id is left alone).
+    pub token: u64,
+}
+
+impl CancelRequest {
+    /// Reads a cancel message: `<type>\n<token>\n<id>`.
+    pub fn parse(message: &[u8]) -> Option<CancelRequest> {
+        let mut parts = message.splitn(3, |&b| b == b'\n');
+        let task_type = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+        let token = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+        Some(CancelRequest { task_type, token, id: parts.next()?.to_vec() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CancelRequest;
+
+    #[test]
+    fn cancel_messages_parse_with_any_id_bytes() {
+        let r = CancelRequest::parse(b"order.timeout\n42\na\nb\xff").unwrap();
+        assert_eq!((r.task_type.as_str(), r.token, r.id.as_slice()), ("order.timeout", 42, &b"a\nb\xff"[..]));
+        assert!(CancelRequest::parse(b"Bad Type\n1\nx").is_none());
+        assert!(CancelRequest::parse(b"t\nnot-a-number\nx").is_none());
+        assert!(CancelRequest::parse(b"t\n1").is_none());
+    }
+}

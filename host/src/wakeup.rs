@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::WakeupMode;
-use crate::runner::CancelRequest;
 use crate::store::{Node, Store};
+use crate::task::CancelRequest;
 use crate::task_type::TaskType;
 
 /// Per task type, a [`Notify`] that fires when its due set was written.

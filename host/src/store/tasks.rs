@@ -1,4 +1,6 @@
 //! Task operations: schedule, cancel, claim, settle, extend, release, and the outbox that carries follow-ups.
+//!
+//! Long: the Rust side of the task scripts, each call beside the encoding of its arguments and reply; 60 lines are tests.
 
 use std::collections::HashMap;
 use std::time::Duration;

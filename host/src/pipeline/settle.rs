@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use super::state::{Event, Finished, InFlight, Permits, Runner};
 use crate::logging::clean_id;
-use crate::runner::{Event, InFlight, Permits, Runner};
 use crate::task::{Outcome, SettleResult, Settlement};
 use crate::task_type::TaskType;
 
@@ -18,14 +18,6 @@ const SETTLE_MAX: usize = 512;
 const SETTLE_LINGER: Duration = Duration::from_micros(500);
 /// Longest wait between attempts to write outcomes while Redis is down or the type faulted.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// An outcome queued for the settler, with the slots it frees once stored and
-/// how many outcomes of the same claim are still to come.
-pub(crate) struct Finished {
-    pub(crate) settlement: Settlement,
-    pub(crate) permits: Permits,
-    pub(crate) claim_unreported: Arc<AtomicUsize>,
-}
 
 /// Outcomes the settler has taken from its queue for one script call.
 #[derive(Default)]

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
+use super::state::{Permits, Runner, TypeState};
 use crate::health::Trouble;
 use crate::logging::clean_id;
-use crate::runner::{Permits, Runner, TypeState};
 use crate::store::{ClaimLimits, Extended};
 use crate::task::Lease;
 use crate::task_type::TaskType;

@@ -8,12 +8,11 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::state::{Event, Finished, InFlightRun, Permits, Runner, TypeState};
 use crate::backoff;
 use crate::logging::clean_id;
 use crate::registry::Entry;
-use crate::runner::{Event, InFlightRun, Permits, Runner, TypeState};
 use crate::runtime::{Failure, TaskRun};
-use crate::settle::Finished;
 use crate::task::{ClaimedTask, FollowUp, Outcome, RunInfo, Settlement};
 
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.

@@ -1,0 +1,137 @@
+//! The pipeline: one claim loop per type with a plugin, its runs and its settler, and the drain at shutdown.
+//!
+//! The path of a task, room by room, each stage handing on to the next:
+//! [`claim`] takes due tasks under a lease within the concurrency limits,
+//! [`dispatch`] runs each in the sandbox and decides what its result means,
+//! and [`settle`] writes the outcomes in batches and only then frees the
+//! slots. They share [`state`], which imports none of them. This module
+//! starts those loops for every type that has a plugin and, at shutdown,
+//! stops claiming, lets running tasks finish within the grace period, ends
+//! the rest and hands their leases back.
+
+pub mod claim;
+pub mod dispatch;
+pub mod settle;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::health::Health;
+use crate::registry::Registry;
+use crate::runtime::Runtime;
+use crate::store::Store;
+use crate::task::CancelRequest;
+use crate::task_type::TaskType;
+use crate::wakeup::Wakeups;
+pub use state::{Event, Observer};
+use state::{Runner, TypeState};
+
+/// What the runner is handed by the host that starts it.
+pub struct Parts {
+    /// Where the tasks are (recording this host as the holder of its leases).
+    pub store: Store,
+    /// Which plugin serves which type, kept current.
+    pub registry: Registry,
+    /// The sandbox the runs execute in.
+    pub runtime: Runtime,
+    /// Early wake-ups when a due set changes.
+    pub wakeups: Wakeups,
+    /// Outages and per-type faults, shared with the admin server.
+    pub health: Health,
+    /// Told about every start and settle (benchmarks); `None` in production.
+    pub observer: Option<Observer>,
+    /// Requests to stop runs, as the wake-up listener receives them.
+    pub cancels: mpsc::UnboundedReceiver<CancelRequest>,
+}
+
+/// A type's state, with its settler running.
+fn start_type(runner: &Runner, task_type: &TaskType, concurrency: usize) -> Arc<TypeState> {
+    let (state, queue) = TypeState::new(task_type, concurrency, claim::claim_size(runner.batch_size, concurrency));
+    let state = Arc::new(state);
+    let settler = runner.clone().settler(task_type.clone(), state.in_flight.clone(), state.metrics.clone(), queue);
+    state.set_settler(tokio::spawn(settler));
+    state
+}
+
+/// Runs every type's claim loop until `shutdown` is cancelled, then drains:
+/// no new claims; running tasks get `grace_period` to finish; the runs still
+/// going are ended (their futures dropped, so their instances and slots
+/// come back at once) and their leases handed back to `due`, due now.
+pub async fn run(parts: Parts, shutdown: CancellationToken) {
+    let config = parts.registry.config();
+    let mut cancels = parts.cancels;
+    let runner = Runner {
+        store: parts.store,
+        registry: parts.registry,
+        runtime: parts.runtime,
+        wakeups: parts.wakeups,
+        health: parts.health,
+        global: Arc::new(Semaphore::new(config.runner.concurrency)),
+        stop_claiming: shutdown.clone(),
+        abort: CancellationToken::new(),
+        runs: TaskTracker::new(),
+        poll_interval: config.runner.poll_interval,
+        batch_size: config.runner.batch_size,
+        lease: config.runner.lease,
+        observer: parts.observer,
+    };
+    let workers = TaskTracker::new();
+    let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();
+    let mut versions = runner.registry.subscribe();
+    loop {
+        // Start a worker for every type that gained a plugin.
+        for task_type in runner.registry.types() {
+            if states.get(&task_type).is_some_and(|s| !s.stopped.load(Ordering::Relaxed)) {
+                continue;
+            }
+            let concurrency = runner.registry.config().policy(&task_type).concurrency;
+            let state = start_type(&runner, &task_type, concurrency);
+            states.insert(task_type.clone(), state.clone());
+            let r = runner.clone();
+            workers.spawn(async move { r.type_worker(task_type, state).await });
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = versions.changed() => if changed.is_err() { break },
+            Some(request) = cancels.recv() => {
+                if states.get(&request.task_type).is_some_and(|s| s.stop(&request.id, request.token)) {
+                    info!(task_type = %request.task_type, task_id = %crate::logging::clean_id(&request.id), "cancel asked: stopping the run");
+                }
+            }
+        }
+    }
+
+    let grace = runner.registry.config().runner.grace_period;
+    info!(grace = ?grace, "shutting down: no new claims; waiting for running tasks");
+    runner.runs.close();
+    if tokio::time::timeout(grace, runner.runs.wait()).await.is_err() {
+        let unfinished = runner.runs.len();
+        runner.abort.cancel();
+        runner.runs.wait().await;
+        warn!(unfinished, "grace period over: the runs still going were stopped");
+    }
+    for (task_type, state) in &states {
+        state.close_settler(task_type).await;
+    }
+    for (task_type, state) in &states {
+        let leases = state.in_flight_leases();
+        if leases.is_empty() {
+            continue;
+        }
+        match runner.store.release(task_type, &leases).await {
+            Ok(n) => {
+                warn!(task_type = %task_type, handed_back = n, "leases of unfinished tasks handed back: due now for any host")
+            }
+            Err(e) => error!(task_type = %task_type, "cannot hand leases back, they will expire: {e:#}"),
+        }
+    }
+    workers.close();
+    workers.wait().await;
+}

@@ -1,0 +1,171 @@
+//! The runner's shared state: handles every stage uses, each type's slots, tasks in flight and settle queue.
+//!
+//! Claim, dispatch and settle read and change this; it imports none of them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::error;
+
+use crate::health::Health;
+use crate::registry::Registry;
+use crate::runtime::Runtime;
+use crate::store::Store;
+use crate::task::{Lease, Settlement};
+use crate::task_type::TaskType;
+use crate::wakeup::Wakeups;
+
+/// How long shutdown waits for the last outcomes to be written.
+const SETTLE_AT_EXIT: Duration = Duration::from_secs(10);
+
+/// What the runner tells an [`Observer`]: a task started running, or its outcome was written.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A handler is about to run the task.
+    Started {
+        /// Its type.
+        task_type: &'a TaskType,
+        /// Its id.
+        id: &'a [u8],
+        /// The score it was claimed with (ms since the epoch).
+        due_ms: i64,
+        /// Short hash of the plugin version that runs it.
+        plugin_hash: &'a str,
+    },
+    /// Its outcome is stored in Redis (`fenced`: ignored because the lease was lost).
+    Settled {
+        /// Its type.
+        task_type: &'a TaskType,
+        /// Its id.
+        id: &'a [u8],
+        /// True for a success ack.
+        acked: bool,
+        /// True when the outcome was ignored (stale lease token).
+        fenced: bool,
+    },
+}
+
+/// A callback the runner invokes at task start and settle, e.g. for `hourglass bench`.
+/// It runs on hot paths, so it must be quick; without one the runner pays nothing.
+pub type Observer = Arc<dyn Fn(Event<'_>) + Send + Sync>;
+
+/// Shared handles of the running host; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Runner {
+    pub(crate) store: Store,
+    pub(crate) registry: Registry,
+    pub(crate) runtime: Runtime,
+    pub(crate) wakeups: Wakeups,
+    pub(crate) health: Health,
+    /// Slots of the global `runner.concurrency`.
+    pub(crate) global: Arc<Semaphore>,
+    /// Cancelled at shutdown: no new claims.
+    pub(crate) stop_claiming: CancellationToken,
+    /// Cancelled when the grace period is over: runs still going are ended.
+    pub(crate) abort: CancellationToken,
+    /// Every run in progress, so shutdown can wait for them.
+    pub(crate) runs: TaskTracker,
+    pub(crate) poll_interval: Duration,
+    pub(crate) batch_size: usize,
+    pub(crate) lease: Duration,
+    pub(crate) observer: Option<Observer>,
+}
+
+/// A claimed task not yet settled: when its lease was last renewed, and how to stop its run.
+pub(crate) struct InFlightRun {
+    pub(crate) renewed: Instant,
+    /// Cancelled by `hourglass cancel` (through Redis): the run ends as cancelled.
+    pub(crate) stop: CancellationToken,
+}
+
+/// Claimed tasks of one type by (id, lease token).
+pub(crate) type InFlight = Arc<Mutex<HashMap<Lease, InFlightRun>>>;
+
+/// The global and per-type concurrency slots one task holds until it is settled.
+pub(crate) type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// Per task type: its concurrency limit, running tasks and settle queue.
+pub(crate) struct TypeState {
+    pub(crate) semaphore: Arc<Semaphore>,
+    /// Most tasks one claim takes: see [`claim_size`](super::claim::claim_size).
+    pub(crate) claim_size: usize,
+    pub(crate) in_flight: InFlight,
+    pub(crate) settle_tx: Mutex<Option<mpsc::UnboundedSender<Finished>>>,
+    settler: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The worker ended because the type lost its plugin.
+    pub(crate) stopped: AtomicBool,
+    pub(crate) metrics: Arc<crate::telemetry::TypeMetrics>,
+}
+
+impl TypeState {
+    /// A type's state with `concurrency` slots and claims of `claim_size`,
+    /// and the receiving end of its settle queue (for its settler).
+    pub(crate) fn new(
+        task_type: &TaskType,
+        concurrency: usize,
+        claim_size: usize,
+    ) -> (TypeState, mpsc::UnboundedReceiver<Finished>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = TypeState {
+            semaphore: Arc::new(Semaphore::new(concurrency)),
+            claim_size,
+            in_flight: InFlight::default(),
+            settle_tx: Mutex::new(Some(tx)),
+            settler: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            metrics: Arc::new(crate::telemetry::TypeMetrics::new(task_type)),
+        };
+        (state, rx)
+    }
+
+    /// Keeps the settler's handle, so [`TypeState::close_settler`] can wait for it.
+    pub(crate) fn set_settler(&self, settler: tokio::task::JoinHandle<()>) {
+        *self.settler.lock().unwrap_or_else(|p| p.into_inner()) = Some(settler);
+    }
+
+    /// Stops the run of `id` under `token`, if this host holds it; true if it did.
+    pub(crate) fn stop(&self, id: &[u8], token: u64) -> bool {
+        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        // A cancel names the task and its token, not its claim; it is rare, so a scan will do.
+        match map.iter().find(|(lease, _)| lease.id == id && lease.token == token).map(|(_, run)| run) {
+            Some(run) => {
+                run.stop.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Leases of tasks claimed and not yet settled.
+    pub(crate) fn in_flight_leases(&self) -> Vec<Lease> {
+        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        map.keys().cloned().collect()
+    }
+
+    /// Closes the settle queue and waits until everything in it is written,
+    /// or gives up after [`SETTLE_AT_EXIT`] (Redis is down): those tasks'
+    /// leases expire and they run again, as after a crash.
+    pub(crate) async fn close_settler(&self, task_type: &TaskType) {
+        self.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let handle = self.settler.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut h) = handle
+            && tokio::time::timeout(SETTLE_AT_EXIT, &mut h).await.is_err()
+        {
+            h.abort();
+            error!(task_type = %task_type, "outcomes not written before exit (Redis unreachable): those tasks run again once their leases expire");
+        }
+    }
+}
+
+/// An outcome queued for the settler, with the slots it frees once stored and
+/// how many outcomes of the same claim are still to come.
+pub(crate) struct Finished {
+    pub(crate) settlement: Settlement,
+    pub(crate) permits: Permits,
+    pub(crate) claim_unreported: Arc<AtomicUsize>,
+}

@@ -1,0 +1,146 @@
+//! The shape of the host crate: imports between its top-level modules point one way, and long files say why.
+//!
+//! Read from the source, as a reviewer would: every `crate::<module>` a
+//! module's code names (comments and its `#[cfg(test)]` part aside) is an
+//! edge of the graph, and a cycle fails the test naming its modules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Longer source files must say at their top why (a line starting `//! Long:`).
+const MAX_LINES: usize = 600;
+
+fn sources() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+    out.sort();
+    out
+}
+
+/// The top-level module a source file belongs to (`None` for the crate root and the binary).
+fn top_module(path: &Path) -> Option<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let rel = path.strip_prefix(&src).unwrap();
+    let first = rel.components().next()?.as_os_str().to_string_lossy().trim_end_matches(".rs").to_owned();
+    (first != "lib" && first != "main").then_some(first)
+}
+
+/// The modules `code` names as `crate::<module>`, outside comments and tests.
+fn imports(code: &str) -> BTreeSet<String> {
+    let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut found = BTreeSet::new();
+    // A comment starts a line or follows code after " // " (so "redis://x" in a string stays code).
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| l.split(" // ").next().unwrap_or(l))
+    {
+        for (at, _) in line.match_indices("crate::") {
+            let name: String = line[at + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+/// The strongly connected components of more than one module (Tarjan).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            for w in self.graph[v].iter().filter(|w| self.graph.contains_key(*w)) {
+                if !self.index.contains_key(w.as_str()) {
+                    self.visit(w);
+                    let lw = self.low[w.as_str()];
+                    self.low.entry(v).and_modify(|l| *l = (*l).min(lw));
+                } else if self.stack.contains(&w.as_str()) {
+                    let iw = self.index[w.as_str()];
+                    self.low.entry(v).and_modify(|l| *l = (*l).min(iw));
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    component.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut walk = Walk { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), found: Vec::new() };
+    for v in graph.keys() {
+        if !walk.index.contains_key(v.as_str()) {
+            walk.visit(v);
+        }
+    }
+    walk.found
+}
+
+#[test]
+fn the_finder_sees_a_cycle() {
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec!["a"])]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+            .collect();
+    assert_eq!(cycles(&graph), vec![vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]]);
+    assert_eq!(imports("use crate::store::Store; // crate::admin\n// crate::host\nx(crate::clock::now())"), {
+        ["clock", "store"].into_iter().map(str::to_owned).collect::<BTreeSet<_>>()
+    });
+}
+
+#[test]
+fn imports_between_top_level_modules_have_no_cycle() {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in sources() {
+        let Some(module) = top_module(&path) else { continue };
+        let code = std::fs::read_to_string(&path).unwrap();
+        let mut names = imports(&code);
+        names.remove(&module);
+        graph.entry(module).or_default().extend(names);
+    }
+    assert!(graph.len() > 20, "read {} modules: the walk found too little", graph.len());
+    let found = cycles(&graph);
+    assert!(found.is_empty(), "import cycles between top-level modules: {found:?}");
+}
+
+#[test]
+fn long_source_files_say_why_at_their_top() {
+    let mut unexplained = Vec::new();
+    for path in sources() {
+        let code = std::fs::read_to_string(&path).unwrap();
+        let head: Vec<&str> = code.lines().take(20).collect();
+        if code.lines().count() > MAX_LINES && !head.iter().any(|l| l.starts_with("//! Long:")) {
+            unexplained.push(format!("{} ({} lines)", path.display(), code.lines().count()));
+        }
+    }
+    assert!(unexplained.is_empty(), "over {MAX_LINES} lines without a `//! Long:` reason at the top: {unexplained:#?}");
+}
