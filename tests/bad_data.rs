@@ -258,12 +258,12 @@ async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
         let f =
             FollowUp { task_type: ty("next"), id: b"f-1".to_vec(), payload: b"p".to_vec(), due_ms: 1, replace: false };
         // The low-level settle leaves follow-ups in the outbox for the flush under test.
-        s.settle_with_events(&t, &[ack(&claimed[0], vec![f])], None).await.unwrap();
+        s.settle(&t, &[ack(&claimed[0], vec![f])], None).await.unwrap();
         marker = format!("hourglass:{{next}}:delivered:wt:{}:0:create", claimed[0].token);
     }
     if matches!(script, Script::DeadRequeue | Script::DeadPurge | Script::DeadList | Script::Stats) {
         let dead: Vec<Settlement> = claimed.iter().take(3).map(|t| fail(t, true)).collect();
-        s.settle(&t, &dead).await.unwrap();
+        s.settle(&t, &dead, None).await.unwrap();
     }
     Scene { claimed, marker }
 }
@@ -289,11 +289,11 @@ async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask
                 fail(&c[3], false),
                 fail(&c[4], true),
             ];
-            s.settle_with_events(&t, &batch, Some(100)).await.map(none).map_err(err)
+            s.settle(&t, &batch, Some(100)).await.map(none).map_err(err)
         }
         Script::SettleAcks => {
             let batch: Vec<Settlement> = scene.claimed.iter().map(|c| ack(c, vec![])).collect();
-            s.settle(&t, &batch).await.map(none).map_err(err)
+            s.settle(&t, &batch, None).await.map(none).map_err(err)
         }
         Script::Extend => s.extend(&t, &leases, 60_000).await.map(none).map_err(err),
         Script::Release => s.release(&t, &leases).await.map(none).map_err(err),
@@ -339,7 +339,7 @@ async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &
     let t = ty("wt");
     if !claimed.is_empty() {
         let batch: Vec<Settlement> = claimed.iter().map(|t| ack(t, vec![])).collect();
-        s.settle(&t, &batch).await.unwrap();
+        s.settle(&t, &batch, None).await.unwrap();
     }
     // Drive what is left to the end: claim and ack until nothing is due or leased.
     for _ in 0..20 {
@@ -348,12 +348,12 @@ async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &
             break;
         }
         let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
-        s.settle(&t, &batch).await.unwrap();
+        s.settle(&t, &batch, None).await.unwrap();
     }
     // Leases the scene's own claim still holds (settled ones are fenced, changing nothing).
     let batch: Vec<Settlement> = scene.claimed.iter().map(|t| ack(t, vec![])).collect();
     if !batch.is_empty() {
-        s.settle(&t, &batch).await.unwrap();
+        s.settle(&t, &batch, None).await.unwrap();
     }
     let due: usize = c.zcard(key("wt", "due")).unwrap();
     let leases = support::leases(c, "wt").len();

@@ -163,7 +163,7 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     // The old holder finishes late: its ack (with a follow-up) must change nothing.
     let followup =
         FollowUp { task_type: ty("next"), id: b"f".to_vec(), payload: b"p".to_vec(), due_ms: now, replace: true };
-    let r = s.settle(&t, &[ack(&old, vec![followup.clone()])]).await.unwrap();
+    let r = s.settle(&t, &[ack(&old, vec![followup.clone()])], None).await.unwrap();
     assert_eq!(r, vec![SettleResult::Fenced]);
     let outbox: usize = c.hlen(key("flaky", "outbox")).unwrap();
     assert_eq!(outbox, 0, "a fenced ack writes no follow-ups");
@@ -173,10 +173,10 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), Some(b"data".to_vec()));
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 0);
     // So is its plain ack (sent as its claim's mask): that claim is gone.
-    assert_eq!(s.settle(&t, &[ack(&old, vec![])]).await.unwrap(), vec![SettleResult::Fenced]);
+    assert_eq!(s.settle(&t, &[ack(&old, vec![])], None).await.unwrap(), vec![SettleResult::Fenced]);
     assert!(s.leased(&t, b"x").await.unwrap(), "the new lease stands");
 
-    let r = s.settle(&t, &[ack(&new, vec![])]).await.unwrap();
+    let r = s.settle(&t, &[ack(&new, vec![])], None).await.unwrap();
     assert_eq!(r, vec![SettleResult::Settled]);
     assert!(!s.leased(&t, b"x").await.unwrap());
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), None);
@@ -187,7 +187,7 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 1);
 
     // A second ack with the same token is fenced too (the token is gone).
-    assert_eq!(s.settle(&t, &[ack(&new, vec![])]).await.unwrap(), vec![SettleResult::Fenced]);
+    assert_eq!(s.settle(&t, &[ack(&new, vec![])], None).await.unwrap(), vec![SettleResult::Fenced]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -214,7 +214,7 @@ async fn extend_keeps_the_lease_past_its_original_expiry() {
     wait_past(&mut c, claim.lease_expiry_ms);
     let again = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
     assert!(again.tasks.is_empty(), "an extended lease is not reaped");
-    assert_eq!(s.settle(&t, &[ack(&task, vec![])]).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &[ack(&task, vec![])], None).await.unwrap(), vec![SettleResult::Settled]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -236,7 +236,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
     let batch = [Settlement { lease: task.lease(), outcome: retry, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
     let after = redis_now(&mut c);
     let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
     assert!(score >= before + 60_000 && score <= after + 60_000, "{score} vs {before}..{after}");
@@ -254,7 +254,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
     let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
     let batch = [Settlement { lease: again.lease(), outcome: zero, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!(third.attempt, 3);
 }
@@ -279,7 +279,7 @@ async fn dead_letter_list_requeue_and_purge() {
             run: Default::default(),
         })
         .collect();
-    let r = s.settle(&t, &batch).await.unwrap();
+    let r = s.settle(&t, &batch, None).await.unwrap();
     assert_eq!(r, vec![SettleResult::Settled; 3]);
 
     let stats = s.stats(&t).await.unwrap();
@@ -360,7 +360,7 @@ async fn client_reschedule_during_a_run_wins() {
         },
         Settlement { lease: d.lease(), outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },
     ];
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 3]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled; 3]);
     for id in ["acked", "retried", "dead"] {
         assert_eq!(zscore(&mut c, &due, id.as_bytes()), Some(later), "{id}: the client's schedule stays");
         assert_eq!(hget(&mut c, &payload, id.as_bytes()), Some(b"new".to_vec()), "{id}: new payload stays");
@@ -433,7 +433,7 @@ async fn binary_ids_and_payloads_round_trip() {
     assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
     let dead = Outcome::Dead { error: "no".into() };
     let batch = [Settlement { lease: task.lease(), outcome: dead, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
     let listed = s.dead_list(&t, 10).await.unwrap();
     assert_eq!(listed[0].id, id);
     assert_eq!(listed[0].id_hex, hex::encode(&id));
@@ -461,8 +461,10 @@ async fn followups_land_in_the_target_type_exactly_once() {
     };
     let without = FollowUp { task_type: dst.clone(), id: b"i2".to_vec(), payload: vec![], due_ms: now, replace: true };
     let _: () = c.hset(key("invoice", "payload"), "i2", "stale").unwrap();
-    let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])]).await.unwrap();
+    let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])], None).await.unwrap();
     assert_eq!(r, vec![SettleResult::Settled]);
+    // The host moves the outbox on right after a settle that committed follow-ups.
+    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 2);
 
     let dst_due = key("invoice", "due");
     let dst_payload = key("invoice", "payload");
@@ -515,7 +517,7 @@ async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
         replace: false,
     };
     let batch = [ack(&task, vec![create("waiting"), create("died"), create("fresh")])];
-    assert_eq!(s.settle_with_events(&src, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&src, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
     // Create-only is in the entry id, so a host of an older version delivers
     // it (as a replace) rather than dropping it in a rolling upgrade.
     let mut entries: Vec<String> = c.hkeys(key("intruder", "outbox")).unwrap();
@@ -559,7 +561,7 @@ async fn release_hands_tasks_back_at_once() {
     let again = s.claim(&t, &limits(10, Duration::from_secs(600))).await.unwrap().tasks;
     assert_eq!(again.len(), 2, "due again at once");
     assert!(again.iter().all(|t| t.attempt == 1), "the released attempt does not count");
-    let stale_ack = s.settle(&t, &[ack(&tasks[0], vec![])]).await.unwrap();
+    let stale_ack = s.settle(&t, &[ack(&tasks[0], vec![])], None).await.unwrap();
     assert_eq!(stale_ack, vec![SettleResult::Fenced]);
 }
 
@@ -579,7 +581,7 @@ async fn stats_count_every_state() {
     }
     assert_eq!(s.stats(&t).await.unwrap().due_now, 5);
     let tasks = s.claim(&t, &limits(3, Duration::from_secs(60))).await.unwrap().tasks;
-    s.settle(&t, &[ack(&tasks[0], vec![])]).await.unwrap();
+    s.settle(&t, &[ack(&tasks[0], vec![])], None).await.unwrap();
     let st = s.stats(&t).await.unwrap();
     assert_eq!((st.due_now, st.scheduled_later, st.in_flight, st.dead, st.succeeded, st.failed), (2, 3, 2, 0, 1, 0));
     let json = serde_json::to_value(&st).unwrap();
@@ -654,7 +656,7 @@ async fn leases_of_an_older_host_are_adopted_when_they_expire() {
     assert_eq!(s.cancel(&t, b"held").await.unwrap(), Cancelled::Running { holder: "old-2".into() });
 
     let batch: Vec<Settlement> = first.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled; 2]);
 
     // The older host dies too: its cancelled run is not run again once its lease expires.
     wait_past(&mut c, now + 2_000);
@@ -707,7 +709,7 @@ async fn claims_of_the_previous_claim_lease_version_are_reaped_with_their_attemp
     assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 20, 1));
 
     let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), vec![SettleResult::Settled; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled; 2]);
     let fields: Vec<String> = c.hkeys(key("prev", "claimed")).unwrap();
     let mut fields: Vec<&str> = fields.iter().map(String::as_str).collect();
     fields.sort();
@@ -757,7 +759,7 @@ async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
     let tasks = claim.tasks;
     assert_eq!(ids(&tasks), [b"p1".to_vec(), b"p2".to_vec(), b"p3".to_vec(), b"p4".to_vec()]);
 
-    let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])]).await.unwrap();
+    let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])], None).await.unwrap();
     assert_eq!(r, [SettleResult::Settled, SettleResult::Settled]);
     assert_eq!(hget(&mut c, &key("parts", "payload"), b"p3"), None, "an acked task's payload goes");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
@@ -765,7 +767,8 @@ async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
     assert!(!s.leased(&t, b"p1").await.unwrap());
 
     // p1 again (already settled) beside the two still leased.
-    let r = s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])]).await.unwrap();
+    let r =
+        s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])], None).await.unwrap();
     assert_eq!(r, [SettleResult::Settled, SettleResult::Fenced, SettleResult::Settled]);
     let stats = s.stats(&t).await.unwrap();
     assert_eq!((stats.succeeded, stats.in_flight), (4, 0));
@@ -798,10 +801,10 @@ async fn a_deleted_token_counter_never_reuses_a_claim_in_flight() {
     assert!(second[0].claim > first[2].token, "claim {} reuses a token in flight", second[0].claim);
 
     let batch: Vec<Settlement> = first.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), [SettleResult::Settled; 3]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [SettleResult::Settled; 3]);
     assert!(s.leased(&t, b"b1").await.unwrap() && s.leased(&t, b"b2").await.unwrap(), "the second claim stands");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
     let batch: Vec<Settlement> = second.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch).await.unwrap(), [SettleResult::Settled; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [SettleResult::Settled; 2]);
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 5);
 }

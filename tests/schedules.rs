@@ -75,7 +75,7 @@ async fn a_claimed_occurrence_arms_the_next_one_in_the_same_step_and_only_once()
     // A dead-lettered occurrence does not stop the next one: it is already armed.
     let dead =
         Settlement { lease: got[0].lease(), outcome: Outcome::Dead { error: "boom".into() }, run: Default::default() };
-    s.settle(&t, &[dead]).await.unwrap();
+    s.settle(&t, &[dead], None).await.unwrap();
     assert_eq!(due_ids(&mut c, "digest"), vec![format!("daily@{}", now + 60_000)]);
 
     // Removing the schedule takes its armed occurrence out of due.
@@ -168,7 +168,7 @@ async fn max_running_and_rate_hold_claims_back_over_every_claimer() {
         outcome: Outcome::Ack { followups: vec![] },
         run: Default::default(),
     };
-    s.settle(&t, &[ack]).await.unwrap();
+    s.settle(&t, &[ack], None).await.unwrap();
     assert_eq!(ids(&s.claim(&t, &capped).await.unwrap().tasks), vec!["a03"], "one slot freed, one taken");
 
     // 20/s with a burst of one: the bucket lets one out now, the next after ~50 ms of Redis time.

@@ -118,7 +118,7 @@ impl Runner {
         let mut backoff = Duration::from_millis(50);
         loop {
             let events = self.registry.config().events_maxlen(task_type);
-            match self.store.settle_with_events(task_type, batch, events).await {
+            match self.store.settle(task_type, batch, events).await {
                 Ok(results) => {
                     self.health.succeeded(task_type, "settle");
                     return results;

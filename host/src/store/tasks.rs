@@ -286,30 +286,12 @@ impl Store {
         parse_claim(t, value).with_context(|| format!("unexpected claim reply for {t}"))
     }
 
-    /// Commits the outcomes of finished tasks of type `t` in one atomic step, then
-    /// delivers any follow-ups from the outbox (one that cannot be delivered
-    /// now stays there for the next [`Store::flush_outbox`]).
-    pub async fn settle(&self, t: &TaskType, batch: &[Settlement]) -> Result<Vec<SettleResult>> {
-        let results = self.settle_with_events(t, batch, None).await?;
-        let committed_followups = batch.iter().zip(&results).any(|(s, r)| {
-            *r == SettleResult::Settled && matches!(&s.outcome, Outcome::Ack { followups } if !followups.is_empty())
-        });
-        if committed_followups {
-            match self.flush_outbox(t).await {
-                Ok(flushed) => {
-                    for (target, e) in flushed.failed {
-                        tracing::warn!(task_type = %t, target = %target, "a follow-up stays in the outbox for now: {e:#}");
-                    }
-                }
-                Err(e) => tracing::warn!(task_type = %t, "follow-ups stay in the outbox for now: {e:#}"),
-            }
-        }
-        Ok(results)
-    }
-
-    /// [`Store::settle`], also appending one entry per committed outcome to
-    /// `P:{T}:events` (capped at about `events_maxlen`) in the same atomic step.
-    pub async fn settle_with_events(
+    /// Commits the outcomes of finished tasks of type `t` in one atomic step
+    /// (settle.lua), appending one entry per committed outcome to
+    /// `P:{T}:events` (capped at about `events_maxlen`) when it is given.
+    /// Follow-ups committed with acks wait in the type's outbox until
+    /// [`Store::flush_outbox`] moves them on: the host does that right after.
+    pub async fn settle(
         &self,
         t: &TaskType,
         batch: &[Settlement],
