@@ -394,3 +394,35 @@ fn plugin_check_reports_what_compiling_took_and_refuses_what_the_limits_refuse()
     let left: Vec<_> = dir.path().join("cache").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left.len(), 1, "the refused compiles left files in the cache: {left:?}");
 }
+
+/// `hourglass bench ...` runs `hourglass-bench` from beside the binary, with the
+/// config file and Redis URL it was given; without it, one line says how to build it.
+#[test]
+fn bench_runs_hourglass_bench_from_beside_the_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("hourglass");
+    std::fs::copy(env!("CARGO_BIN_EXE_hourglass"), &exe).unwrap();
+    let config = dir.path().join("runner.toml");
+    std::fs::write(&config, "").unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&exe).env_remove("HOURGLASS_REDIS_URL").current_dir(dir.path()).args(args).output().unwrap()
+    };
+
+    let missing = run(&["bench", "burst"]);
+    assert!(!missing.status.success());
+    let err = stderr(&missing);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("cargo build --release -p hourglass-bench"), "{err}");
+
+    let fake = dir.path().join("hourglass-bench");
+    std::fs::write(&fake, "#!/bin/sh\necho \"forwarded: $*\"\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out =
+        run(&["--config", config.to_str().unwrap(), "--redis", "redis://127.0.0.1:1", "bench", "burst", "--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("forwarded: --config {} --redis redis://127.0.0.1:1 burst --help", config.display())
+    );
+}

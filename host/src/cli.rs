@@ -99,8 +99,13 @@ pub enum Command {
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
-    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin (see BENCHMARKS.md).
-    Bench(crate::bench::BenchArgs),
+    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin: runs `hourglass-bench` (see BENCHMARKS.md).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The benchmark's arguments (`hourglass bench --help` lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Internal: compile the component on stdin into FILE under the limits the host set (docs/sandbox.md).
     #[command(hide = true)]
     CompileWorker {
@@ -352,17 +357,11 @@ impl Cli {
             _ => None,
         }
     }
-
-    /// The Redis URL: `--redis` / `HOURGLASS_REDIS_URL`, else the config's.
-    pub fn redis_url(&self, config: &Config) -> String {
-        self.redis.clone().unwrap_or_else(|| config.redis.url.clone())
-    }
 }
 
 /// Runs the parsed command; returns the process exit code.
 pub async fn execute(cli: Cli) -> Result<ExitCode> {
     let config = cli.load_config()?;
-    let url = cli.redis_url(&config);
     let redis_override = cli.redis.clone();
     let config_path = cli.config_path();
     match cli.command {
@@ -374,10 +373,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
         // main.rs runs the worker before any of this; here for completeness.
         Command::CompileWorker { out } => Ok(crate::runtime::compile_worker(&out)),
-        Command::Bench(args) => {
-            crate::bench::run(args, config, url).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Bench { args } => Err(run_bench(config_path.as_deref(), redis_override.as_deref(), &args)),
         Command::Schedule(args) => {
             let payload = match (&args.payload, &args.payload_file) {
                 (Some(text), _) => Some(text.clone().into_bytes()),
@@ -621,6 +617,28 @@ fn print_schedules(schedules: &[crate::schedules::Listed], json: bool) -> Result
         writeln!(out, "{:<20} {:<24} {:<40} {:<26} {:<7} {}", s.task_type, s.name, s.rule, next, s.source, s.missed)?;
     }
     Ok(())
+}
+
+/// `hourglass bench ...`: replaces this process with `hourglass-bench`
+/// (beside this binary, else on PATH), passing the config file and Redis URL
+/// this command was given. Returns only when that fails.
+fn run_bench(config: Option<&Path>, redis: Option<&str>, args: &[std::ffi::OsString]) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("hourglass-bench")));
+    let program = beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("hourglass-bench"));
+    let mut command = std::process::Command::new(&program);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    if let Some(url) = redis {
+        command.arg("--redis").arg(url);
+    }
+    let err = command.args(args).exec();
+    anyhow::anyhow!(
+        "cannot run {}: {err} (the benchmark is a binary of its own: `cargo build --release -p hourglass-bench` \
+         puts it beside hourglass)",
+        program.display()
+    )
 }
 
 fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {

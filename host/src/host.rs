@@ -8,7 +8,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::health::Health;
-use crate::pipeline::{self, Observer, Parts};
+use crate::pipeline::{self, Parts};
 use crate::registry::Registry;
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::store::Store;
@@ -21,17 +21,6 @@ pub async fn run(
     config_file: Option<PathBuf>,
     store: Store,
     shutdown: CancellationToken,
-) -> Result<()> {
-    run_observed(config, config_file, store, shutdown, None).await
-}
-
-/// [`run`], reporting every task's start and settle to `observer`.
-pub async fn run_observed(
-    config: Config,
-    config_file: Option<PathBuf>,
-    store: Store,
-    shutdown: CancellationToken,
-    observer: Option<Observer>,
 ) -> Result<()> {
     let largest_memory = std::iter::once(config.defaults.memory_limit)
         .chain(config.types.keys().map(|t| config.policy(t).memory_limit))
@@ -83,7 +72,7 @@ pub async fn run_observed(
 
     let recurring = tokio::spawn(crate::schedules::run(store.clone(), registry.clone(), shutdown.clone()));
 
-    let parts = Parts { store, registry, runtime, wakeups, health, observer, cancels };
+    let parts = Parts { store, registry, runtime, wakeups, health, cancels };
     pipeline::run(parts, shutdown).await;
 
     recurring.abort();

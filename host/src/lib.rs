@@ -32,16 +32,17 @@
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
 //! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
 //!   [`managed`]: a private `redis-server` for the quick start, started by
-//!   [`redis_server`], the one spawner (also for `bench` and the tests).
+//!   [`redis_server`], the one spawner (also for `hourglass-bench` and the tests).
 //! - [`cli`]: the `hourglass` command line; [`show`]: where one task is, in words; [`logging`]: log output;
 //!   [`clock`]: ms since the epoch and how to show them.
 //! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves;
 //!   [`traces`]: opt-in OpenTelemetry spans of runs and their outbound HTTP calls.
-//! - [`bench`]: `hourglass bench`, the in-process benchmark.
+//!
+//! The benchmark is a crate of its own (`bench/`, binary `hourglass-bench`);
+//! `hourglass bench` runs it.
 
 pub mod admin;
 pub mod backoff;
-pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

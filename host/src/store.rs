@@ -64,7 +64,7 @@ use anyhow::{Context, Result, bail};
 pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
 pub use keys::Keys;
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
-pub use nodes::{HolderCount, Node, Presence, ServerWork, answers, shut_down};
+pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
 pub use tasks::{Cancelled, ClaimLimits, Extended, OutboxFlush, ScheduleMode, decode_followup, encode_followup};
@@ -132,6 +132,12 @@ impl Store {
         };
         store.ping().await?;
         Ok(store)
+    }
+
+    /// A clone of the store's shared connection, for commands of a caller's
+    /// own (the benchmark's load, an operator's tool).
+    pub fn connection(&self) -> Conn {
+        self.conn.clone()
     }
 
     /// This store, recording `host_id` as the holder of every lease it claims (shown by `hourglass stats`).

@@ -117,10 +117,19 @@ pub fn polyglot_plugin(name: &str) -> PathBuf {
 /// schedules `device.alert` follow-ups.
 pub const DEVICE_GRANTS: &str = "[types.\"device.offline\"]\nmay_schedule = [\"device.alert\"]\n";
 
+/// The built `hourglass` binary (the host package's tests; the benchmark's
+/// tests, which share this module, do not start hosts).
+pub fn hourglass_bin() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_hourglass") {
+        Some(path) => PathBuf::from(path),
+        None => panic!("the hourglass binary is built for the host's tests only"),
+    }
+}
+
 /// Compiles in a child process running the built `hourglass`, under the
 /// default limits, as `hourglass run` does.
 pub fn compiler() -> hourglass::runtime::Compiler {
-    hourglass::runtime::Compiler::Child { program: PathBuf::from(env!("CARGO_BIN_EXE_hourglass")) }
+    hourglass::runtime::Compiler::Child { program: hourglass_bin() }
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
@@ -188,7 +197,7 @@ impl Host {
     /// Starts the process (again) on the same folder; the log is appended to.
     pub fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hourglass"))
+        let child = Command::new(hourglass_bin())
             .arg("--config")
             .arg(self.dir.path().join("runner.toml"))
             .arg("run")

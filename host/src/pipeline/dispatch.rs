@@ -8,7 +8,7 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::state::{Event, Finished, InFlightRun, Permits, Runner, TypeState};
+use super::state::{Finished, InFlightRun, Permits, Runner, TypeState};
 use crate::backoff;
 use crate::logging::clean_id;
 use crate::registry::Entry;
@@ -79,14 +79,17 @@ struct Run {
 impl Run {
     async fn go(self) {
         let task = &self.task;
-        if let Some(observe) = &self.runner.observer {
-            observe(Event::Started {
-                task_type: &task.task_type,
-                id: &task.id,
-                due_ms: task.due_ms,
-                plugin_hash: &self.entry.hash,
-            });
-        }
+        // One event per start at trace level (target `hourglass::task`): what
+        // `hourglass-bench` measures lateness and double runs from.
+        tracing::trace!(
+            target: "hourglass::task",
+            event = "started",
+            host = %self.runner.store.holder(),
+            task_type = %task.task_type,
+            task_id = %clean_id(&task.id),
+            due_ms = task.due_ms,
+            plugin_hash = %self.entry.hash,
+        );
         let started_ms = crate::clock::now_ms();
         let span = match &self.trace {
             Some(batch) => Some(batch.start(task, &self.entry.hash, started_ms).await),

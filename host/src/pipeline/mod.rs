@@ -30,7 +30,6 @@ use crate::store::Store;
 use crate::task::CancelRequest;
 use crate::task_type::TaskType;
 use crate::wakeup::Wakeups;
-pub use state::{Event, Observer};
 use state::{Runner, TypeState};
 
 /// What the runner is handed by the host that starts it.
@@ -45,8 +44,6 @@ pub struct Parts {
     pub wakeups: Wakeups,
     /// Outages and per-type faults, shared with the admin server.
     pub health: Health,
-    /// Told about every start and settle (benchmarks); `None` in production.
-    pub observer: Option<Observer>,
     /// Requests to stop runs, as the wake-up listener receives them.
     pub cancels: mpsc::UnboundedReceiver<CancelRequest>,
 }
@@ -80,7 +77,6 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
         poll_interval: config.runner.poll_interval,
         batch_size: config.runner.batch_size,
         lease: config.runner.lease,
-        observer: parts.observer,
     };
     let workers = TaskTracker::new();
     let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();

@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::state::{Event, Finished, InFlight, Permits, Runner};
+use super::state::{Finished, InFlight, Permits, Runner};
 use crate::logging::clean_id;
-use crate::task::{Outcome, SettleResult, Settlement};
+use crate::task::{Ended, Outcome, SettleResult, Settlement};
 use crate::task_type::TaskType;
 
 /// Most outcomes one settle call writes.
@@ -76,10 +76,17 @@ impl Runner {
             }
             let Gathered { batch, permits, .. } = std::mem::take(&mut gathered);
             let results = self.write_outcomes(&task_type, &batch).await;
-            if let Some(observe) = &self.observer {
+            // One event per stored outcome at trace level (target `hourglass::task`).
+            if tracing::enabled!(target: "hourglass::task", tracing::Level::TRACE) {
                 for (s, r) in batch.iter().zip(&results) {
-                    let (acked, fenced) = (matches!(s.outcome, Outcome::Ack { .. }), matches!(r, SettleResult::Fenced));
-                    observe(Event::Settled { task_type: &task_type, id: &s.lease.id, acked, fenced });
+                    tracing::trace!(
+                        target: "hourglass::task",
+                        event = "settled",
+                        host = %self.store.holder(),
+                        task_type = %task_type,
+                        task_id = %clean_id(&s.lease.id),
+                        outcome = Ended::of(&s.outcome, *r).as_str(),
+                    );
                 }
             }
             let mut committed_followups = false;

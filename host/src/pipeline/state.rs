@@ -23,37 +23,6 @@ use crate::wakeup::Wakeups;
 /// How long shutdown waits for the last outcomes to be written.
 const SETTLE_AT_EXIT: Duration = Duration::from_secs(10);
 
-/// What the runner tells an [`Observer`]: a task started running, or its outcome was written.
-#[derive(Debug, Clone, Copy)]
-pub enum Event<'a> {
-    /// A handler is about to run the task.
-    Started {
-        /// Its type.
-        task_type: &'a TaskType,
-        /// Its id.
-        id: &'a [u8],
-        /// The score it was claimed with (ms since the epoch).
-        due_ms: i64,
-        /// Short hash of the plugin version that runs it.
-        plugin_hash: &'a str,
-    },
-    /// Its outcome is stored in Redis (`fenced`: ignored because the lease was lost).
-    Settled {
-        /// Its type.
-        task_type: &'a TaskType,
-        /// Its id.
-        id: &'a [u8],
-        /// True for a success ack.
-        acked: bool,
-        /// True when the outcome was ignored (stale lease token).
-        fenced: bool,
-    },
-}
-
-/// A callback the runner invokes at task start and settle, e.g. for `hourglass bench`.
-/// It runs on hot paths, so it must be quick; without one the runner pays nothing.
-pub type Observer = Arc<dyn Fn(Event<'_>) + Send + Sync>;
-
 /// Shared handles of the running host; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Runner {
@@ -73,7 +42,6 @@ pub(crate) struct Runner {
     pub(crate) poll_interval: Duration,
     pub(crate) batch_size: usize,
     pub(crate) lease: Duration,
-    pub(crate) observer: Option<Observer>,
 }
 
 /// A claimed task not yet settled: when its lease was last renewed, and how to stop its run.

@@ -26,35 +26,6 @@ pub struct Presence {
     pub beats: Vec<(String, String)>,
 }
 
-/// What the servers have done so far, summed over every master: for the benchmark's per-task costs.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ServerWork {
-    /// Time spent in scripts (`EVALSHA`, with the commands they call), from `INFO commandstats`, µs.
-    pub script_us: f64,
-    /// Scripts run.
-    pub script_calls: u64,
-    /// CPU the servers used (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), µs.
-    pub cpu_us: f64,
-}
-
-/// Sums `INFO commandstats` + `INFO cpu` text into `work`.
-fn add_server_work(work: &mut ServerWork, info: &str) {
-    for line in info.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("cmdstat_evalsha:").or_else(|| line.strip_prefix("cmdstat_eval:")) {
-            for field in rest.split(',') {
-                match field.split_once('=') {
-                    Some(("calls", v)) => work.script_calls += v.parse::<u64>().unwrap_or(0),
-                    Some(("usec", v)) => work.script_us += v.parse::<f64>().unwrap_or(0.0),
-                    _ => {}
-                }
-            }
-        } else if let Some(v) = line.strip_prefix("used_cpu_user:").or_else(|| line.strip_prefix("used_cpu_sys:")) {
-            work.cpu_us += v.parse::<f64>().unwrap_or(0.0) * 1e6;
-        }
-    }
-}
-
 /// The leases of one type one host holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderCount {
@@ -157,27 +128,6 @@ impl Store {
 }
 
 impl Store {
-    /// Whether every node of the cluster says `cluster_state:ok` (a single server always is).
-    pub async fn cluster_ready(&self) -> Result<bool> {
-        if !self.target.is_cluster() {
-            return Ok(true);
-        }
-        for node in self.nodes().await? {
-            let mut conn = node.connection().await?;
-            let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await?;
-            if !info.contains("cluster_state:ok") {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// The cluster slot of `key` (`CLUSTER KEYSLOT`).
-    pub async fn keyslot(&self, key: &str) -> Result<u16> {
-        let mut conn = self.conn.clone();
-        Ok(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut conn).await?)
-    }
-
     /// A section of `INFO` (of one node, on a cluster), e.g. `memory`.
     pub async fn info(&self, section: &str) -> Result<String> {
         let mut conn = self.conn.clone();
@@ -187,68 +137,11 @@ impl Store {
             .await
             .with_context(|| format!("cannot read INFO {section}"))
     }
-
-    /// Script time and CPU of every master so far (the benchmark takes differences).
-    pub async fn server_work(&self) -> Result<ServerWork> {
-        let mut work = ServerWork::default();
-        for node in self.nodes().await?.into_iter().filter(|n| n.master) {
-            let mut conn = node.connection().await?;
-            for section in ["commandstats", "cpu"] {
-                let info: String = redis::cmd("INFO")
-                    .arg(section)
-                    .query_async(&mut conn)
-                    .await
-                    .with_context(|| format!("cannot read INFO {section}"))?;
-                add_server_work(&mut work, &info);
-            }
-        }
-        Ok(work)
-    }
-
-    /// Deletes `keys` (`UNLINK`; they must share a slot on a cluster).
-    pub async fn unlink(&self, keys: &[String]) -> Result<()> {
-        let mut conn = self.conn.clone();
-        let _: i64 = redis::cmd("UNLINK").arg(keys).query_async(&mut conn).await?;
-        Ok(())
-    }
-
-    /// Members in the sorted set `key` (`ZCARD`).
-    pub async fn zcard(&self, key: &str) -> Result<u64> {
-        let mut conn = self.conn.clone();
-        Ok(redis::cmd("ZCARD").arg(key).query_async(&mut conn).await?)
-    }
-
-    /// Writes due entries as an application would (multi-member `ZADD`s of
-    /// `chunk` members, pipelined `pipeline` at a time): the benchmark's load.
-    pub async fn add_due(
-        &self,
-        key: &str,
-        mut entries: impl Iterator<Item = (i64, String)>,
-        chunk: usize,
-        pipeline: usize,
-    ) -> Result<()> {
-        let mut conn = self.conn.clone();
-        loop {
-            let mut pipe = redis::pipe();
-            let mut commands = 0;
-            while commands < pipeline {
-                let members: Vec<(i64, String)> = entries.by_ref().take(chunk).collect();
-                if members.is_empty() {
-                    break;
-                }
-                pipe.zadd_multiple(key, &members).ignore();
-                commands += 1;
-            }
-            if commands == 0 {
-                return Ok(());
-            }
-            let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
-        }
-    }
 }
 
 impl Node {
-    async fn connection(&self) -> Result<redis::aio::MultiplexedConnection> {
+    /// A connection of its own to this node.
+    pub async fn connection(&self) -> Result<redis::aio::MultiplexedConnection> {
         tokio::time::timeout(std::time::Duration::from_secs(3), self.client.get_multiplexed_async_connection())
             .await
             .map_err(|_| anyhow!("timed out connecting"))?
@@ -302,22 +195,5 @@ pub async fn shut_down(url: &str) {
     {
         // The server closes the connection instead of replying.
         let _ = redis::cmd("SHUTDOWN").query_async::<()>(&mut conn).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_work_sums_scripts_and_cpu() {
-        let info = "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=2500,usec_per_call=250.00,rejected_calls=0\r\n\
-                    cmdstat_zadd:calls=4,usec=9,usec_per_call=2.25\r\n# CPU\r\nused_cpu_sys:1.500000\r\n\
-                    used_cpu_user:0.250000\r\nused_cpu_sys_children:9.0\r\n";
-        let mut work = ServerWork::default();
-        add_server_work(&mut work, info);
-        assert_eq!(work.script_calls, 10);
-        assert_eq!(work.script_us, 2500.0);
-        assert_eq!(work.cpu_us, 1_750_000.0);
     }
 }

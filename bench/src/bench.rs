@@ -1,33 +1,32 @@
-//! `hourglass bench`: runs the host in-process on the `noop` plugin against a Redis, writes tasks as a client would, and measures throughput, lateness, footprint and reload time.
+//! The scenarios: run the host in-process on the `noop` plugin against a Redis, write tasks as a client would, and measure throughput, lateness, footprint and reload time.
 //!
-//! Long: every `hourglass bench` scenario and its report. It is to leave the host crate for a crate of its own
-//! (issue 26); until then it stays one file.
+//! Long: every scenario and its report, each a method of one `Bench`; they share its set-up and teardown.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
-use crate::config::{Config, KeyPrefix, TypeConfig};
-use crate::host;
-use crate::pipeline::{Event, Observer};
-use crate::redis_server::{RedisServer, ServerSpec};
-use crate::store::{ScheduleMode, Store};
-use crate::task_type::TaskType;
+use hourglass::clock::now_ms;
+use hourglass::config::{Config, KeyPrefix, TypeConfig};
+use hourglass::host;
+use hourglass::redis_server::{RedisServer, ServerSpec};
+use hourglass::store::{ScheduleMode, Store};
+use hourglass::task_type::TaskType;
+
+use crate::recorder::{HOSTILE, Recorder, now_us};
+use crate::redis_ops;
 
 /// Key prefix of everything the benchmark writes, so it never touches real tasks.
 const PREFIX: &str = "hourglass-bench";
 /// The task type the benchmark runs (served by the `noop` plugin).
 const TYPE: &str = "noop";
-/// The `hostile` scenario's type: every run blocks in a host call until its deadline.
-const HOSTILE: &str = "hostile";
 /// `hostile`'s deadline: its runs are cut and retried every second during the burst.
 const HOSTILE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Members per ZADD command and commands per pipeline when writing tasks.
@@ -240,7 +239,7 @@ impl SpawnedCluster {
         }
         let store = Store::connect(&cluster.url(), &PREFIX.parse().map_err(anyhow::Error::msg)?).await?;
         wait_until("the cluster to be ready (cluster_state:ok on every node)", || async {
-            store.cluster_ready().await.ok().filter(|ready| *ready)
+            redis_ops::cluster_ready(&store).await.ok().filter(|ready| *ready)
         })
         .await?;
         Ok(cluster)
@@ -301,144 +300,9 @@ impl Drop for TempDir {
     }
 }
 
-/// What the observer records of one run: per task index, starts, settles and lateness.
-struct Recorder {
-    n: usize,
-    starts: Vec<AtomicU32>,
-    acks: Vec<AtomicU32>,
-    /// Start time minus due time, µs (first start only).
-    lateness_us: Vec<AtomicI64>,
-    acked_total: AtomicU64,
-    /// Starts or settles of ids outside 0..n (far-future backlog, warm-up).
-    strays: AtomicU64,
-    warm_acks: AtomicU64,
-    last_ack_us: AtomicI64,
-    /// For `reload`: the hash to wait for and when a task first ran on it (µs).
-    watch_hash: Mutex<Option<String>>,
-    first_on_watched_us: AtomicI64,
-    /// Per host: tasks of this run it acked, and warm-up tasks it ran.
-    host_acks: Vec<AtomicU64>,
-    host_warm: Vec<AtomicU64>,
-}
-
-impl Recorder {
-    fn new(n: usize, hosts: usize) -> Arc<Recorder> {
-        let recorder = Arc::new(Recorder {
-            n,
-            starts: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            acks: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            lateness_us: (0..n).map(|_| AtomicI64::new(0)).collect(),
-            acked_total: AtomicU64::new(0),
-            strays: AtomicU64::new(0),
-            warm_acks: AtomicU64::new(0),
-            last_ack_us: AtomicI64::new(0),
-            watch_hash: Mutex::new(None),
-            first_on_watched_us: AtomicI64::new(0),
-            host_acks: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
-            host_warm: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
-        });
-        // The arrays may come as untouched zero pages: touch them now, so the
-        // RSS a run reports (`rss_growth_mib`) is the host's, not these
-        // arrays filling in as tasks run.
-        for i in 0..n {
-            recorder.starts[i].store(0, Ordering::Relaxed);
-            recorder.acks[i].store(0, Ordering::Relaxed);
-            recorder.lateness_us[i].store(0, Ordering::Relaxed);
-        }
-        recorder
-    }
-
-    fn observe(&self, host: usize, event: Event<'_>) {
-        let (Event::Started { task_type, .. } | Event::Settled { task_type, .. }) = &event;
-        if task_type.as_str() == HOSTILE {
-            return;
-        }
-        match event {
-            Event::Started { id, due_ms, plugin_hash, .. } => {
-                let now = now_us();
-                if let Some(watched) = self.watch_hash.lock().unwrap_or_else(|p| p.into_inner()).as_deref()
-                    && watched == plugin_hash
-                {
-                    let _ = self.first_on_watched_us.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
-                }
-                match self.index(id) {
-                    Some(i) => {
-                        if self.starts[i].fetch_add(1, Ordering::Relaxed) == 0 {
-                            self.lateness_us[i].store(now - due_ms * 1000, Ordering::Relaxed);
-                        }
-                    }
-                    None if id.starts_with(b"warm") => {}
-                    None => {
-                        self.strays.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            Event::Settled { id, acked, fenced, .. } => {
-                if !acked || fenced {
-                    return;
-                }
-                match self.index(id) {
-                    Some(i) => {
-                        self.acks[i].fetch_add(1, Ordering::Relaxed);
-                        self.host_acks[host].fetch_add(1, Ordering::Relaxed);
-                        self.acked_total.fetch_add(1, Ordering::Relaxed);
-                        self.last_ack_us.fetch_max(now_us(), Ordering::Relaxed);
-                    }
-                    None if id.starts_with(b"warm") => {
-                        self.warm_acks.fetch_add(1, Ordering::Relaxed);
-                        self.host_warm[host].fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {
-                        self.strays.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-    }
-
-    /// The index of a benchmark id (16 hex digits), if it is one of this run's.
-    fn index(&self, id: &[u8]) -> Option<usize> {
-        if id.len() != 16 {
-            return None;
-        }
-        let text = std::str::from_utf8(id).ok()?;
-        let i = usize::try_from(u64::from_str_radix(text, 16).ok()?).ok()?;
-        (i < self.n).then_some(i)
-    }
-
-    /// Tasks never started (lost) and tasks started more than once (doubled).
-    fn lost_doubled(&self) -> (u64, u64) {
-        let mut lost = 0;
-        let mut doubled = 0;
-        for (s, a) in self.starts.iter().zip(&self.acks) {
-            let (s, a) = (s.load(Ordering::Relaxed), a.load(Ordering::Relaxed));
-            if s == 0 || a == 0 {
-                lost += 1;
-            } else if s > 1 || a > 1 {
-                doubled += 1;
-            }
-        }
-        (lost, doubled + self.strays.load(Ordering::Relaxed))
-    }
-
-    fn observer(self: &Arc<Self>, host: usize) -> Observer {
-        let me = self.clone();
-        Arc::new(move |e| me.observe(host, e))
-    }
-
-    /// Tasks of this run each host acked, in host order.
-    fn per_host(&self) -> Vec<u64> {
-        self.host_acks.iter().map(|a| a.load(Ordering::Relaxed)).collect()
-    }
-}
-
 /// The id of task `i`: 16 bytes, as the issue's footprint asks.
 fn task_id(i: u64) -> String {
     format!("{i:016x}")
-}
-
-fn now_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 /// What one burst measured.
@@ -621,9 +485,9 @@ impl Bench {
     /// Deletes every key of the benchmark types (one command per type: one slot each).
     async fn clear(&self) -> Result<()> {
         for t in &self.task_types {
-            self.store.unlink(&self.all_keys(t)).await?;
+            redis_ops::unlink(&self.store, &self.all_keys(t)).await?;
         }
-        self.store.unlink(&[format!("{PREFIX}:{{footprint}}:due")]).await
+        redis_ops::unlink(&self.store, &[format!("{PREFIX}:{{footprint}}:due")]).await
     }
 
     async fn cleanup(&self) {
@@ -674,13 +538,14 @@ impl Bench {
         config.types.extend(types.iter().cloned());
         let shutdown = CancellationToken::new();
         let mut host = Host { shutdown: shutdown.clone(), handles: Vec::new(), plugins };
+        // The hosts' task events (trace level, `hourglass::task`) go to this run's recorder.
+        crate::recorder::listen(recorder);
         for k in 0..usize::from(self.args.hosts) {
             // Its own connection, as a separate process would have.
             let store = Store::connect(&self.url, &config.redis.prefix).await?;
             let mut config = config.clone();
-            config.runner.host_id = Some(format!("bench-{k}"));
-            let observer = recorder.observer(k);
-            host.handles.push(tokio::spawn(host::run_observed(config, None, store, shutdown.clone(), Some(observer))));
+            config.runner.host_id = Some(format!("{}{k}", crate::recorder::HOST_ID));
+            host.handles.push(tokio::spawn(host::run(config, None, store, shutdown.clone())));
         }
         // Ready when every host has run warm-up tasks: plugins loaded, claim loops running.
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -694,7 +559,7 @@ impl Bench {
                 for t in &self.task_types {
                     let warm: Vec<(i64, String)> = (0..50).map(|i| (due, format!("warm-{round}-{i}"))).collect();
                     written += warm.len() as u64;
-                    self.store.add_due(&self.store.keys(t).due, warm.into_iter(), ZADD_CHUNK, 1).await?;
+                    redis_ops::add_due(&self.store, &self.store.keys(t).due, warm.into_iter(), ZADD_CHUNK, 1).await?;
                 }
             }
             if let Some(e) = host.failed().await {
@@ -727,7 +592,7 @@ impl Bench {
     }
 
     async fn write_ids_to(&self, key: &str, ids: impl Iterator<Item = u64>, due: impl Fn(u64) -> i64) -> Result<()> {
-        self.store.add_due(key, ids.map(|j| (due(j), task_id(j))), ZADD_CHUNK, PIPELINE_COMMANDS).await
+        redis_ops::add_due(&self.store, key, ids.map(|j| (due(j), task_id(j))), ZADD_CHUNK, PIPELINE_COMMANDS).await
     }
 
     /// Waits until `n` tasks are acked (or nothing moves for a while); shows progress on a terminal.
@@ -783,11 +648,11 @@ impl Bench {
             eprintln!("warning: writing the burst took longer than its {lead_ms} ms lead; the drain started early");
         }
         // From here on the servers and this process do the drain's work (and little else).
-        let server_before = self.store.server_work().await?;
+        let server_before = redis_ops::server_work(&self.store).await?;
         let cpu_before = process_cpu_us();
         self.wait_acked(recorder, n, "burst").await;
         let cpu_after = process_cpu_us();
-        let server_after = self.store.server_work().await?;
+        let server_after = redis_ops::server_work(&self.store).await?;
         let (lost, doubled) = recorder.lost_doubled();
         let seconds = (recorder.last_ack_us.load(Ordering::Relaxed) - due * 1000) as f64 / 1e6;
         let acked = n - lost;
@@ -954,7 +819,7 @@ impl Bench {
         host.stop().await?;
         let mut left = 0u64;
         for t in &self.task_types {
-            left += self.store.zcard(&self.store.keys(t).due).await?;
+            left += redis_ops::zcard(&self.store, &self.store.keys(t).due).await?;
         }
         self.clear().await?;
 
@@ -1001,7 +866,7 @@ impl Bench {
             ..TypeConfig::default()
         };
         let types = [(hostile.clone(), hostile_config)];
-        self.store.unlink(&self.all_keys(&hostile)).await?;
+        redis_ops::unlink(&self.store, &self.all_keys(&hostile)).await?;
 
         let recorder = Recorder::new(n as usize, usize::from(self.args.hosts));
         let host = self.start_host_with(&recorder, std::slice::from_ref(&file), &types).await?;
@@ -1029,7 +894,7 @@ impl Bench {
         let after = self.store.stats(&hostile).await?;
         host.stop().await?;
         self.clear().await?;
-        self.store.unlink(&self.all_keys(&hostile)).await?;
+        redis_ops::unlink(&self.store, &self.all_keys(&hostile)).await?;
 
         let mut m = self.common();
         m.insert("scenario".into(), json!("hostile"));
@@ -1095,8 +960,8 @@ impl Bench {
         self.write_ids_to(&key, 0..redis_tasks, |i| far + i as i64).await?;
         self.progress_done();
         let after = used(self.store.info("memory").await?);
-        let count = self.store.zcard(&key).await?;
-        self.store.unlink(std::slice::from_ref(&key)).await?;
+        let count = redis_ops::zcard(&self.store, &key).await?;
+        redis_ops::unlink(&self.store, std::slice::from_ref(&key)).await?;
         let per_task = match (before, after) {
             (Some(b), Some(a)) if count > 0 => json!(((a - b) as f64 / count as f64).round()),
             _ => Value::Null,
@@ -1128,7 +993,7 @@ impl Bench {
         // The same plugin with a custom section appended: new bytes, new version.
         let mut bytes = std::fs::read(&self.plugin)?;
         append_custom_section(&mut bytes, "hourglass-bench", &rand::random::<u64>().to_le_bytes());
-        let new_hash = crate::runtime::short_hash(&bytes);
+        let new_hash = hourglass::runtime::short_hash(&bytes);
         *recorder.watch_hash.lock().unwrap_or_else(|p| p.into_inner()) = Some(new_hash.clone());
         let staged = host.plugins.join(format!(".{TYPE}.wasm.tmp"));
         std::fs::write(&staged, &bytes)?;
@@ -1214,7 +1079,7 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
             break;
         }
         let t: TaskType = name(i).parse()?;
-        let slot = store.keyslot(&store.keys(&t).due).await?;
+        let slot = redis_ops::keyslot(store, &store.keys(&t).due).await?;
         let Some(m) = masters.iter().position(|ranges| ranges.iter().any(|r| r.contains(&slot))) else {
             continue;
         };

@@ -1,7 +1,8 @@
-//! `hourglass bench`: one tiny run of each scenario, checking correctness only
+//! `hourglass-bench` (what `hourglass bench` runs): one tiny run of each scenario, checking correctness only
 //! (nothing lost, nothing run twice, the JSON has its fields). Performance is
 //! measured by the benchmark itself (BENCHMARKS.md), never asserted here.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::process::Command;
@@ -9,15 +10,15 @@ use std::process::Command;
 use serde_json::Value;
 use support::{RedisServer, plugin};
 
-/// Runs `hourglass bench <args> --json` and returns one JSON object per line of stdout.
+/// Runs `hourglass-bench <args> --json` and returns one JSON object per line of stdout.
 fn bench(redis: Option<&RedisServer>, args: &[&str]) -> Vec<Value> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
-    cmd.arg("bench").args(args).arg("--json").arg("--plugin").arg(plugin("noop"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"));
+    cmd.args(args).arg("--json").arg("--plugin").arg(plugin("noop"));
     match redis {
         Some(r) => cmd.arg("--redis").arg(r.url()),
         None => cmd.arg("--spawn-redis"),
     };
-    let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass bench");
+    let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -93,10 +94,9 @@ fn burst_on_three_hosts_and_four_types_shares_the_work() {
 
 #[test]
 fn burst_on_a_spawned_cluster_runs_every_task_once() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
-    cmd.args(["bench", "burst", "--tasks", "3000", "--types", "3", "--spawn-cluster", "--json", "--plugin"])
-        .arg(plugin("noop"));
-    let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass bench");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"));
+    cmd.args(["burst", "--tasks", "3000", "--types", "3", "--spawn-cluster", "--json", "--plugin"]).arg(plugin("noop"));
+    let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     let run: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
@@ -108,12 +108,12 @@ fn burst_on_a_spawned_cluster_runs_every_task_once() {
 
 #[test]
 fn footprint_refuses_a_cluster_with_a_clear_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hourglass"))
-        .args(["bench", "footprint", "--spawn-cluster", "--plugin"])
+    let out = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"))
+        .args(["footprint", "--spawn-cluster", "--plugin"])
         .arg(plugin("noop"))
         .env("HOURGLASS_LOG", "warn")
         .output()
-        .expect("run hourglass bench");
+        .expect("run hourglass-bench");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("single server, not a cluster"), "{stderr}");

@@ -1,0 +1,129 @@
+//! The benchmark's own Redis commands: its load (pipelined ZADDs), clean-up, and what the servers did (scripts, CPU).
+
+use anyhow::{Context, Result};
+use hourglass::store::Store;
+
+/// What the servers have done so far, summed over every master: for the benchmark's per-task costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ServerWork {
+    /// Time spent in scripts (`EVALSHA`, with the commands they call), from `INFO commandstats`, µs.
+    pub(crate) script_us: f64,
+    /// Scripts run.
+    pub(crate) script_calls: u64,
+    /// CPU the servers used (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), µs.
+    pub(crate) cpu_us: f64,
+}
+
+/// Sums `INFO commandstats` + `INFO cpu` text into `work`.
+fn add_server_work(work: &mut ServerWork, info: &str) {
+    for line in info.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("cmdstat_evalsha:").or_else(|| line.strip_prefix("cmdstat_eval:")) {
+            for field in rest.split(',') {
+                match field.split_once('=') {
+                    Some(("calls", v)) => work.script_calls += v.parse::<u64>().unwrap_or(0),
+                    Some(("usec", v)) => work.script_us += v.parse::<f64>().unwrap_or(0.0),
+                    _ => {}
+                }
+            }
+        } else if let Some(v) = line.strip_prefix("used_cpu_user:").or_else(|| line.strip_prefix("used_cpu_sys:")) {
+            work.cpu_us += v.parse::<f64>().unwrap_or(0.0) * 1e6;
+        }
+    }
+}
+
+/// Whether every node of the cluster says `cluster_state:ok` (a single server always is).
+pub(crate) async fn cluster_ready(store: &Store) -> Result<bool> {
+    if !store.target().is_cluster() {
+        return Ok(true);
+    }
+    for node in store.nodes().await? {
+        let mut conn = node.connection().await?;
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await?;
+        if !info.contains("cluster_state:ok") {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The cluster slot of `key` (`CLUSTER KEYSLOT`).
+pub(crate) async fn keyslot(store: &Store, key: &str) -> Result<u16> {
+    let mut conn = store.connection();
+    Ok(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut conn).await?)
+}
+
+/// Script time and CPU of every master so far (the benchmark takes differences).
+pub(crate) async fn server_work(store: &Store) -> Result<ServerWork> {
+    let mut work = ServerWork::default();
+    for node in store.nodes().await?.into_iter().filter(|n| n.master) {
+        let mut conn = node.connection().await?;
+        for section in ["commandstats", "cpu"] {
+            let info: String = redis::cmd("INFO")
+                .arg(section)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot read INFO {section}"))?;
+            add_server_work(&mut work, &info);
+        }
+    }
+    Ok(work)
+}
+
+/// Deletes `keys` (`UNLINK`; they must share a slot on a cluster).
+pub(crate) async fn unlink(store: &Store, keys: &[String]) -> Result<()> {
+    let mut conn = store.connection();
+    let _: i64 = redis::cmd("UNLINK").arg(keys).query_async(&mut conn).await?;
+    Ok(())
+}
+
+/// Members in the sorted set `key` (`ZCARD`).
+pub(crate) async fn zcard(store: &Store, key: &str) -> Result<u64> {
+    let mut conn = store.connection();
+    Ok(redis::cmd("ZCARD").arg(key).query_async(&mut conn).await?)
+}
+
+/// Writes due entries as an application would (multi-member `ZADD`s of
+/// `chunk` members, pipelined `pipeline` at a time): the benchmark's load.
+pub(crate) async fn add_due(
+    store: &Store,
+    key: &str,
+    mut entries: impl Iterator<Item = (i64, String)>,
+    chunk: usize,
+    pipeline: usize,
+) -> Result<()> {
+    let mut conn = store.connection();
+    loop {
+        let mut pipe = redis::pipe();
+        let mut commands = 0;
+        while commands < pipeline {
+            let members: Vec<(i64, String)> = entries.by_ref().take(chunk).collect();
+            if members.is_empty() {
+                break;
+            }
+            pipe.zadd_multiple(key, &members).ignore();
+            commands += 1;
+        }
+        if commands == 0 {
+            return Ok(());
+        }
+        let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_work_sums_scripts_and_cpu() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=2500,usec_per_call=250.00,rejected_calls=0\r\n\
+                    cmdstat_zadd:calls=4,usec=9,usec_per_call=2.25\r\n# CPU\r\nused_cpu_sys:1.500000\r\n\
+                    used_cpu_user:0.250000\r\nused_cpu_sys_children:9.0\r\n";
+        let mut work = ServerWork::default();
+        add_server_work(&mut work, info);
+        assert_eq!(work.script_calls, 10);
+        assert_eq!(work.script_us, 2500.0);
+        assert_eq!(work.cpu_us, 1_750_000.0);
+    }
+}
