@@ -80,37 +80,36 @@ impl Recorder {
         recorder
     }
 
-    /// A task started on host `host` (`plugin_hash` runs it).
-    fn started(&self, id: &[u8], due_ms: i64, plugin_hash: &str) {
+    /// Task `task` (an index of this run's, else a warm-up task or a stray) started;
+    /// `watched`: on the plugin version `reload` waits for.
+    fn started(&self, task: Option<usize>, warm: bool, due_ms: i64, watched: bool) {
         let now = now_us();
-        if let Some(watched) = self.watch_hash.lock().unwrap_or_else(|p| p.into_inner()).as_deref()
-            && watched == plugin_hash
-        {
+        if watched {
             let _ = self.first_on_watched_us.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
         }
-        match self.index(id) {
+        match task {
             Some(i) => {
                 if self.starts[i].fetch_add(1, Ordering::Relaxed) == 0 {
                     self.lateness_us[i].store(now - due_ms * 1000, Ordering::Relaxed);
                 }
             }
-            None if id.starts_with(b"warm") => {}
+            None if warm => {}
             None => {
                 self.strays.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    /// A task's success was stored by host `host` (fenced outcomes and failures are not counted).
-    fn acked(&self, host: usize, id: &[u8]) {
-        match self.index(id) {
+    /// Task `task`'s success was stored by host `host` (fenced outcomes and failures are not counted).
+    fn acked(&self, host: usize, task: Option<usize>, warm: bool) {
+        match task {
             Some(i) => {
                 self.acks[i].fetch_add(1, Ordering::Relaxed);
                 self.host_acks[host].fetch_add(1, Ordering::Relaxed);
                 self.acked_total.fetch_add(1, Ordering::Relaxed);
                 self.last_ack_us.fetch_max(now_us(), Ordering::Relaxed);
             }
-            None if id.starts_with(b"warm") => {
+            None if warm => {
                 self.warm_acks.fetch_add(1, Ordering::Relaxed);
                 self.host_warm[host].fetch_add(1, Ordering::Relaxed);
             }
@@ -160,35 +159,48 @@ impl<S: tracing::Subscriber> Layer<S> for TaskEvents {
             return;
         }
         let Some(recorder) = CURRENT.load_full() else { return };
-        let mut fields = Fields::default();
+        let mut fields = Fields { recorder: Some(&recorder), ..Fields::default() };
         event.record(&mut fields);
-        if fields.task_type == HOSTILE {
+        if fields.hostile {
             return;
         }
-        let host = fields.host.strip_prefix(HOST_ID).and_then(|k| k.parse::<usize>().ok());
-        match (fields.event.as_str(), host) {
-            ("started", Some(_)) => recorder.started(fields.task_id.as_bytes(), fields.due_ms, &fields.plugin_hash),
-            ("settled", Some(host)) if fields.outcome == "succeeded" && host < recorder.host_acks.len() => {
-                recorder.acked(host, fields.task_id.as_bytes())
+        match (fields.kind, fields.host) {
+            (Kind::Started, Some(_)) => recorder.started(fields.task, fields.warm, fields.due_ms, fields.watched),
+            (Kind::Succeeded, Some(host)) if host < recorder.host_acks.len() => {
+                recorder.acked(host, fields.task, fields.warm)
             }
             _ => {}
         }
     }
 }
 
-/// The fields of one task event.
+/// Which task event it is (only successes of settled tasks count).
+#[derive(Default, Clone, Copy)]
+enum Kind {
+    #[default]
+    Other,
+    Started,
+    Succeeded,
+}
+
+/// What one task event says, read as its fields arrive (the pipeline sends
+/// them as `&str` and integers, so nothing is formatted or allocated here).
 #[derive(Default)]
-struct Fields {
-    event: String,
-    host: String,
-    task_type: String,
-    task_id: String,
-    plugin_hash: String,
-    outcome: String,
+struct Fields<'r> {
+    recorder: Option<&'r Recorder>,
+    kind: Kind,
+    settled: bool,
+    host: Option<usize>,
+    hostile: bool,
+    /// This run's task index, or `None` (warm-up, backlog or another run's id).
+    task: Option<usize>,
+    warm: bool,
+    /// Started on the plugin version `reload` waits for.
+    watched: bool,
     due_ms: i64,
 }
 
-impl Visit for Fields {
+impl Visit for Fields<'_> {
     fn record_i64(&mut self, field: &Field, value: i64) {
         if field.name() == "due_ms" {
             self.due_ms = value;
@@ -196,24 +208,23 @@ impl Visit for Fields {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.set(field, value.to_owned());
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.set(field, format!("{value:?}"));
-    }
-}
-
-impl Fields {
-    fn set(&mut self, field: &Field, value: String) {
         match field.name() {
-            "event" => self.event = value,
-            "host" => self.host = value,
-            "task_type" => self.task_type = value,
-            "task_id" => self.task_id = value,
-            "plugin_hash" => self.plugin_hash = value,
-            "outcome" => self.outcome = value,
+            "event" if value == "started" => self.kind = Kind::Started,
+            "event" => self.settled = value == "settled",
+            "outcome" if self.settled && value == "succeeded" => self.kind = Kind::Succeeded,
+            "host" => self.host = value.strip_prefix(HOST_ID).and_then(|k| k.parse().ok()),
+            "task_type" => self.hostile = value == HOSTILE,
+            "task_id" => {
+                self.warm = value.starts_with("warm");
+                self.task = self.recorder.and_then(|r| r.index(value.as_bytes()));
+            }
+            "plugin_hash" => {
+                let watched = self.recorder.map(|r| r.watch_hash.lock().unwrap_or_else(|p| p.into_inner()));
+                self.watched = watched.is_some_and(|w| w.as_deref() == Some(value));
+            }
             _ => {}
         }
     }
+
+    fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
 }

@@ -69,6 +69,15 @@ pub fn clean_id(id: &[u8]) -> String {
     Clean(&String::from_utf8_lossy(id)).to_string()
 }
 
+/// [`clean_id`], borrowing the id when it needs no change (UTF-8 without
+/// control characters, as ids usually are): for events on hot paths.
+pub fn clean_id_cow(id: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(id) {
+        Ok(text) if !text.contains(char::is_control) => std::borrow::Cow::Borrowed(text),
+        _ => std::borrow::Cow::Owned(clean_id(id)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,14 +81,15 @@ impl Run {
         let task = &self.task;
         // One event per start at trace level (target `hourglass::task`): what
         // `hourglass-bench` measures lateness and double runs from.
+        // Plain `&str` fields: a listener reads them without formatting.
         tracing::trace!(
             target: "hourglass::task",
             event = "started",
-            host = %self.runner.store.holder(),
-            task_type = %task.task_type,
-            task_id = %clean_id(&task.id),
+            host = self.runner.store.holder(),
+            task_type = task.task_type.as_str(),
+            task_id = &*crate::logging::clean_id_cow(&task.id),
             due_ms = task.due_ms,
-            plugin_hash = %self.entry.hash,
+            plugin_hash = self.entry.hash.as_str(),
         );
         let started_ms = crate::clock::now_ms();
         let span = match &self.trace {

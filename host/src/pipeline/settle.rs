@@ -82,9 +82,9 @@ impl Runner {
                     tracing::trace!(
                         target: "hourglass::task",
                         event = "settled",
-                        host = %self.store.holder(),
-                        task_type = %task_type,
-                        task_id = %clean_id(&s.lease.id),
+                        host = self.store.holder(),
+                        task_type = task_type.as_str(),
+                        task_id = &*crate::logging::clean_id_cow(&s.lease.id),
                         outcome = Ended::of(&s.outcome, *r).as_str(),
                     );
                 }
