@@ -8,8 +8,8 @@
 //! goes to one file in the cache folder (temp file + rename), and the kernel
 //! holds the child to `compile_memory_limit` (RLIMIT_AS, which bounds its
 //! resident memory too) and `compile_timeout` (RLIMIT_CPU, over all its
-//! threads). The child inherits no environment and no descriptor but its
-//! stdio, runs at low CPU priority, dies with the thread that started it, and
+//! threads). The child inherits no environment (it gets one allocator
+//! setting) and no descriptor but its stdio, runs at low CPU priority, dies with the thread that started it, and
 //! may not open sockets or trace other processes (seccomp). A child ended by
 //! a limit is one line naming the limit, and the plugin is refused.
 //!
