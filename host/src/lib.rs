@@ -27,7 +27,7 @@
 //! - [`task_type`], [`task`], [`config`]: the validated type name, the vocabulary of a task's life
 //!   (claimed, leased, its outcome, settled), `runner.toml`.
 //! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
-//! - [`outbound`], [`secrets`]: the HTTP allow-list and the config values plugins read.
+//! - [`outbound`], [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
 //! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
