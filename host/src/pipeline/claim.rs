@@ -221,10 +221,10 @@ impl Runner {
                     self.health.failed(target, "deliver", e);
                 }
                 for (target, id) in &flushed.kept_existing {
-                    tracing::warn!(
+                    warn!(
                         task_type = %task_type,
                         target = %target,
-                        id = %crate::logging::clean_id(id),
+                        id = %clean_id(id),
                         "follow-up not delivered: a {target} task with its id is waiting or dead-lettered, and \
                          {task_type} may only create {target} tasks (may_replace in runner.toml lets it replace them)"
                     );

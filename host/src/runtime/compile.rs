@@ -1,7 +1,7 @@
 //! Compiling a plugin in a child process under resource limits, so no file in `plugins/` can take the host's memory or CPU.
 //!
-//! Cranelift has inputs that cost it far more than their size (a 1.2 MB
-//! component with one function of 20,000 locals took 705 MiB and 11 s), and
+//! Cranelift has inputs that cost it far more than their size (issue 25: a
+//! 1.2 MB component with one function of 20,000 locals took 705 MiB and 11 s), and
 //! wasmtime's guidance for untrusted code is to compile it in another process
 //! with resource limits. The host runs its own binary as `hourglass
 //! compile-worker`: the plugin's bytes arrive on stdin, the compiled artifact
@@ -9,9 +9,10 @@
 //! holds the child to `compile_memory_limit` (RLIMIT_AS, which bounds its
 //! resident memory too) and `compile_timeout` (RLIMIT_CPU, over all its
 //! threads). The child inherits no environment (it gets one allocator
-//! setting) and no descriptor but its stdio, runs at low CPU priority, dies with the thread that started it, and
-//! may not open sockets or trace other processes (seccomp). A child ended by
-//! a limit is one line naming the limit, and the plugin is refused.
+//! setting) and no descriptor but its stdio, runs at low CPU priority, dies
+//! with the thread that started it, and may not open sockets or trace other
+//! processes (seccomp). A child ended by a limit is one line naming the
+//! limit, and the plugin is refused.
 //!
 //! A cache hit starts no child: the host maps the cached file as before.
 
@@ -268,31 +269,31 @@ pub(crate) fn in_child(
         peak_rss: Some(u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024),
     };
     let stderr = crate::runtime::one_line(&String::from_utf8_lossy(&stderr));
-    let name = path.display();
+    let plugin = path.display();
     if overstayed.load(Ordering::SeqCst) {
         return Err(refused(format!(
-            "{name}: compile did not finish in {} of wall-clock time ({WALL_FACTOR} × compile_timeout)",
+            "{plugin}: compile did not finish in {} of wall-clock time ({WALL_FACTOR} × compile_timeout)",
             humantime::format_duration(wall_limit)
         )));
     }
     if out_of_memory(&stderr) {
-        return Err(refused(format!("{name}: compile exceeded {} (compile_memory_limit)", size(limits.memory))));
+        return Err(refused(format!("{plugin}: compile exceeded {} (compile_memory_limit)", size(limits.memory))));
     }
     if libc::WIFSIGNALED(status) {
         let signal = libc::WTERMSIG(status);
         if signal == libc::SIGXCPU || (signal == libc::SIGKILL && stats.cpu >= Some(Duration::from_secs(cpu_secs))) {
             return Err(refused(format!(
-                "{name}: compile exceeded {} of CPU time (compile_timeout)",
+                "{plugin}: compile exceeded {} of CPU time (compile_timeout)",
                 humantime::format_duration(Duration::from_secs(cpu_secs))
             )));
         }
         let why = if stderr.is_empty() { String::new() } else { format!(": {stderr}") };
-        return Err(refused(format!("{name}: the compiler crashed (signal {signal}){why}")));
+        return Err(refused(format!("{plugin}: the compiler crashed (signal {signal}){why}")));
     }
     match libc::WEXITSTATUS(status) {
         0 => Ok(stats),
-        EXIT_INVALID => Err(refused(format!("{name}: invalid WebAssembly component: {stderr}"))),
-        code => Err(anyhow!("{name}: the compile worker failed (exit {code}): {stderr}")),
+        EXIT_INVALID => Err(refused(format!("{plugin}: invalid WebAssembly component: {stderr}"))),
+        code => Err(anyhow!("{plugin}: the compile worker failed (exit {code}): {stderr}")),
     }
 }
 
