@@ -26,6 +26,8 @@
 //!
 //! - [`task_type`], [`task`], [`config`]: the validated type name, the vocabulary of a task's life
 //!   (claimed, leased, its outcome, settled), `runner.toml`.
+//! - [`group`]: workflow groups (fan-out, fan-in, chains): their ids, callbacks and summaries; the
+//!   store keeps their state and delivers children's ends through the outbox.
 //! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
 //! - [`outbound`], [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
@@ -46,6 +48,7 @@ pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod group;
 pub mod health;
 pub mod host;
 pub mod hosts;

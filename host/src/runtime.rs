@@ -60,7 +60,9 @@ mod bindings {
 }
 
 use bindings::TaskHandlerPre;
-use bindings::hourglass::plugin::{config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types};
+use bindings::hourglass::plugin::{
+    config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types, workflow as wit_workflow,
+};
 
 /// The world every plugin must implement.
 pub const WORLD: &str = "hourglass:plugin/task-handler@0.1.0";
@@ -399,6 +401,7 @@ fn add_plugin_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     wit_log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     wit_schedule::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     wit_config::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    wit_workflow::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     Ok(())
 }
 

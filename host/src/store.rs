@@ -47,6 +47,7 @@
 //! - `reply.rs`: reading replies.
 
 mod conn;
+mod groups;
 mod keys;
 mod lookup;
 mod nodes;
@@ -62,7 +63,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
-pub use keys::Keys;
+pub use groups::{Added, Fired, GroupMoves, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal};
+pub use keys::{GroupKeys, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
 pub use queues::{DeadTask, Paused, TypeStats};

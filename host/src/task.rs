@@ -59,6 +59,19 @@ pub struct FollowUp {
     pub replace: bool,
 }
 
+/// What one run does to one workflow group; committed with its ack, like a follow-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupWork {
+    /// The group.
+    pub group: crate::group::GroupRef,
+    /// Opens it with this callback (an open group with the same callback is joined).
+    pub open: Option<crate::group::Callback>,
+    /// Children to add and schedule, in order.
+    pub children: Vec<FollowUp>,
+    /// Seals it once the children are added: no more can come.
+    pub seal: bool,
+}
+
 /// The result of one claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
@@ -112,6 +125,8 @@ pub enum Outcome {
     Ack {
         /// Tasks to schedule (delivered through the outbox).
         followups: Vec<FollowUp>,
+        /// Workflow groups it opens, adds children to or seals (delivered through the outbox).
+        groups: Vec<GroupWork>,
     },
     /// Failure; run again after `delay`.
     Retry {

@@ -98,6 +98,16 @@ fn describe() {
         "Now minus the due time of the oldest task due and not yet claimed; 0 when none (sampled)."
     );
     describe_counter!("hourglass_plugin_loads_total", "Plugin versions compiled and loaded.");
+    describe_counter!("hourglass_groups_opened_total", "Workflow groups opened by handlers, by callback type.");
+    describe_counter!(
+        "hourglass_groups_completed_total",
+        "Workflow groups completed on this host, by callback type and what became of the callback \
+         (callback, skipped, kept)."
+    );
+    describe_counter!(
+        "hourglass_group_work_refused_total",
+        "Handler work on a group the group refused (sealed, done, or opened with another callback)."
+    );
     describe_counter!("hourglass_plugin_reload_failures_total", "Plugin files that could not be loaded.");
     describe_gauge!("hourglass_plugin_info", "1 for the plugin version (hash) serving now, 0 for replaced ones.");
 }
@@ -290,6 +300,24 @@ pub fn followup_kept_existing(from: &TaskType, to: &TaskType) {
 pub fn followup_refused(from: &TaskType, to: &TaskType) {
     handle();
     counter!("hourglass_followups_refused_total", "type" => from.to_string(), "target" => to.to_string()).increment(1);
+}
+
+/// A workflow group with callbacks of `callback_type` was opened by a run's work.
+pub fn group_opened(callback_type: &TaskType) {
+    handle();
+    counter!("hourglass_groups_opened_total", "type" => callback_type.to_string()).increment(1);
+}
+
+/// A workflow group completed; `fired` says what it did with its callback.
+pub fn group_completed(callback_type: &TaskType, fired: &'static str) {
+    handle();
+    counter!("hourglass_groups_completed_total", "type" => callback_type.to_string(), "callback" => fired).increment(1);
+}
+
+/// A run of `from` worked on a group that refused it (sealed, done, another callback).
+pub fn group_refused(from: &TaskType) {
+    handle();
+    counter!("hourglass_group_work_refused_total", "type" => from.to_string()).increment(1);
 }
 
 /// A plugin file could not be loaded (unreadable or rejected).

@@ -51,6 +51,7 @@ use bindings::hourglass::plugin::types as wit_types;
 use bindings::hourglass::plugin::{config as wit_config, log as wit_log, schedule as wit_schedule};
 
 pub mod http;
+pub mod workflow;
 
 /// One delivery of a due task.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -230,6 +230,17 @@ impl Runner {
                     );
                     crate::telemetry::followup_kept_existing(task_type, target);
                 }
+                for c in &flushed.groups.opened {
+                    crate::telemetry::group_opened(c);
+                }
+                for (g, fired) in &flushed.groups.completed {
+                    info!(group = %g, callback = fired.as_str(), "workflow group completed");
+                    crate::telemetry::group_completed(&g.callback_type, fired.as_str());
+                }
+                for (g, why) in &flushed.groups.refused {
+                    warn!(task_type = %task_type, group = %g, "a run's work on a group was dropped: {why}");
+                    crate::telemetry::group_refused(task_type);
+                }
                 flushed.moved
             }
             Err(e) => {

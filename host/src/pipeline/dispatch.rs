@@ -13,7 +13,7 @@ use crate::backoff;
 use crate::logging::clean_id;
 use crate::registry::Entry;
 use crate::runtime::{Failure, TaskRun};
-use crate::task::{ClaimedTask, FollowUp, Outcome, RunInfo, Settlement};
+use crate::task::{ClaimedTask, FollowUp, GroupWork, Outcome, RunInfo, Settlement};
 
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
 const SECONDS_NOT_MS: i64 = 100_000_000_000;
@@ -110,6 +110,7 @@ impl Run {
             run = run => Some(Some(run.unwrap_or_else(|_| TaskRun {
                 result: Err(Failure::Error("handler failed: panic in the host".into())),
                 followups: Vec::new(),
+                groups: Vec::new(),
             }))),
         };
         drop(measured);
@@ -122,7 +123,7 @@ impl Run {
         };
         let finished_ms = crate::clock::now_ms();
         let outcome = match run {
-            Some(run) => decide(&self.entry, task, run.result, run.followups, started_ms),
+            Some(run) => decide(&self.entry, task, run.result, run.followups, run.groups, started_ms),
             None => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
@@ -148,6 +149,7 @@ pub(crate) fn decide(
     task: &ClaimedTask,
     result: Result<(), Failure>,
     followups: Vec<FollowUp>,
+    groups: Vec<GroupWork>,
     started_ms: i64,
 ) -> Outcome {
     let policy = &entry.policy;
@@ -156,7 +158,7 @@ pub(crate) fn decide(
     match result {
         Ok(()) => {
             debug!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, lateness_ms, "succeeded");
-            Outcome::Ack { followups }
+            Outcome::Ack { followups, groups }
         }
         Err(Failure::Permanent(reason)) => {
             let reason = crate::logging::Clean(&reason);

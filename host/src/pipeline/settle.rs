@@ -75,7 +75,7 @@ impl Runner {
                 gathered.push(next);
             }
             let Gathered { batch, permits, .. } = std::mem::take(&mut gathered);
-            let results = self.write_outcomes(&task_type, &batch).await;
+            let (results, group_reports) = self.write_outcomes(&task_type, &batch).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
             if tracing::enabled!(target: "hourglass::task", tracing::Level::TRACE) {
                 for (s, r) in batch.iter().zip(&results) {
@@ -89,14 +89,17 @@ impl Runner {
                     );
                 }
             }
-            let mut committed_followups = false;
+            // Group children that ended left reports for their groups in the outbox.
+            let mut committed_followups = group_reports > 0;
             for (s, r) in batch.iter().zip(&results) {
                 match (r, &s.outcome) {
                     (SettleResult::Fenced, _) => {
                         warn!(task_type = %task_type, task_id = %clean_id(&s.lease.id), attempt = s.run.attempt,
                         "outcome ignored: the lease had expired and the task was claimed again")
                     }
-                    (SettleResult::Settled, Outcome::Ack { followups }) => committed_followups |= !followups.is_empty(),
+                    (SettleResult::Settled, Outcome::Ack { followups, groups }) => {
+                        committed_followups |= !followups.is_empty() || !groups.is_empty()
+                    }
                     _ => {}
                 }
             }
@@ -121,11 +124,12 @@ impl Runner {
 
     /// One settle call for `batch`, retried until it is written: the script
     /// checks every key before its first write, so a failed call changed nothing.
-    async fn write_outcomes(&self, task_type: &TaskType, batch: &[Settlement]) -> Vec<SettleResult> {
+    /// Also returns how many group reports the settle put in the outbox.
+    async fn write_outcomes(&self, task_type: &TaskType, batch: &[Settlement]) -> (Vec<SettleResult>, usize) {
         let mut backoff = Duration::from_millis(50);
         loop {
             let events = self.registry.config().events_maxlen(task_type);
-            match self.store.settle(task_type, batch, events).await {
+            match self.store.settle_reporting(task_type, batch, events).await {
                 Ok(results) => {
                     self.health.succeeded(task_type, "settle");
                     return results;

@@ -21,7 +21,7 @@ use super::state::{Grants, HostBudget, HostState, MAX_RESOURCES, OUTPUT_CAP, Run
 use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
 use crate::config::TypePolicy;
 use crate::logging::clean_id;
-use crate::task::{ClaimedTask, FollowUp};
+use crate::task::{ClaimedTask, FollowUp, GroupWork};
 
 /// Idle warm instances one handler keeps for its next tasks (`instance_reuse`).
 const WARM_PER_HANDLER: usize = 8;
@@ -67,11 +67,13 @@ pub struct TaskRun {
     pub result: Result<(), Failure>,
     /// Follow-ups to commit with the ack; empty unless `result` is `Ok`.
     pub followups: Vec<FollowUp>,
+    /// Workflow group work to commit with the ack; empty unless `result` is `Ok`.
+    pub groups: Vec<GroupWork>,
 }
 
 impl TaskRun {
     fn failed(failure: Failure) -> TaskRun {
-        TaskRun { result: Err(failure), followups: Vec::new() }
+        TaskRun { result: Err(failure), followups: Vec::new(), groups: Vec::new() }
     }
 }
 
@@ -208,12 +210,15 @@ impl Handler {
         let (err, err_dropped) = stderr.take();
         meta.emit_output("stdout", &out, out_dropped);
         meta.emit_output("stderr", &err, err_dropped);
-        let Ok((outcome, state)) = finished else {
+        let Ok((outcome, mut state)) = finished else {
             return TaskRun::failed(self.deadline_failure());
         };
+        let groups = state.take_groups();
         let result = self.result_of(outcome, state.limiter.exceeded, state.held.exceeded, &err);
-        let followups = if result.is_ok() { state.followups } else { Vec::new() };
-        TaskRun { result, followups }
+        if result.is_err() {
+            return TaskRun { result, followups: Vec::new(), groups: Vec::new() };
+        }
+        TaskRun { result, followups: state.followups, groups }
     }
 
     /// [`Handler::run`] on a warm instance: taken from the idle ones (or made),
@@ -261,7 +266,7 @@ impl Handler {
                     Ok(instance) => WarmInstance { store, instance, stdout, stderr, served: 0 },
                     Err(e) => {
                         let state = store.into_data();
-                        return (Err(e), state.limiter.exceeded, state.held.exceeded, Vec::new(), None);
+                        return (Err(e), state.limiter.exceeded, state.held.exceeded, Vec::new(), Vec::new(), None);
                     }
                 },
             };
@@ -269,14 +274,15 @@ impl Handler {
             let state = w.store.data_mut();
             let (exceeded, held) = (state.limiter.exceeded, state.held.exceeded.take());
             let followups = std::mem::take(&mut state.followups);
-            (outcome, exceeded, held, followups, Some(w))
+            let groups = state.take_groups();
+            (outcome, exceeded, held, followups, groups, Some(w))
         };
         let finished = tokio::time::timeout(self.hard_limit(), call).await;
         let (out, out_dropped) = out_pipe.take();
         let (err, err_dropped) = err_pipe.take();
         meta.emit_output("stdout", &out, out_dropped);
         meta.emit_output("stderr", &err, err_dropped);
-        let Ok((outcome, memory_wanted, held, followups, warm)) = finished else {
+        let Ok((outcome, memory_wanted, held, followups, groups, warm)) = finished else {
             return TaskRun::failed(self.deadline_failure());
         };
         let result = self.result_of(outcome, memory_wanted, held, &err);
@@ -286,8 +292,10 @@ impl Handler {
             w.served += 1;
             self.keep_warm(w);
         }
-        let followups = if result.is_ok() { followups } else { Vec::new() };
-        TaskRun { result, followups }
+        if result.is_err() {
+            return TaskRun { result, followups: Vec::new(), groups: Vec::new() };
+        }
+        TaskRun { result, followups, groups }
     }
 
     /// Keeps a warm instance for the next task unless it served its share or

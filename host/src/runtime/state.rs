@@ -17,12 +17,13 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::hourglass::plugin::{
-    config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types,
+    config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types, workflow as wit_workflow,
 };
 use super::outgoing::OutboundHooks;
 use super::pipe::CappedPipe;
+use crate::group::{Callback, FireWhen, GroupId, GroupRef};
 use crate::logging::Clean;
-use crate::task::FollowUp;
+use crate::task::{FollowUp, GroupWork};
 use crate::task_type::TaskType;
 
 /// Bytes of stdout and of stderr kept per run; the rest is dropped.
@@ -223,6 +224,8 @@ pub(crate) struct HostState {
     /// Whether this run had a follow-up refused (logged once per run).
     refused_followup: bool,
     pub(crate) followups: Vec<FollowUp>,
+    /// Work on workflow groups, one entry per group, in the order first touched.
+    groups: Vec<GroupWork>,
     pub(crate) held: Held,
     budget: HostBudget,
     /// Bytes of `log` text emitted this run, against [`LOG_CAP`].
@@ -264,6 +267,7 @@ impl HostState {
             grants,
             refused_followup: false,
             followups: Vec::new(),
+            groups: Vec::new(),
             held: Held::new(budget.held_limit()),
             budget,
             logged: 0,
@@ -280,6 +284,7 @@ impl HostState {
         self.http_hooks = parts.http_hooks;
         self.deadline = parts.deadline;
         self.followups.clear();
+        self.groups.clear();
         self.refused_followup = false;
         self.held = Held::new(self.budget.held_limit());
         self.logged = 0;
@@ -361,26 +366,39 @@ impl wit_log::Host for HostState {
     }
 }
 
-impl wit_schedule::Host for HostState {
-    fn schedule(&mut self, task_type: String, id: Vec<u8>, payload: Vec<u8>, due_ms: u64) -> Result<(), String> {
-        if let Some(why) = &self.held.exceeded {
-            return Err(why.clone());
-        }
-        if self.followups.len() >= MAX_FOLLOWUPS {
-            return Err(format!("at most {MAX_FOLLOWUPS} follow-ups per run"));
-        }
-        let task_type: TaskType = task_type.parse().map_err(|e| format!("{e}"))?;
-        let replace = match self.grants.check(&self.meta.task_type, &task_type) {
-            Ok(replace) => replace,
+impl HostState {
+    /// The run's work on groups, taken for its ack.
+    pub(crate) fn take_groups(&mut self) -> Vec<GroupWork> {
+        std::mem::take(&mut self.groups)
+    }
+
+    /// Whether this run may schedule into `to`, and replace there; a refusal
+    /// is counted, and logged once per run.
+    fn granted(&mut self, to: &TaskType) -> Result<bool, String> {
+        match self.grants.check(&self.meta.task_type, to) {
+            Ok(replace) => Ok(replace),
             Err(why) => {
-                crate::telemetry::followup_refused(&self.meta.task_type, &task_type);
+                crate::telemetry::followup_refused(&self.meta.task_type, to);
                 if !std::mem::replace(&mut self.refused_followup, true) {
                     self.meta
                         .warn(format_args!("follow-up refused (further refusals of this run are not logged): {why}"));
                 }
-                return Err(why);
+                Err(why)
             }
-        };
+        }
+    }
+
+    /// A follow-up checked against the run's limits and grants, its bytes charged.
+    fn followup(&mut self, task_type: String, id: Vec<u8>, payload: Vec<u8>, due_ms: u64) -> Result<FollowUp, String> {
+        if let Some(why) = &self.held.exceeded {
+            return Err(why.clone());
+        }
+        let children: usize = self.groups.iter().map(|g| g.children.len()).sum();
+        if self.followups.len() + children >= MAX_FOLLOWUPS {
+            return Err(format!("at most {MAX_FOLLOWUPS} follow-ups and group children per run"));
+        }
+        let task_type: TaskType = task_type.parse().map_err(|e| format!("{e}"))?;
+        let replace = self.granted(&task_type)?;
         if id.len() > MAX_FOLLOWUP_ID {
             return Err(format!("id of {} bytes is over the limit of {MAX_FOLLOWUP_ID}", id.len()));
         }
@@ -390,7 +408,104 @@ impl wit_schedule::Host for HostState {
         let bytes = id.len() + payload.len() + FOLLOWUP_OVERHEAD;
         self.held.charge(bytes, "follow-ups", self.budget)?;
         let due_ms = i64::try_from(due_ms).unwrap_or(i64::MAX);
-        self.followups.push(FollowUp { task_type, id, payload, due_ms, replace });
+        Ok(FollowUp { task_type, id, payload, due_ms, replace })
+    }
+
+    /// The run's work on group (`callback_type`, `group`), created on first use;
+    /// the callback type must be granted.
+    fn group_work(&mut self, callback_type: String, group: String) -> Result<&mut GroupWork, String> {
+        if let Some(why) = &self.held.exceeded {
+            return Err(why.clone());
+        }
+        let callback_type: TaskType = callback_type.parse().map_err(|e| format!("{e}"))?;
+        let id: GroupId = group.parse().map_err(|e| format!("{e}"))?;
+        let group = GroupRef { callback_type, id };
+        let at = match self.groups.iter().position(|g| g.group == group) {
+            Some(at) => at,
+            None => {
+                if self.groups.len() >= MAX_GROUPS {
+                    return Err(format!("at most {MAX_GROUPS} groups per run"));
+                }
+                self.granted(&group.callback_type)?;
+                self.held.charge(group.id.as_str().len() + FOLLOWUP_OVERHEAD, "groups", self.budget)?;
+                self.groups.push(GroupWork { group, open: None, children: Vec::new(), seal: false });
+                self.groups.len() - 1
+            }
+        };
+        Ok(&mut self.groups[at])
+    }
+}
+
+/// Groups one run may work on.
+const MAX_GROUPS: usize = 100;
+
+impl wit_schedule::Host for HostState {
+    fn schedule(&mut self, task_type: String, id: Vec<u8>, payload: Vec<u8>, due_ms: u64) -> Result<(), String> {
+        let followup = self.followup(task_type, id, payload, due_ms)?;
+        self.followups.push(followup);
+        Ok(())
+    }
+}
+
+impl wit_workflow::Host for HostState {
+    fn open(
+        &mut self,
+        callback_type: String,
+        group: String,
+        callback_id: String,
+        callback_payload: String,
+        when: wit_workflow::FireWhen,
+    ) -> Result<(), String> {
+        if callback_id.is_empty() || callback_id.len() > MAX_FOLLOWUP_ID {
+            return Err(format!("callback id of {} bytes: it must be 1 to {MAX_FOLLOWUP_ID}", callback_id.len()));
+        }
+        if callback_payload.len() > MAX_FOLLOWUP_PAYLOAD / 2 {
+            return Err(format!("callback payload of {} bytes is over the limit of 512 KiB", callback_payload.len()));
+        }
+        let replace = self.grants.check(&self.meta.task_type, &callback_type.parse().map_err(|e| format!("{e}"))?);
+        let bytes = callback_id.len() + callback_payload.len();
+        let budget = self.budget;
+        self.held.charge(bytes, "groups", budget)?;
+        let work = self.group_work(callback_type, group)?;
+        let when = match when {
+            wit_workflow::FireWhen::AllEnded => FireWhen::AllEnded,
+            wit_workflow::FireWhen::AllSucceeded => FireWhen::AllSucceeded,
+        };
+        let callback = Callback { id: callback_id, payload: callback_payload, when, replace: replace.unwrap_or(false) };
+        match &work.open {
+            Some(open) if *open != callback => {
+                Err(format!("group {} was opened with another callback in this run", work.group))
+            }
+            _ => {
+                work.open = Some(callback);
+                Ok(())
+            }
+        }
+    }
+
+    fn add(
+        &mut self,
+        callback_type: String,
+        group: String,
+        task_type: String,
+        id: String,
+        payload: Vec<u8>,
+        due_ms: u64,
+    ) -> Result<(), String> {
+        if id.chars().any(char::is_control) {
+            return Err("a group child's id may not contain control characters".into());
+        }
+        let child = self.followup(task_type, id.into_bytes(), payload, due_ms)?;
+        let work = self.group_work(callback_type, group)?;
+        if work.seal {
+            return Err(format!("group {} was sealed in this run", work.group));
+        }
+        work.children.push(child);
+        Ok(())
+    }
+
+    fn seal(&mut self, callback_type: String, group: String) -> Result<(), String> {
+        self.group_work(callback_type, group)?.seal = true;
         Ok(())
     }
 }

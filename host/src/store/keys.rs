@@ -46,6 +46,24 @@ pub struct Keys {
     pub cancels: String,
     /// `P:{T}:trace`: HASH id → W3C traceparent a client attached (optional; read while tracing is on).
     pub trace: String,
+    /// `P:{T}:member`: HASH id → `<callback type>\n<group id>`, of the type's tasks that are
+    /// workflow group children (see `scripts/group_join.lua`).
+    pub member: String,
+    /// `P:{T}:groups`: ZSET group id → opened ms, of the groups with callbacks of this type that
+    /// are not done.
+    pub groups: String,
+    prefix_tag: String,
+}
+
+/// The keys of one workflow group, in its callback type's slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupKeys {
+    /// `P:{C}:group:<G>`: HASH, the group's callback, state and counts.
+    pub group: String,
+    /// `P:{C}:group-pending:<G>`: SET of children not ended yet, each `<type>\n<id>`.
+    pub pending: String,
+    /// `P:{C}:group-failed:<G>`: HASH child → `dead` | `cancelled`.
+    pub failed: String,
 }
 
 impl Keys {
@@ -72,11 +90,24 @@ impl Keys {
             paused: k("paused"),
             cancels: k("cancels"),
             trace: k("trace"),
+            member: k("member"),
+            groups: k("groups"),
+            prefix_tag: k(""),
+        }
+    }
+
+    /// The keys of group `g` whose callback is of this type (the group id
+    /// comes last, so no id can name another group's key).
+    pub fn group(&self, g: &crate::group::GroupId) -> GroupKeys {
+        GroupKeys {
+            group: format!("{}group:{g}", self.prefix_tag),
+            pending: format!("{}group-pending:{g}", self.prefix_tag),
+            failed: format!("{}group-failed:{g}", self.prefix_tag),
         }
     }
 
     /// Every key of the type with a fixed name (not the per-entry delivery markers).
-    pub fn fixed(&self) -> [&str; 18] {
+    pub fn fixed(&self) -> [&str; 20] {
         [
             &self.due,
             &self.payload,
@@ -96,6 +127,8 @@ impl Keys {
             &self.paused,
             &self.cancels,
             &self.trace,
+            &self.member,
+            &self.groups,
         ]
     }
 
@@ -116,5 +149,6 @@ mod tests {
         let k = Keys::new("hg", &"order.timeout".parse().unwrap());
         assert_eq!(k.due, "hg:{order.timeout}:due");
         assert_eq!(k.delivered(b"x:1:0"), b"hg:{order.timeout}:delivered:x:1:0".to_vec());
+        assert_eq!(k.group(&"g:1".parse().unwrap()).pending, "hg:{order.timeout}:group-pending:g:1");
     }
 }

@@ -87,6 +87,9 @@ pub struct TaskView {
     pub last_error: Option<String>,
     /// The start of its payload; `None` when it has none.
     pub payload: Option<PayloadPreview>,
+    /// The workflow group it is a child of, `<callback type>/<group id>`, until it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl Store {
@@ -107,6 +110,7 @@ impl Store {
             .key(&k.payload)
             .key(&k.claims)
             .key(&k.claimed)
+            .key(&k.member)
             .arg(id)
             .arg(PREVIEW_BYTES)
             .invoke_async(&mut conn)
@@ -149,6 +153,7 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
     let died_ms = score(next()?)?;
     let payload_len = opt_int(next()?)?.unwrap_or(0).max(0) as u64;
     let head = opt_bytes(next()?)?;
+    let group = opt_bytes(next()?)?.map(|g| String::from_utf8_lossy(&g).replacen('\n', "/", 1));
     let running = match (lease_until, token_entry) {
         (Some(until), Some(entry)) => Some(parse_lease(&entry, until)?),
         // A lease without a token (or the reverse) is a claim or settle caught half-way by nobody:
@@ -180,6 +185,7 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
         attempts,
         last_error,
         payload,
+        group,
     })
 }
 

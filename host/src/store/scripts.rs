@@ -28,6 +28,9 @@ pub(super) struct Scripts {
     pub(super) resume: Script,
     pub(super) show: Script,
     pub(super) reschedule: Script,
+    pub(super) group_join: Script,
+    pub(super) group_child: Script,
+    pub(super) group_end: Script,
 }
 
 /// `scripts/<name>.lua` behind the shared helpers of `scripts/prelude.lua`.
@@ -60,6 +63,9 @@ impl Scripts {
             resume: script!("resume"),
             show: script!("show"),
             reschedule: script!("reschedule"),
+            group_join: script!("group_join"),
+            group_child: script!("group_child"),
+            group_end: script!("group_end"),
         }
     }
 }

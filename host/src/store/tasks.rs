@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use redis::Value;
 
+use super::groups::{GroupDelivery, GroupMoves};
 use super::reply::parse_claim;
 use super::{BATCH, Store, duration_ms};
 use crate::task::{Claim, FollowUp, Lease, Outcome, SettleResult, Settlement};
@@ -111,6 +112,8 @@ pub struct OutboxFlush {
     /// Create-only follow-ups not delivered because their id was waiting or
     /// dead-lettered in their type: (type, id); handled, not retried.
     pub kept_existing: Vec<(TaskType, Vec<u8>)>,
+    /// Workflow groups opened, completed, or whose work was refused (see [`GroupMoves`]).
+    pub groups: GroupMoves,
 }
 
 impl Store {
@@ -218,12 +221,22 @@ impl Store {
             .key(&k.tokens)
             .key(&k.claimed)
             .key(&k.cancels)
+            .key(&k.member)
+            .key(&k.outbox)
+            .key(&k.seq)
             .arg(id)
             .arg(t.as_str())
             .arg(self.cancel_channel())
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot cancel a {t} task"))?;
+        if reply.get(1).is_some_and(|r| r == "1") {
+            // A group's child: its report waits in the outbox; a host's heartbeat
+            // would move it on too, this only saves the group that wait.
+            if let Err(e) = self.flush_outbox(t).await {
+                tracing::warn!(task_type = %t, "cannot deliver a cancelled child's report now: {e:#}");
+            }
+        }
         Ok(match reply.first().map(String::as_str) {
             Some("scheduled") => Cancelled::Scheduled,
             Some("running") => Cancelled::Running { holder: reply.get(1).cloned().unwrap_or_default() },
@@ -270,6 +283,8 @@ impl Store {
             .key(&k.cancels)
             .key(&k.claims)
             .key(&k.claimed)
+            .key(&k.member)
+            .key(&k.outbox)
             .arg(limits.max_tasks.max(1))
             .arg(duration_ms(limits.lease).max(1))
             .arg(limits.max_payload_bytes)
@@ -280,6 +295,7 @@ impl Store {
             .arg(limits.rate.map_or(1.0, |r| r.burst()))
             .arg(limits.fair_by.as_deref().unwrap_or(""))
             .arg(FAIR_WINDOW)
+            .arg(t.as_str())
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot claim {t} tasks"))?;
@@ -297,8 +313,19 @@ impl Store {
         batch: &[Settlement],
         events_maxlen: Option<u64>,
     ) -> Result<Vec<SettleResult>> {
+        Ok(self.settle_reporting(t, batch, events_maxlen).await?.0)
+    }
+
+    /// [`Store::settle`], and how many reports of workflow group children
+    /// that ended it put in the outbox (for [`Store::flush_outbox`]).
+    pub async fn settle_reporting(
+        &self,
+        t: &TaskType,
+        batch: &[Settlement],
+        events_maxlen: Option<u64>,
+    ) -> Result<(Vec<SettleResult>, usize)> {
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let k = self.keys(t);
         let mut inv = self.scripts.settle.prepare_invoke();
@@ -313,6 +340,7 @@ impl Store {
             .key(&k.outbox)
             .key(&k.events)
             .key(&k.cancels)
+            .key(&k.member)
             .arg(t.as_str())
             .arg(events_maxlen.unwrap_or(0));
         let entries = settle_entries(batch, events_maxlen.is_some());
@@ -325,7 +353,7 @@ impl Store {
                 SettleEntry::Full(i) => &batch[*i],
             };
             let (kind, delay_ms, error, followups) = match &s.outcome {
-                Outcome::Ack { followups } => ("ack", 0, "", followups.as_slice()),
+                Outcome::Ack { followups, .. } => ("ack", 0, "", followups.as_slice()),
                 Outcome::Retry { delay, error } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
                 Outcome::Dead { error } => ("dead", 0, error.as_str(), &[][..]),
                 Outcome::Cancelled => ("cancel", 0, "", &[][..]),
@@ -337,16 +365,26 @@ impl Store {
                 .arg(s.run.attempt)
                 .arg(s.run.due_ms)
                 .arg(s.run.started_ms);
-            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len());
+            let groups = match &s.outcome {
+                Outcome::Ack { groups, .. } => groups.as_slice(),
+                _ => &[],
+            };
+            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len() + groups.len());
             for f in followups {
                 let mut arg = vec![if f.replace { b'r' } else { b'c' }];
                 arg.extend(encode_followup(f));
                 inv.arg(arg);
             }
+            for g in groups {
+                let mut arg = vec![b'g'];
+                arg.extend(super::groups::encode_work(g));
+                inv.arg(arg);
+            }
         }
         let mut conn = self.conn.clone();
-        let replies: Vec<Value> =
+        let mut replies: Vec<Value> =
             inv.invoke_async(&mut conn).await.with_context(|| format!("cannot settle {} {t} tasks", batch.len()))?;
+        let reports = replies.pop().map(super::reply::int).transpose().context("settle: no count of group reports")?;
         if replies.len() != entries.len() {
             bail!("settle of {t}: {} results for {} entries", replies.len(), entries.len());
         }
@@ -371,7 +409,7 @@ impl Store {
                 }
             }
         }
-        Ok(results)
+        Ok((results, reports.unwrap_or(0) as usize))
     }
 
     /// Extends the leases of running tasks to now + `lease_ms`.
@@ -435,7 +473,25 @@ impl Store {
                 .with_context(|| format!("cannot read the {t} outbox"))?;
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
-                match decode_followup(entry_id, encoded) {
+                let group_entry = if entry_id.ends_with(super::groups::REPORT) {
+                    Some(self.deliver_report(entry_id, encoded, &mut flushed.groups).await)
+                } else if entry_id.ends_with(super::groups::WORK) {
+                    Some(self.deliver_work(entry_id, encoded, &mut flushed.groups).await)
+                } else {
+                    None
+                };
+                let parsed = match group_entry {
+                    Some(Ok(())) => Err(None),
+                    Some(Err(GroupDelivery::Bad(e))) => Err(Some(e)),
+                    Some(Err(GroupDelivery::Waits(target, e))) => {
+                        flushed.failed.push((target, e));
+                        continue;
+                    }
+                    Some(Err(GroupDelivery::Outage(e))) => return Err(e),
+                    None => decode_followup(entry_id, encoded).map_err(Some),
+                };
+                match parsed {
+                    Err(None) => {}
                     Ok(f) => {
                         let tk = self.keys(&f.task_type);
                         let delivered: Result<i64> = self
@@ -469,7 +525,7 @@ impl Store {
                         }
                     }
                     // A corrupt entry can never be delivered; dropping it keeps the outbox moving.
-                    Err(e) => tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}"),
+                    Err(Some(e)) => tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}"),
                 }
                 let _: i64 = redis::cmd("HDEL")
                     .arg(&k.outbox)
@@ -539,7 +595,8 @@ fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
     let mut entries = Vec::new();
     let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
     for (i, s) in batch.iter().enumerate() {
-        let plain = !events && matches!(&s.outcome, Outcome::Ack { followups } if followups.is_empty());
+        let plain = !events
+            && matches!(&s.outcome, Outcome::Ack { followups, groups } if followups.is_empty() && groups.is_empty());
         let Lease { token, claim, .. } = s.lease;
         let index = token.checked_sub(claim).filter(|&k| k < CLAIM_MAX);
         let (true, Some(index)) = (plain, index) else {
@@ -589,7 +646,7 @@ mod tests {
     }
 
     fn ack() -> Outcome {
-        Outcome::Ack { followups: Vec::new() }
+        Outcome::Ack { followups: Vec::new(), groups: Vec::new() }
     }
 
     #[test]

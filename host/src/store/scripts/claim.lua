@@ -3,11 +3,13 @@
 -- KEYS: 1 due, 2 payload, 3 leases, 4 tokens (both: per-task leases of older hosts), 5 attempts,
 --       6 errors, 7 dead, 8 seq, 9 stats, 10 recur (recurring schedules), 11 throttle (the rate
 --       limit's bucket), 12 paused (exists while the type is paused; its value is when the pause
---       ends, 0 = until resumed), 13 cancels, 14 claims, 15 claimed (see the prelude)
+--       ends, 0 = until resumed), 13 cancels, 14 claims, 15 claimed (see the prelude),
+--       16 member (workflow marks), 17 outbox
 -- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes, 5 holder (host id, '' = none),
 --       6 max_running over all hosts (0 = no limit), 7 rate in tasks per second (0 = no limit),
 --       8 rate burst (tokens the bucket holds at most), 9 fairness separator ('' = off),
---       10 fairness window (how many of the oldest, and of the newest, due tasks it looks at)
+--       10 fairness window (how many of the oldest, and of the newest, due tasks it looks at),
+--       11 the type's name (outbox entries of group reports)
 -- Returns: { now_ms,
 --            claimed: flat { id, due_score (string) } per task, oldest due first,
 --            payloads: { payload|false } per claimed task, or false when none has one,
@@ -58,6 +60,9 @@
 --     follow the schedule's policy: latest (the claimed one runs as the
 --     latest missed occurrence, once), all, or skip (one missed by more than
 --     a minute is dropped unrun).
+--   * a workflow group's child that ends here (dead-lettered as oversize, or
+--     a cancelled run whose host died) reports to its group through the
+--     outbox in the same step (the prelude's report_ended).
 --   * nothing is written unless every key holds its type and seq and the
 --     counters are integers (the prelude's rule): a broken key fails the
 --     claim with HGFAULT and every task stays where it was.
@@ -66,7 +71,8 @@
 local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, seq, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local recur, throttle, paused, cancels = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local claims, claimed = KEYS[14], KEYS[15]
+local claims, claimed, member, outbox = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local type_name = ARGV[11] or ''
 -- One claim is one record in `claimed`: hosts ask for at most batch_size
 -- (10,000), and any caller is held to 65535 so that a record stays bounded.
 local limit = math.min(tonumber(ARGV[1]), 65535)
@@ -88,8 +94,9 @@ local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' 
   or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' }) or check_counters(claimed, { 'leased' })
   or check_rare({
     { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { dead, 'zset' },
-    { recur, 'hash' }, { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' },
+    { recur, 'hash' }, { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' }, { member, 'hash' },
   }, types)
+if not bad and types[member] ~= 'none' then bad = check_keys({ { outbox, 'hash' } }) end
 if bad then return bad end
 
 local function present(key) return types[key] ~= 'none' end
@@ -156,6 +163,7 @@ if #lost_ids > 0 then
     if lost_tokens[i] and marks[i] == lost_tokens[i] then
       redis.call('HDEL', cancels, id)
       if not redis.call('ZSCORE', due, id) then redis.call('HDEL', payload, id) end
+      if present(member) then report_ended(member, outbox, type_name .. ':' .. lost_tokens[i], id, 'cancelled') end
       stopped = stopped + 1
     else
       zpairs[#zpairs + 1] = now_s
@@ -362,6 +370,9 @@ if #ids > 0 then
         error_pairs[#error_pairs + 1] = reason
         dead_out[#dead_out + 1] = id
         dead_out[#dead_out + 1] = reason
+        if present(member) then
+          report_ended(member, outbox, type_name .. ':x' .. redis.call('INCR', seq), id, 'dead')
+        end
       else
         kept[#kept + 1] = id
         kept[#kept + 1] = rows[2 * j]

@@ -376,3 +376,18 @@ local function arm(recur, due, payload, name, times, j, body)
   redis.call('HSET', recur, name .. ':armed', id, name .. ':then', join_times(times, j + 1))
   return id
 end
+
+-- Workflows (see group_join.lua): a group's child of type T is marked in
+-- `P:{T}:member` (HASH id → "<callback type>\n<group id>"). When the child
+-- ends (succeeded, dead-lettered or cancelled), the script that ended it
+-- drops the mark and writes a report into T's outbox, in the same step:
+-- "<entry>:report" → "<outcome>\n<callback type>\n<group id>\n<id>". The
+-- host delivers it to the group's slot exactly once (group_end.lua), as it
+-- does follow-ups. `entry` must be unique forever in T's outbox (a token).
+local function report_ended(member, outbox, entry, id, outcome, membership)
+  local g = membership or redis.call('HGET', member, id)
+  if not g then return false end
+  redis.call('HDEL', member, id)
+  redis.call('HSET', outbox, entry .. ':report', outcome .. '\n' .. g .. '\n' .. id)
+  return true
+end

@@ -1,16 +1,19 @@
 -- settle: commit the outcomes of many finished tasks of one type at once.
 --
 -- KEYS: 1 due, 2 payload, 3 claims, 4 claimed (see the prelude), 5 attempts, 6 errors, 7 dead,
---       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop)
+--       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop),
+--       12 member (id -> its workflow group, see the prelude's report_ended)
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then entries:
 --       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
 --         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one)
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
 --         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
---         'c' (create-only) or 'r' (may replace) and then the encoded follow-up
+--         'c' (create-only) or 'r' (may replace) and then the encoded follow-up, or 'g'
+--         and then a run's encoded work on one workflow group (entry id ends ":group")
 -- Returns: per entry, in order: for plain acks the mask of those settled (the
 --          others were fenced); for a task in full 1 = settled | 2 = settled as
---          cancelled | 0 = fenced.
+--          cancelled | 0 = fenced; then one more element: how many group
+--          reports went into the outbox.
 -- Guarantees:
 --   * fencing: a task that is no longer leased under the given claim and
 --     token (its claim's lease expired and was reaped: someone else may hold
@@ -31,10 +34,14 @@
 --     letter of a task whose cancel was asked: attempts and
 --     errors go, the payload unless the id is due again, and it is never
 --     retried; counted as cancelled.
+--   * a workflow group's child that ended (acked, dead-lettered or cancelled;
+--     not retried, not rescheduled) leaves its group's mark and reports to
+--     the group through the outbox in the same step ("<type>:<token>:report").
 --   * counters: succeeded, failed (failed attempts), retried, dead, cancelled.
 --   * events (when maxlen > 0): one XADD MAXLEN ~ per committed outcome, in the
 --     same atomic step, with outcome succeeded | retried | dead | rescheduled
---     (a dead letter that a client schedule overrode); fenced tasks add none.
+--     (a dead letter that a client schedule overrode), and `group` when the
+--     task is a group's child; fenced tasks add none.
 --   * nothing is written unless every key holds its type and the counters are
 --     integers (the prelude's rule): a broken key fails the whole batch with
 --     HGFAULT, every task stays leased, and the host writes it again later.
@@ -49,7 +56,7 @@
 
 local due, payload, claims, claimed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local events, cancels = KEYS[10], KEYS[11]
+local events, cancels, member = KEYS[10], KEYS[11], KEYS[12]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
@@ -65,7 +72,7 @@ while i <= #ARGV do
     i = i + 11 + tonumber(ARGV[i + 10])
   end
 end
-if #starts == 0 then return {} end
+if #starts == 0 then return { 0 } end
 
 -- The keys this batch touches: plain acks only need the claims, the
 -- counters and (when they exist) payload, attempts, errors and cancels;
@@ -74,11 +81,12 @@ local types = {}
 local bad = check_keys({ { claims, 'zset' } }, types)
   or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
   or check_counters(claimed, { 'leased' })
-  or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' } }, types)
+  or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' },
+    { member, 'hash' } }, types)
 if bad then return bad end
-if #full_ids > 0 or types[payload] ~= 'none' then
+if #full_ids > 0 or types[payload] ~= 'none' or types[member] ~= 'none' then
   bad = check_keys({ { due, 'zset' } }, types)
-  if not bad and #full_ids > 0 then
+  if not bad and (#full_ids > 0 or types[member] ~= 'none') then
     bad = check_keys({ { dead, 'zset' }, { outbox, 'hash' }, { events, 'stream' } }, types)
   end
   if bad then return bad end
@@ -90,10 +98,15 @@ local function present(key) return types[key] ~= 'none' end
 -- Usually absent: the payload hash (plain ZADDs), attempts and errors
 -- (failed attempts only) and cancels. What is absent needs no per-task work.
 local has_payload, has_attempts = present(payload), present(attempts)
-local has_errors, has_cancels = present(errors), present(cancels)
+local has_errors, has_cancels, has_members = present(errors), present(cancels), present(member)
 -- Due scores of the tasks in full: whether a client re-scheduled one while it ran.
 local full_due = {}
 if #full_ids > 0 then full_due = multi_get('ZMSCORE', due, full_ids) end
+-- Groups of the tasks in full (only where the type has group children at all).
+local full_member = {}
+if has_members and #full_ids > 0 then full_member = multi_get('HMGET', member, full_ids) end
+-- Children that ended: { id, token, outcome, membership or nil (read later) }.
+local ended = {}
 local recs = {} -- claim id → its record (read once per claim)
 
 local results = {}
@@ -118,7 +131,12 @@ for e, at in ipairs(starts) do
       local ids = claim_ids(rec)
       if ids then
         for k = 1, #taken do
-          if string.byte(taken, k) == LIVE then plain_acked[#plain_acked + 1] = ids[k] end
+          if string.byte(taken, k) == LIVE then
+            plain_acked[#plain_acked + 1] = ids[k]
+            if has_members then
+              ended[#ended + 1] = { ids[k], string.format('%d', tonumber(ARGV[at + 1]) + k - 1), 'succeeded' }
+            end
+          end
         end
       end
     end
@@ -159,7 +177,8 @@ for e, at in ipairs(starts) do
         for n = 0, task.n_follow - 1 do
           local follow = ARGV[at + 11 + n]
           local entry = entry_prefix .. ':' .. token .. ':' .. n
-          if string.sub(follow, 1, 1) == 'c' then entry = entry .. ':create' end
+          local how = string.sub(follow, 1, 1)
+          if how == 'c' then entry = entry .. ':create' elseif how == 'g' then entry = entry .. ':group' end
           outbox_pairs[#outbox_pairs + 1] = entry
           outbox_pairs[#outbox_pairs + 1] = string.sub(follow, 2)
         end
@@ -197,6 +216,10 @@ for e, at in ipairs(starts) do
           outcome = 'dead'
         end
       end
+      local membership = full_member[f]
+      if membership and (outcome == 'succeeded' or outcome == 'dead' or outcome == 'cancelled') then
+        ended[#ended + 1] = { id, token, outcome, membership }
+      end
       if events_maxlen > 0 then
         local fields = {'id', id, 'outcome', outcome, 'attempt', task.attempt, 'due_ms', task.due_ms,
           'started_ms', task.started_ms, 'finished_ms', task.finished_ms}
@@ -207,6 +230,10 @@ for e, at in ipairs(starts) do
         if retry_at then
           fields[#fields + 1] = 'retry_at_ms'
           fields[#fields + 1] = retry_at
+        end
+        if membership then
+          fields[#fields + 1] = 'group'
+          fields[#fields + 1] = string.match(membership, '\n(.*)$')
         end
         pending_events[#pending_events + 1] = fields
       end
@@ -243,9 +270,34 @@ for _, fields in ipairs(pending_events) do
   redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*', unpack(fields))
 end
 
+-- Group children that ended report to their groups (plain acks' marks read here, at once).
+local reports = 0
+if #ended > 0 then
+  local unread = {}
+  for _, e in ipairs(ended) do
+    if not e[4] then unread[#unread + 1] = e[1] end
+  end
+  if #unread > 0 then
+    local marks = multi_get('HMGET', member, unread)
+    local j = 0
+    for _, e in ipairs(ended) do
+      if not e[4] then
+        j = j + 1
+        e[4] = marks[j]
+      end
+    end
+  end
+  for _, e in ipairs(ended) do
+    if e[4] and report_ended(member, outbox, entry_prefix .. ':' .. e[2], e[1], e[3], e[4]) then
+      reports = reports + 1
+    end
+  end
+end
+
 if succeeded > 0 then redis.call('HINCRBY', stats, 'succeeded', succeeded) end
 if failed > 0 then redis.call('HINCRBY', stats, 'failed', failed) end
 if retried > 0 then redis.call('HINCRBY', stats, 'retried', retried) end
 if dead_n > 0 then redis.call('HINCRBY', stats, 'dead', dead_n) end
 if cancelled_n > 0 then redis.call('HINCRBY', stats, 'cancelled', cancelled_n) end
+results[#results + 1] = reports
 return results

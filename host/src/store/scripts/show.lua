@@ -1,10 +1,11 @@
 -- show: where one task is and what is known about it, in one consistent snapshot (read-only).
 --
 -- KEYS: 1 due, 2 leases, 3 tokens (both: per-task leases of older hosts), 4 attempts, 5 errors,
---       6 dead, 7 payload, 8 claims, 9 claimed (see the prelude)
+--       6 dead, 7 payload, 8 claims, 9 claimed (see the prelude), 10 member (workflow marks)
 -- ARGV: 1 id, 2 most payload bytes to return
 -- Returns: { now_ms, due_score | false, lease_expiry | false, token_entry | false,
---            attempts | false, error | false, died_score | false, payload_len, payload_head | false }
+--            attempts | false, error | false, died_score | false, payload_len, payload_head | false,
+--            group | false } (group: "<callback type>\n<group id>" of a group's child)
 --          where token_entry is "<token>:<attempt>[@<host id>]" while a lease holds
 --          (lease_expiry is its claim's; the scan of claims in flight is for
 --          this command, not for the path every task takes),
@@ -18,6 +19,7 @@ local errors, dead, payload, claims, claimed = KEYS[5], KEYS[6], KEYS[7], KEYS[8
 local bad = check_keys({
   { due, 'zset' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
   { errors, 'hash' }, { dead, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { claimed, 'hash' },
+  { KEYS[10], 'hash' },
 })
 if bad then return bad end
 local id, most = ARGV[1], tonumber(ARGV[2])
@@ -38,4 +40,5 @@ return {
   redis.call('ZSCORE', dead, id),
   body and #body or 0,
   body and string.sub(body, 1, most) or false,
+  redis.call('HGET', KEYS[10], id),
 }

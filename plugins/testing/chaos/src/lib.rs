@@ -84,6 +84,28 @@ fn handle(task: Task) -> Result<(), Failure> {
             hourglass_sdk::schedule(task_type, id, "from chaos", now_ms())?;
             Ok(())
         }
+        "fanout" => {
+            // fanout:<callback type>:<group>:<child type>:<n>:<child payload>: open, add n, seal.
+            let mut parts = arg.splitn(5, ':');
+            let (c, g, t) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let n: usize = parts.next().unwrap_or("0").parse().map_err(Failure::permanent)?;
+            let payload = parts.next().unwrap_or("");
+            let group = hourglass_sdk::workflow::Group::new(c, g);
+            group.open(g, "from chaos", hourglass_sdk::workflow::FireWhen::AllEnded)?;
+            for i in 0..n {
+                group.add(t, &format!("{g}-{i}"), payload, now_ms())?;
+            }
+            group.seal()?;
+            Ok(())
+        }
+        "join" => {
+            // join:<callback type>:<group>:<child type>:<id>:<child payload>: add one child to an open group.
+            let mut parts = arg.splitn(5, ':');
+            let (c, g, t) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let (id, payload) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            hourglass_sdk::workflow::Group::new(c, g).add(t, id, payload, now_ms())?;
+            Ok(())
+        }
         "schedule-many" => {
             // One more than the host allows: the last one must be refused.
             for i in 0..=1000 {

@@ -1,0 +1,574 @@
+//! Workflow groups in Redis: open, add, seal and show, and the outbox entries that carry a run's group work and a child's end.
+//!
+//! A group's state lives in its callback type's slot; each child's mark lives
+//! in the child's type's slot. Crossing between the two always goes through
+//! an outbox entry delivered exactly once (markers, as for follow-ups), so
+//! on a cluster every script touches one slot. The order that makes it safe:
+//! a child joins its group (`group_join.lua`) before it is scheduled
+//! (`group_child.lua`), so no child can end before its group waits for it;
+//! the group completes in the one step that sees it sealed with no child
+//! pending (`group_end.lua`).
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::Serialize;
+
+use super::{BATCH, Store};
+use crate::group::{Callback, FireWhen, GroupId, GroupRef};
+use crate::task::{FollowUp, GroupWork};
+use crate::task_type::TaskType;
+
+/// How the outbox entry id of a child's end report ends (written by the scripts).
+pub(super) const REPORT: &[u8] = b":report";
+/// How the outbox entry id of a run's work on a group ends (settle.lua).
+pub(super) const WORK: &[u8] = b":group";
+
+/// What the outbox passes did to groups, for the host's metrics and logs.
+#[derive(Debug, Default)]
+pub struct GroupMoves {
+    /// Groups opened (by a run's work), by callback type.
+    pub opened: Vec<TaskType>,
+    /// Groups completed, and what that did with the callback.
+    pub completed: Vec<(GroupRef, Fired)>,
+    /// A run's work on a group that the group refused (sealed, done, another
+    /// callback): the work is dropped, and this says why.
+    pub refused: Vec<(GroupRef, String)>,
+}
+
+/// What a group's completion did with its callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fired {
+    /// Scheduled, due now, with the summary as its payload.
+    Callback,
+    /// Not scheduled: the group fires only if all succeed, and some did not.
+    Skipped,
+    /// Not scheduled: create-only, and its id was waiting or dead.
+    Kept,
+}
+
+impl Fired {
+    fn parse(s: &[u8]) -> Option<Fired> {
+        match s {
+            b"callback" => Some(Fired::Callback),
+            b"skipped" => Some(Fired::Skipped),
+            b"kept" => Some(Fired::Kept),
+            _ => None,
+        }
+    }
+
+    /// The name used in metrics and `hourglass group show`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fired::Callback => "callback",
+            Fired::Skipped => "skipped",
+            Fired::Kept => "kept",
+        }
+    }
+}
+
+/// Why a group entry of the outbox was not delivered.
+pub(super) enum GroupDelivery {
+    /// It can never be delivered (corrupt): dropped.
+    Bad(anyhow::Error),
+    /// The keys of this type are broken: the entry waits in the outbox.
+    Waits(TaskType, anyhow::Error),
+    /// Redis did not answer: the pass stops.
+    Outage(anyhow::Error),
+}
+
+/// A child to add to a group from outside (`hourglass group add`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewChild {
+    /// Its type.
+    pub task_type: TaskType,
+    /// Its id: text (the summary lists it).
+    pub id: String,
+    /// Its payload (empty: none).
+    pub payload: Vec<u8>,
+    /// When it is due, ms since the epoch.
+    pub due_ms: i64,
+}
+
+/// What adding children did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Added {
+    /// Children new to the group.
+    pub joined: u64,
+    /// Children not scheduled because their id is another group's child
+    /// (the group counts them as cancelled).
+    pub refused: Vec<(TaskType, String)>,
+}
+
+/// What sealing did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sealed {
+    /// Sealed; children are still pending.
+    Sealed,
+    /// Sealed with none pending: it completed now.
+    Completed(Fired),
+    /// It was sealed (or done) before.
+    Already,
+}
+
+/// A group as `hourglass group show` and the dashboard show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupView {
+    /// The callback's type.
+    pub callback_type: String,
+    /// The group id.
+    pub group: String,
+    /// open | sealed | done.
+    pub state: String,
+    /// The callback's id.
+    pub callback_id: String,
+    /// all | success.
+    pub when: String,
+    /// Children added in all.
+    pub added: u64,
+    /// Children not ended yet.
+    pub pending: u64,
+    /// Children that succeeded.
+    pub succeeded: u64,
+    /// Children that were dead-lettered.
+    pub dead: u64,
+    /// Children that were cancelled (or refused).
+    pub cancelled: u64,
+    /// When it was opened, ms since the epoch.
+    pub opened_ms: i64,
+    /// When it completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_ms: Option<i64>,
+    /// What completing did with the callback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fired: Option<String>,
+    /// Up to 20 pending children, `<type>/<id>`.
+    pub pending_sample: Vec<String>,
+    /// Up to 20 children that did not succeed: `<type>/<id>` and how they ended.
+    pub failed_sample: Vec<(String, String)>,
+}
+
+/// A group's hash, pending count, pending sample and failed sample (field, value, ...).
+type GroupRead = (Vec<(String, String)>, u64, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// Shown children of each list in a [`GroupView`].
+const SAMPLE: usize = 20;
+
+impl Store {
+    /// Opens group `g` with its callback; opening an open group with the same
+    /// callback again changes nothing. Returns whether this call created it.
+    pub async fn group_open(&self, g: &GroupRef, callback: &Callback) -> Result<bool> {
+        let (opened, _) = self.group_join(g, Some(callback), &[], None).await?;
+        Ok(opened)
+    }
+
+    /// Adds children to open group `g` and schedules them (re-scheduling a
+    /// waiting task with the same id, as `hourglass schedule` does).
+    pub async fn group_add(&self, g: &GroupRef, children: &[NewChild]) -> Result<Added> {
+        let members: Vec<String> = children.iter().map(|c| format!("{}\n{}", c.task_type, c.id)).collect();
+        let mut added = Added::default();
+        for chunk in children.chunks(BATCH).zip(members.chunks(BATCH)) {
+            let (kids, names) = chunk;
+            let (_, joined) = self.group_join(g, None, names, None).await?;
+            added.joined += joined;
+            for c in kids {
+                let f = FollowUp {
+                    task_type: c.task_type.clone(),
+                    id: c.id.clone().into_bytes(),
+                    payload: c.payload.clone(),
+                    due_ms: c.due_ms,
+                    replace: true,
+                };
+                if self.group_child(g, &f, None).await? == 2 {
+                    added.refused.push((c.task_type.clone(), c.id.clone()));
+                }
+            }
+        }
+        let mut types: Vec<&TaskType> = added.refused.iter().map(|(t, _)| t).collect();
+        types.dedup();
+        for t in types {
+            // The refused children's reports tell the group now, not at a host's next heartbeat.
+            self.flush_outbox(t).await?;
+        }
+        Ok(added)
+    }
+
+    /// Seals group `g`: no more children; it completes once none is pending.
+    pub async fn group_seal(&self, g: &GroupRef) -> Result<Sealed> {
+        let (what, fired) = self.group_end(g, "seal", None, None).await?;
+        Ok(match (what.as_str(), fired) {
+            ("sealed", Some(f)) => Sealed::Completed(f),
+            ("sealed", None) => Sealed::Sealed,
+            _ => Sealed::Already,
+        })
+    }
+
+    /// Group `g` as it is now, or `None` when there is no such group (never
+    /// opened, or done more than 7 days ago).
+    pub async fn group_show(&self, g: &GroupRef) -> Result<Option<GroupView>> {
+        let gk = self.keys(&g.callback_type).group(&g.id);
+        let mut conn = self.conn.clone();
+        let (fields, pending, sample, failed): GroupRead = redis::pipe()
+            .cmd("HGETALL")
+            .arg(&gk.group)
+            .cmd("SCARD")
+            .arg(&gk.pending)
+            .cmd("SRANDMEMBER")
+            .arg(&gk.pending)
+            .arg(SAMPLE)
+            .cmd("HRANDFIELD")
+            .arg(&gk.failed)
+            .arg(SAMPLE)
+            .arg("WITHVALUES")
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot read group {g}"))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let num = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let shown = |member: &[u8]| String::from_utf8_lossy(member).replacen('\n', "/", 1);
+        Ok(Some(GroupView {
+            callback_type: g.callback_type.to_string(),
+            group: g.id.to_string(),
+            state: field("state").unwrap_or_default(),
+            callback_id: field("callback_id").unwrap_or_default(),
+            when: field("when").unwrap_or_default(),
+            added: num("added"),
+            pending,
+            succeeded: num("succeeded"),
+            dead: num("dead"),
+            cancelled: num("cancelled"),
+            opened_ms: num("opened_ms") as i64,
+            completed_ms: field("completed_ms").and_then(|v| v.parse().ok()),
+            fired: field("fired"),
+            pending_sample: sample.iter().map(|m| shown(m)).collect(),
+            failed_sample: failed
+                .chunks_exact(2)
+                .map(|p| (shown(&p[0]), String::from_utf8_lossy(&p[1]).into_owned()))
+                .collect(),
+        }))
+    }
+
+    /// The groups with callbacks of type `c` that are not done, oldest first:
+    /// (group id, opened ms), at most `limit`.
+    pub async fn groups_open(&self, c: &TaskType, limit: usize) -> Result<Vec<(String, i64)>> {
+        let k = self.keys(c);
+        let mut conn = self.conn.clone();
+        let rows: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&k.groups)
+            .arg(0)
+            .arg(limit.saturating_sub(1) as i64)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot list the {c} groups"))?;
+        Ok(rows.into_iter().map(|(g, s)| (g, s as i64)).collect())
+    }
+
+    /// group_join.lua: opens (with `callback`) and/or joins `members`; once
+    /// per `marker` when given. Returns (opened, joined).
+    async fn group_join(
+        &self,
+        g: &GroupRef,
+        callback: Option<&Callback>,
+        members: &[String],
+        marker: Option<&[u8]>,
+    ) -> Result<(bool, u64)> {
+        let k = self.keys(&g.callback_type);
+        let gk = k.group(&g.id);
+        let mut inv = self.scripts.group_join.prepare_invoke();
+        inv.key(&gk.group).key(&gk.pending).key(&k.groups).key(&k.stats);
+        marker_key(&mut inv, &k, marker);
+        inv.arg(g.id.as_str()).arg(if marker.is_some() { "1" } else { "0" });
+        match callback {
+            Some(cb) => inv.arg("1").arg(&cb.id).arg(&cb.payload).arg(cb.when.as_str()).arg(mode(cb.replace)),
+            None => inv.arg("0").arg("").arg("").arg("").arg(""),
+        };
+        for m in members {
+            inv.arg(m);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = inv.invoke_async(&mut conn).await.with_context(|| format!("group {g}"))?;
+        match reply.as_slice() {
+            [opened, joined] => Ok((*opened == 1, (*joined).max(0) as u64)),
+            _ => bail!("group {g}: unexpected reply {reply:?} to a join"),
+        }
+    }
+
+    /// group_child.lua: schedules child `f` of group `g` in its own type,
+    /// marked as the group's. Returns 1 scheduled, 0 ran before, 2 refused.
+    async fn group_child(&self, g: &GroupRef, f: &FollowUp, marker: Option<&[u8]>) -> Result<i64> {
+        let k = self.keys(&f.task_type);
+        let mut inv = self.scripts.group_child.prepare_invoke();
+        inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
+        marker_key(&mut inv, &k, marker);
+        inv.arg(&f.id)
+            .arg(f.due_ms)
+            .arg(&f.payload)
+            .arg(if f.payload.is_empty() { "0" } else { "1" })
+            .arg(g.membership())
+            .arg(mode(f.replace))
+            .arg(if marker.is_some() { "1" } else { "0" })
+            .arg(f.task_type.as_str());
+        let mut conn = self.conn.clone();
+        inv.invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot schedule a {} child of group {g}", f.task_type))
+    }
+
+    /// group_end.lua: a child's end (`report`: member and outcome) or a seal.
+    /// Returns what it did and, when the group completed, what it fired.
+    async fn group_end(
+        &self,
+        g: &GroupRef,
+        what: &str,
+        report: Option<(&[u8], &str)>,
+        marker: Option<&[u8]>,
+    ) -> Result<(String, Option<Fired>)> {
+        let k = self.keys(&g.callback_type);
+        let gk = k.group(&g.id);
+        let mut inv = self.scripts.group_end.prepare_invoke();
+        inv.key(&gk.group).key(&gk.pending).key(&gk.failed).key(&k.groups).key(&k.stats);
+        inv.key(&k.due).key(&k.payload).key(&k.dead);
+        marker_key(&mut inv, &k, marker);
+        inv.arg(g.id.as_str()).arg(what).arg(if marker.is_some() { "1" } else { "0" });
+        if let Some((member, outcome)) = report {
+            inv.arg(member).arg(outcome);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<Vec<u8>> = inv.invoke_async(&mut conn).await.with_context(|| format!("group {g}"))?;
+        match reply.as_slice() {
+            [what, fired] => Ok((String::from_utf8_lossy(what).into_owned(), Fired::parse(fired))),
+            _ => bail!("group {g}: unexpected reply to {what}"),
+        }
+    }
+
+    /// Delivers the outbox entry `entry_id` of a child's end to its group, exactly once.
+    pub(super) async fn deliver_report(
+        &self,
+        entry_id: &[u8],
+        data: &[u8],
+        moves: &mut GroupMoves,
+    ) -> Result<(), GroupDelivery> {
+        let report = decode_report(entry_id, data).map_err(GroupDelivery::Bad)?;
+        let member = [report.child_type.as_bytes(), b"\n", &report.id].concat();
+        let done = self
+            .group_end(&report.group, "report", Some((&member, &report.outcome)), Some(entry_id))
+            .await
+            .map_err(|e| classified(&report.group.callback_type, e))?;
+        if let Some(fired) = done.1 {
+            moves.completed.push((report.group, fired));
+        }
+        Ok(())
+    }
+
+    /// Delivers the outbox entry `entry_id` of a run's work on one group:
+    /// open and join, schedule each child, then seal; each step once (its
+    /// own marker), so a pass cut short anywhere is finished by the next.
+    pub(super) async fn deliver_work(
+        &self,
+        entry_id: &[u8],
+        data: &[u8],
+        moves: &mut GroupMoves,
+    ) -> Result<(), GroupDelivery> {
+        let work = decode_work(data).map_err(GroupDelivery::Bad)?;
+        let g = &work.group;
+        let marker = |step: &str| [entry_id, b":", step.as_bytes()].concat();
+        let members: Vec<String> =
+            work.children.iter().map(|c| format!("{}\n{}", c.task_type, String::from_utf8_lossy(&c.id))).collect();
+        match self.group_join(g, work.open.as_ref(), &members, Some(&marker("join"))).await {
+            Ok((opened, _)) => {
+                if opened {
+                    moves.opened.push(g.callback_type.clone());
+                }
+            }
+            Err(e) => return refused_or(g, e, moves),
+        }
+        for (n, child) in work.children.iter().enumerate() {
+            self.group_child(g, child, Some(&marker(&n.to_string())))
+                .await
+                .map_err(|e| classified(&child.task_type, e))?;
+        }
+        if work.seal {
+            match self.group_end(g, "seal", None, Some(&marker("seal"))).await {
+                Ok((_, Some(fired))) => moves.completed.push((g.clone(), fired)),
+                Ok(_) => {}
+                Err(e) => return refused_or(g, e, moves),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The marker key (in `k`'s slot) of a step that runs once, or a key that
+/// the script does not use (it is still declared, in the same slot).
+fn marker_key(inv: &mut redis::ScriptInvocation<'_>, k: &super::Keys, marker: Option<&[u8]>) {
+    match marker {
+        Some(m) => inv.key(k.delivered(m)),
+        None => inv.key(k.delivered(b"-")),
+    };
+}
+
+fn mode(replace: bool) -> &'static str {
+    if replace { "replace" } else { "create" }
+}
+
+/// A group's own refusal (HGGROUP) is the run's mistake: recorded, dropped.
+fn refused_or(g: &GroupRef, e: anyhow::Error, moves: &mut GroupMoves) -> Result<(), GroupDelivery> {
+    if let Some(why) = group_refusal(&e) {
+        moves.refused.push((g.clone(), why));
+        return Ok(());
+    }
+    Err(classified(&g.callback_type, e))
+}
+
+/// The text of a group's refusal (HGGROUP), if `e` is one.
+pub fn group_refusal(e: &anyhow::Error) -> Option<String> {
+    let redis = e.chain().find_map(|c| c.downcast_ref::<redis::RedisError>())?;
+    (redis.code() == Some("HGGROUP")).then(|| redis.detail().unwrap_or_default().to_owned())
+}
+
+fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
+    match crate::health::classify(&e) {
+        crate::health::Trouble::Outage => GroupDelivery::Outage(e),
+        _ => GroupDelivery::Waits(t.clone(), e),
+    }
+}
+
+/// A child's end, as a report entry holds it.
+struct Report {
+    group: GroupRef,
+    child_type: String,
+    id: Vec<u8>,
+    outcome: String,
+}
+
+/// The child type is the entry id's first part; the value is
+/// `<outcome>\n<callback type>\n<group id>\n<id>` (the prelude's report_ended).
+fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
+    let child_type = entry_id.split(|&b| b == b':').next().unwrap_or_default();
+    let child_type: TaskType = std::str::from_utf8(child_type).context("report entry id is not text")?.parse()?;
+    let mut parts = data.splitn(4, |&b| b == b'\n');
+    let mut text = |what: &str| -> Result<&str> {
+        let part = parts.next().ok_or_else(|| anyhow!("group report has no {what}"))?;
+        std::str::from_utf8(part).with_context(|| format!("group report {what} is not text"))
+    };
+    let outcome = text("outcome")?.to_owned();
+    let callback_type: TaskType = text("callback type")?.parse()?;
+    let id: GroupId = text("group id")?.parse()?;
+    let child = parts.next().ok_or_else(|| anyhow!("group report has no child id"))?.to_vec();
+    Ok(Report { group: GroupRef { callback_type, id }, child_type: child_type.to_string(), id: child, outcome })
+}
+
+/// Appends `bytes` as `<len>\n<bytes>`.
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(format!("{}\n", bytes.len()).as_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Reads what [`put`] wrote.
+fn take<'a>(data: &mut &'a [u8]) -> Result<&'a [u8]> {
+    let nl = data.iter().position(|&b| b == b'\n').ok_or_else(|| anyhow!("group entry is truncated"))?;
+    let len: usize = std::str::from_utf8(&data[..nl])?.parse().context("bad length in group entry")?;
+    let rest = &data[nl + 1..];
+    if rest.len() < len {
+        bail!("group entry is truncated");
+    }
+    let (out, tail) = rest.split_at(len);
+    *data = tail;
+    Ok(out)
+}
+
+fn take_str<'a>(data: &mut &'a [u8]) -> Result<&'a str> {
+    std::str::from_utf8(take(data)?).context("group entry field is not text")
+}
+
+/// Encodes a run's work on one group for the outbox (entry id ends [`WORK`]).
+pub fn encode_work(w: &GroupWork) -> Vec<u8> {
+    let mut out = Vec::new();
+    put(&mut out, w.group.callback_type.as_str().as_bytes());
+    put(&mut out, w.group.id.as_str().as_bytes());
+    put(&mut out, if w.seal { b"s" } else { b"-" });
+    match &w.open {
+        Some(cb) => {
+            put(&mut out, b"o");
+            put(&mut out, cb.id.as_bytes());
+            put(&mut out, cb.payload.as_bytes());
+            put(&mut out, cb.when.as_str().as_bytes());
+            put(&mut out, mode(cb.replace).as_bytes());
+        }
+        None => put(&mut out, b"-"),
+    }
+    for c in &w.children {
+        put(&mut out, mode(c.replace).as_bytes());
+        put(&mut out, &super::encode_followup(c));
+    }
+    out
+}
+
+/// Decodes what [`encode_work`] wrote.
+pub fn decode_work(mut data: &[u8]) -> Result<GroupWork> {
+    let d = &mut data;
+    let callback_type: TaskType = take_str(d)?.parse()?;
+    let id: GroupId = take_str(d)?.parse()?;
+    let seal = take(d)? == b"s";
+    let open = match take(d)? {
+        b"o" => Some(Callback {
+            id: take_str(d)?.to_owned(),
+            payload: take_str(d)?.to_owned(),
+            when: take_str(d)?.parse::<FireWhen>()?,
+            replace: take(d)? == b"replace",
+        }),
+        _ => None,
+    };
+    let mut children = Vec::new();
+    while !d.is_empty() {
+        let replace = take(d)? == b"replace";
+        let entry: &[u8] = if replace { b"" } else { b":create" };
+        children.push(super::decode_followup(entry, take(d)?)?);
+    }
+    Ok(GroupWork { group: GroupRef { callback_type, id }, open, children, seal })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_work_round_trips() {
+        let child = |id: &str, replace| FollowUp {
+            task_type: "ship".parse().unwrap(),
+            id: id.as_bytes().to_vec(),
+            payload: b"p\n1".to_vec(),
+            due_ms: 7,
+            replace,
+        };
+        let work = GroupWork {
+            group: GroupRef { callback_type: "order.done".parse().unwrap(), id: "o-1".parse().unwrap() },
+            open: Some(Callback {
+                id: "cb".into(),
+                payload: "{}".into(),
+                when: FireWhen::AllSucceeded,
+                replace: false,
+            }),
+            children: vec![child("a", true), child("b\nc", false)],
+            seal: true,
+        };
+        assert_eq!(decode_work(&encode_work(&work)).unwrap(), work);
+        let bare = GroupWork { open: None, children: vec![], seal: false, ..work };
+        assert_eq!(decode_work(&encode_work(&bare)).unwrap(), bare);
+        assert!(decode_work(b"9\nshort").is_err());
+    }
+
+    #[test]
+    fn reports_name_the_child_type_in_their_entry_id() {
+        let r = decode_report(b"ship:41:report", b"dead\norder.done\no-1\nid\nwith newline").unwrap();
+        assert_eq!(
+            (r.child_type.as_str(), r.outcome.as_str(), r.id.as_slice()),
+            ("ship", "dead", &b"id\nwith newline"[..])
+        );
+        assert_eq!(r.group.to_string(), "order.done/o-1");
+        assert!(decode_report(b"ship:41:report", b"dead\nBAD TYPE\ng\nid").is_err());
+    }
+}
