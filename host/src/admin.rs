@@ -7,6 +7,7 @@
 //! `confirm=yes` as well. Cross-site form posts are refused.
 
 mod dashboard;
+mod groups;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -160,6 +161,7 @@ fn router(state: AdminState) -> Router {
         .route("/type/pause", post(pause))
         .route("/type/resume", post(resume))
         .route("/task", get(dashboard::task_page))
+        .route("/group", get(groups::page))
         .route("/task/run-now", post(task_run_now))
         .route("/task/postpone", post(task_postpone))
         .route("/task/cancel", post(task_cancel))

@@ -15,6 +15,9 @@ use crate::config::Config;
 use crate::store::{ScheduleMode, Store, TypeStats};
 use crate::task_type::TaskType;
 
+mod group;
+pub use group::GroupCommand;
+
 /// Run delayed tasks from Redis in sandboxed WebAssembly handlers.
 #[derive(Debug, Parser)]
 #[command(name = "hourglass", version, about, propagate_version = true)]
@@ -96,6 +99,9 @@ pub enum Command {
     /// List, re-queue or purge dead-lettered tasks.
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Workflow groups: open one with a callback, add children, seal it, show it (docs/workflows.md).
+    #[command(subcommand)]
+    Group(GroupCommand),
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -469,6 +475,10 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
                 eprintln!("error: {task_type} is not paused");
                 Ok(ExitCode::FAILURE)
             }
+        }
+        Command::Group(cmd) => {
+            let store = connect(&config, redis_override.as_deref()).await?;
+            group::run(&store, cmd).await
         }
         Command::Cancel { task_type, id } => {
             let store = connect(&config, redis_override.as_deref()).await?;

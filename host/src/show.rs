@@ -66,6 +66,9 @@ pub fn details(v: &TaskView) -> Vec<(&'static str, String)> {
         out.push(("last error", e.clone()));
     }
     out.push(("payload", payload_line(v)));
+    if let Some(g) = &v.group {
+        out.push(("group", format!("a child of {g} (hourglass group show {})", g.replacen('/', " ", 1))));
+    }
     out
 }
 

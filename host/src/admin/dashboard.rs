@@ -14,7 +14,7 @@ use crate::store::{TaskState, TaskView};
 use crate::task_type::TaskType;
 
 const STYLE: &str = include_str!("dashboard.css");
-const SCRIPT: &str = include_str!("dashboard.js");
+pub(super) const SCRIPT: &str = include_str!("dashboard.js");
 
 /// Minutes shown by the "due over the next hour" chart (one bar each).
 const CHART_MINUTES: usize = 60;
@@ -31,7 +31,7 @@ pub(crate) async fn all_types(state: &AdminState) -> Result<Vec<TaskType>> {
 }
 
 /// Escapes text for HTML content and attribute values.
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -142,6 +142,14 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 esc(&format!("{e:#}"))
             );
         }
+        if let Err(e) = super::groups::open_groups(state, t, &mut h).await {
+            let _ = write!(
+                h,
+                "<section><p class=bad>Cannot list the groups of {}: {}</p></section>",
+                esc(t.as_str()),
+                esc(&format!("{e:#}"))
+            );
+        }
         if let Err(e) = dead_letters(state, t, &mut h).await {
             let _ = write!(
                 h,
@@ -222,7 +230,7 @@ async fn schedules(state: &AdminState, h: &mut String) {
 }
 
 /// The page head and the header bar: this host, the task search box, the token field.
-fn header(state: &AdminState, search_type: Option<&str>, search_id: &str, h: &mut String) {
+pub(super) fn header(state: &AdminState, search_type: Option<&str>, search_id: &str, h: &mut String) {
     let uptime = state.host.started.elapsed().as_secs();
     let _ = write!(
         h,
@@ -303,6 +311,9 @@ fn task_view(v: &TaskView, h: &mut String) {
         for (label, text) in crate::show::details(v) {
             let _ = write!(h, "<tr><th>{}</th><td class=detail>{}</td></tr>", esc(label), esc(&text));
         }
+    }
+    if let Some((c, g)) = v.group.as_deref().and_then(|g| g.split_once('/')) {
+        let _ = write!(h, "<tr><th>group page</th><td>{}</td></tr>", super::groups::link(c, g));
     }
     h.push_str("</tbody></table><div class=actions id=task-actions>");
     let form = |h: &mut String, action: &str, extra: &str, label: &str| {
