@@ -374,7 +374,7 @@ pub fn ack(
 ) -> hourglass::task::Settlement {
     hourglass::task::Settlement {
         lease: task.lease(),
-        outcome: hourglass::task::Outcome::Ack { followups },
+        outcome: hourglass::task::Outcome::Ack { followups, groups: Vec::new() },
         run: Default::default(),
     }
 }

@@ -1,0 +1,309 @@
+//! Workflow groups: the store's contract (open, add, seal, every way a child ends) and hosts running them.
+
+mod support;
+
+use std::time::Duration;
+
+use hourglass::group::{Callback, FireWhen, GroupRef};
+use hourglass::store::{ClaimLimits, Fired, NewChild, Sealed, Store};
+use hourglass::task::{ClaimedTask, Outcome, Settlement};
+use redis::Commands;
+use support::{Host, RedisServer, ack, key, now_ms, stat, store, test_plugin, ty, wait_for};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn group(callback_type: &str, id: &str) -> GroupRef {
+    GroupRef { callback_type: ty(callback_type), id: id.parse().unwrap() }
+}
+
+fn callback(id: &str, when: FireWhen) -> Callback {
+    Callback { id: id.into(), payload: "order 17".into(), when, replace: true }
+}
+
+fn children(task_type: &str, ids: &[&str]) -> Vec<NewChild> {
+    ids.iter()
+        .map(|id| NewChild { task_type: ty(task_type), id: (*id).into(), payload: b"p".to_vec(), due_ms: 0 })
+        .collect()
+}
+
+async fn claim_all(s: &Store, t: &str) -> Vec<ClaimedTask> {
+    let limits = ClaimLimits { max_tasks: 100, lease: Duration::from_secs(60), ..ClaimLimits::default() };
+    s.claim(&ty(t), &limits).await.unwrap().tasks
+}
+
+fn ended(task: &ClaimedTask, outcome: Outcome) -> Settlement {
+    Settlement { lease: task.lease(), outcome, run: Default::default() }
+}
+
+/// The callback's summary, when it is scheduled (in `due` with its payload).
+fn summary(c: &mut redis::Connection, callback_type: &str, id: &str) -> Option<serde_json::Value> {
+    let due: Option<f64> = c.zscore(key(callback_type, "due"), id).unwrap();
+    due?;
+    let body: Vec<u8> = c.hget(key(callback_type, "payload"), id).unwrap();
+    Some(serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_ended() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let g = group("ship", "order-17");
+    assert!(s.group_open(&g, &callback("order-17", FireWhen::AllEnded)).await.unwrap());
+    assert!(!s.group_open(&g, &callback("order-17", FireWhen::AllEnded)).await.unwrap(), "opening again joins");
+    let added = s.group_add(&g, &children("step", &["reserve", "charge", "mail", "track"])).await.unwrap();
+    assert_eq!(added.joined, 4);
+    assert_eq!(s.group_add(&g, &children("step", &["mail"])).await.unwrap().joined, 0, "a child counts once");
+    assert_eq!(s.group_seal(&g).await.unwrap(), Sealed::Sealed);
+
+    // "track" is cancelled while it waits; the others run and end three ways.
+    s.cancel(&ty("step"), b"track").await.unwrap();
+    let tasks = claim_all(&s, "step").await;
+    assert_eq!(tasks.len(), 3);
+    let by_id = |id: &[u8]| tasks.iter().find(|t| t.id == id).unwrap();
+    let (results, reports) = s
+        .settle_reporting(
+            &ty("step"),
+            &[ack(by_id(b"reserve"), vec![]), ended(by_id(b"charge"), Outcome::Dead { error: "card declined".into() })],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!((results.len(), reports), (2, 2));
+    s.flush_outbox(&ty("step")).await.unwrap();
+    assert!(summary(&mut c, "ship", "order-17").is_none(), "one child is still running");
+    let view = s.group_show(&g).await.unwrap().unwrap();
+    assert_eq!((view.state.as_str(), view.pending, view.succeeded, view.dead, view.cancelled), ("sealed", 1, 1, 1, 1));
+    assert_eq!(view.pending_sample, vec!["step/mail".to_string()]);
+
+    // A retry is not an end: the group keeps waiting.
+    let mail = by_id(b"mail");
+    let retry = Outcome::Retry { delay: Duration::from_millis(1), error: "smtp".into() };
+    assert_eq!(s.settle_reporting(&ty("step"), &[ended(mail, retry)], None).await.unwrap().1, 0);
+    std::thread::sleep(Duration::from_millis(5));
+    let again = claim_all(&s, "step").await;
+    assert_eq!(again.len(), 1);
+    let flushed_before = stat(&mut c, "ship", "groups_completed");
+    assert_eq!(flushed_before, 0);
+    s.settle(&ty("step"), &[ack(&again[0], vec![])], None).await.unwrap();
+    let flush = s.flush_outbox(&ty("step")).await.unwrap();
+    assert_eq!(flush.groups.completed.len(), 1);
+    assert_eq!(flush.groups.completed[0].1, Fired::Callback);
+
+    let sum = summary(&mut c, "ship", "order-17").expect("the callback is scheduled");
+    assert_eq!(sum["group"], "order-17");
+    assert_eq!(sum["payload"], "order 17");
+    assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(4), Some(2)));
+    assert_eq!((sum["dead"].as_u64(), sum["cancelled"].as_u64()), (Some(1), Some(1)));
+    let mut failed: Vec<String> =
+        sum["failed"].as_array().unwrap().iter().map(|f| format!("{}/{}", f["id"], f["outcome"])).collect();
+    failed.sort();
+    assert_eq!(failed, vec![r#""charge"/"dead""#, r#""track"/"cancelled""#]);
+    assert_eq!(sum["failed_listed_all"], true);
+    assert_eq!(stat(&mut c, "ship", "groups_completed"), 1);
+    assert_eq!(stat(&mut c, "ship", "groups_opened"), 1);
+
+    // Delivering the same reports again (a host that died before clearing its
+    // outbox) changes nothing: every step runs once.
+    let view = s.group_show(&g).await.unwrap().unwrap();
+    assert_eq!((view.state.as_str(), view.fired.as_deref()), ("done", Some("callback")));
+    let _: () = c.zrem(key("ship", "due"), "order-17").unwrap();
+    assert_eq!(s.group_seal(&g).await.unwrap(), Sealed::Already);
+    assert!(summary(&mut c, "ship", "order-17").is_none(), "a done group never fires again");
+    let err = s.group_add(&g, &children("step", &["late"])).await.unwrap_err();
+    assert!(format!("{err:#}").contains("is done"), "{err:#}");
+    let err = s.group_open(&g, &callback("order-17", FireWhen::AllEnded)).await.unwrap_err();
+    assert!(format!("{err:#}").contains("already completed"), "{err:#}");
+    let no_member: Option<Vec<u8>> = c.hget(key("step", "member"), "mail").unwrap();
+    assert!(no_member.is_none(), "an ended child leaves its group");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sealing_an_empty_group_fires_at_once_and_a_chain_stops_at_a_failure() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let empty = group("report", "nightly");
+    s.group_open(&empty, &callback("nightly", FireWhen::AllEnded)).await.unwrap();
+    assert_eq!(s.group_seal(&empty).await.unwrap(), Sealed::Completed(Fired::Callback));
+    assert_eq!(summary(&mut c, "report", "nightly").unwrap()["added"], 0);
+
+    // A chain: the next step only after this one succeeded.
+    let chain = group("publish", "article-9");
+    s.group_open(&chain, &callback("article-9", FireWhen::AllSucceeded)).await.unwrap();
+    s.group_add(&chain, &children("render", &["article-9"])).await.unwrap();
+    s.group_seal(&chain).await.unwrap();
+    let tasks = claim_all(&s, "render").await;
+    s.settle(&ty("render"), &[ended(&tasks[0], Outcome::Dead { error: "bad markdown".into() })], None).await.unwrap();
+    let flush = s.flush_outbox(&ty("render")).await.unwrap();
+    assert_eq!(flush.groups.completed[0].1, Fired::Skipped);
+    assert!(summary(&mut c, "publish", "article-9").is_none());
+    assert_eq!(stat(&mut c, "publish", "groups_failed"), 1);
+    let view = s.group_show(&chain).await.unwrap().unwrap();
+    assert_eq!((view.state.as_str(), view.dead, view.failed_sample.len()), ("done", 1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_group_requests_are_refused_whole() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let g = group("ship", "g1");
+    let err = s.group_add(&g, &children("step", &["a"])).await.unwrap_err();
+    assert!(format!("{err:#}").contains("no group \"g1\""), "{err:#}");
+    assert_eq!(support::zcard(&mut c, &key("step", "due")), 0, "nothing scheduled for a group that is not open");
+    let err = s.group_seal(&g).await.unwrap_err();
+    assert!(format!("{err:#}").contains("open it first"), "{err:#}");
+
+    s.group_open(&g, &callback("cb-1", FireWhen::AllEnded)).await.unwrap();
+    let err = s.group_open(&g, &callback("cb-2", FireWhen::AllEnded)).await.unwrap_err();
+    assert!(format!("{err:#}").contains("is open with callback id \"cb-1\""), "{err:#}");
+    s.group_seal(&g).await.unwrap();
+
+    // A task can be the child of one group at a time: another group's add
+    // leaves it alone and counts it as cancelled there.
+    let first = group("ship", "first");
+    let second = group("ship", "second");
+    for g in [&first, &second] {
+        s.group_open(g, &callback(g.id.as_str(), FireWhen::AllEnded)).await.unwrap();
+    }
+    s.group_add(&first, &children("step", &["shared"])).await.unwrap();
+    let added = s.group_add(&second, &children("step", &["shared"])).await.unwrap();
+    assert_eq!(added.refused, vec![(ty("step"), "shared".to_string())]);
+    let member: String = c.hget(key("step", "member"), "shared").unwrap();
+    assert_eq!(member, "ship\nfirst");
+    s.group_seal(&second).await.unwrap();
+    assert_eq!(summary(&mut c, "ship", "second").unwrap()["cancelled"], 1);
+
+    // A wrong-typed group key: the whole step fails, nothing half-written.
+    let _: () = c.set(key("ship", "group:broken"), "x").unwrap();
+    let broken = group("ship", "broken");
+    let err = s.group_open(&broken, &callback("b", FireWhen::AllEnded)).await.unwrap_err();
+    assert!(format!("{err:#}").contains("holds a string, not a hash"), "{err:#}");
+    assert_eq!(stat(&mut c, "ship", "groups_opened"), 3);
+}
+
+/// Three hosts run 10,000 children of one group; one host is killed mid-way.
+/// A child adds a sibling at run time, a few children are dead-lettered, and
+/// the callback type is served by no host, so its one scheduling stays visible.
+#[test]
+fn ten_thousand_children_over_three_hosts_one_killed_fire_the_callback_once() {
+    const N: usize = 10_000;
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let config = "[runner]\nlease = \"2s\"\n[types.work]\nmay_schedule = [\"work\", \"done\"]\n";
+    let plugins = [("work", test_plugin("chaos"))];
+    let hosts: Vec<Host> = (0..3).map(|_| Host::start(&server, &plugins, config)).collect();
+    let rt = support::tokio_runtime();
+    let s = rt.block_on(store(&server));
+    let g = group("done", "big");
+    rt.block_on(s.group_open(&g, &callback("big", FireWhen::AllEnded))).unwrap();
+    // The children fall due once the group is sealed (the joiner runs first),
+    // so the group completes at a child's end, not at the seal.
+    let later = now_ms() + 4_000;
+    let ok: Vec<String> = (0..N - 5).map(|i| format!("w-{i}")).collect();
+    let mut kids: Vec<NewChild> = ok
+        .iter()
+        .map(|id| NewChild { task_type: ty("work"), id: id.clone(), payload: b"sleep:1".to_vec(), due_ms: later })
+        .collect();
+    for i in 0..4 {
+        kids.push(NewChild {
+            task_type: ty("work"),
+            id: format!("doomed-{i}"),
+            payload: b"permanent:no".to_vec(),
+            due_ms: later,
+        });
+    }
+    kids.push(NewChild {
+        task_type: ty("work"),
+        id: "joiner".into(),
+        payload: b"join:done:big:work:late:ok".to_vec(),
+        due_ms: now_ms(),
+    });
+    rt.block_on(s.group_add(&g, &kids)).unwrap();
+
+    // The child added at run time must be waited for: seal only once it joined.
+    wait_for("the joiner to add its sibling", WAIT, || {
+        rt.block_on(s.group_show(&g)).unwrap().filter(|v| v.added == N as u64 + 1).map(|_| ())
+    });
+    assert_eq!(rt.block_on(s.group_seal(&g)).unwrap(), Sealed::Sealed);
+    wait_for("a third of the children to end", WAIT, || {
+        (stat(&mut c, "work", "succeeded") > (N / 3) as i64).then_some(())
+    });
+    hosts[1].signal("KILL");
+    assert!(summary(&mut c, "done", "big").is_none(), "the callback waits for the children still running");
+
+    let sum = wait_for("the callback", Duration::from_secs(180), || summary(&mut c, "done", "big"));
+    assert_eq!(sum["added"].as_u64(), Some(N as u64 + 1));
+    assert_eq!(sum["succeeded"].as_u64(), Some(N as u64 + 1 - 4), "every child but the doomed ones, the late one too");
+    assert_eq!(sum["dead"].as_u64(), Some(4));
+    assert_eq!(sum["cancelled"].as_u64(), Some(0));
+    assert_eq!(stat(&mut c, "done", "groups_completed"), 1, "completed exactly once");
+    let view = rt.block_on(s.group_show(&g)).unwrap().unwrap();
+    assert_eq!((view.state.as_str(), view.pending), ("done", 0));
+    let members: usize = redis::cmd("HLEN").arg(key("work", "member")).query(&mut c).unwrap();
+    assert_eq!(members, 0, "every child left its group");
+    drop(hosts);
+}
+
+/// Redis restarts (from its append-only file) while a group's children run:
+/// nothing is lost, and the callback fires once with every child counted.
+#[test]
+fn a_redis_restart_mid_group_loses_no_child_and_no_callback() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = server.client();
+    let config = "[runner]\nlease = \"2s\"\n";
+    let host = Host::start(&server, &[("work", test_plugin("chaos"))], config);
+    let rt = support::tokio_runtime();
+    let s = rt.block_on(store(&server));
+    let g = group("done", "restart");
+    rt.block_on(s.group_open(&g, &callback("restart", FireWhen::AllEnded))).unwrap();
+    let kids: Vec<NewChild> = (0..400)
+        .map(|i| NewChild {
+            task_type: ty("work"),
+            id: format!("r-{i}"),
+            payload: b"sleep:20".to_vec(),
+            due_ms: now_ms(),
+        })
+        .collect();
+    rt.block_on(s.group_add(&g, &kids)).unwrap();
+    rt.block_on(s.group_seal(&g)).unwrap();
+    wait_for("some children to end", WAIT, || (stat(&mut c, "work", "succeeded") > 20).then_some(()));
+    server.restart(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = server.client();
+    let sum = wait_for("the callback", Duration::from_secs(180), || summary(&mut c, "done", "restart"));
+    assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(400), Some(400)));
+    assert_eq!(stat(&mut c, "done", "groups_completed"), 1);
+    drop(host);
+}
+
+/// A handler fans out through the SDK: opens a group, adds children, seals
+/// it; all committed with its ack, and only where runner.toml grants it.
+#[test]
+fn a_handler_fans_out_and_the_grants_bound_it() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let config = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n[types.fan]\nmay_schedule = [\"done\", \"work\"]\n\
+                  [types.rogue]\nmay_schedule = [\"work\"]\n";
+    let plugins = [("fan", test_plugin("chaos")), ("work", test_plugin("chaos")), ("rogue", test_plugin("chaos"))];
+    let host = Host::start(&server, &plugins, config);
+    support::schedule_now(&mut c, "fan", "f1", "fanout:done:g1:work:5:ok");
+    let sum = wait_for("the callback", WAIT, || summary(&mut c, "done", "g1"));
+    assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(5), Some(5)));
+    assert_eq!(sum["payload"], "from chaos");
+    assert_eq!(stat(&mut c, "work", "succeeded"), 5);
+
+    // Without a grant for the callback's type the run fails, and nothing is opened.
+    support::schedule_now(&mut c, "rogue", "r1", "fanout:done:g2:work:5:ok");
+    host.wait_log("may not schedule \"done\" tasks", WAIT);
+    let rt = support::tokio_runtime();
+    let s = rt.block_on(store(&server));
+    assert!(rt.block_on(s.group_show(&group("done", "g2"))).unwrap().is_none());
+    let metrics = support::get(&support::admin_addr(&host), "/metrics").body;
+    assert!(support::sample(&metrics, "hourglass_groups_opened_total", &["type=\"done\""]).is_some_and(|v| v >= 1.0));
+    assert!(
+        support::sample(&metrics, "hourglass_groups_completed_total", &["type=\"done\"", "callback=\"callback\""])
+            .is_some_and(|v| v >= 1.0),
+        "{metrics}"
+    );
+}
