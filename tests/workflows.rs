@@ -118,6 +118,32 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
     assert!(no_member.is_none(), "an ended child leaves its group");
 }
 
+/// Children with nothing but their due entry (no payload, no attempts, no
+/// errors: the cheapest acks the settle takes) still report to their group.
+#[tokio::test(flavor = "multi_thread")]
+async fn children_without_payloads_report_their_plain_acks() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let g = group("done", "bare-1");
+    s.group_open(&g, &callback("bare-1", FireWhen::AllSucceeded)).await.unwrap();
+    let kids: Vec<NewChild> = (0..5)
+        .map(|i| NewChild { task_type: ty("bare"), id: format!("k{i}"), payload: Vec::new(), due_ms: 0 })
+        .collect();
+    assert_eq!(s.group_add(&g, &kids).await.unwrap().joined, 5);
+    assert_eq!(s.group_seal(&g).await.unwrap(), Sealed::Sealed);
+    let present: bool = c.exists(key("bare", "payload")).unwrap();
+    assert!(!present, "the children have no payload entry");
+    let tasks = claim_all(&s, "bare").await;
+    assert_eq!(tasks.len(), 5);
+    let acks: Vec<Settlement> = tasks.iter().map(|t| ack(t, vec![])).collect();
+    let (_, reports) = s.settle_reporting(&ty("bare"), &acks, None).await.unwrap();
+    assert_eq!(reports, 5);
+    s.flush_outbox(&ty("bare")).await.unwrap();
+    let sum = summary(&mut c, "done", "bare-1").expect("the callback is scheduled");
+    assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(5), Some(5)), "{sum}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sealing_an_empty_group_fires_at_once_and_a_chain_stops_at_a_failure() {
     let server = RedisServer::start();

@@ -117,7 +117,8 @@ local drop_cancels = {}
 local pending_events = {}
 -- Acked ids that may still have something to drop (payload, attempts, errors, cancel marks).
 local plain_acked = {}
-local track_plain = has_payload or has_attempts or has_errors or has_cancels
+-- A child with nothing else to drop still has its group to tell.
+local track_plain = has_payload or has_attempts or has_errors or has_cancels or has_members
 
 local f = 0 -- index into full_due
 for e, at in ipairs(starts) do
