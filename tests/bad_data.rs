@@ -564,10 +564,10 @@ async fn a_broken_key_fails_every_group_step_cleanly() {
     let g = GroupRef { callback_type: ty("cb"), id: "g".parse().unwrap() };
     let cb = Callback { id: "cb-1".into(), payload: "p".into(), when: FireWhen::AllEnded, replace: true };
     let child = || vec![NewChild { task_type: ty("wt"), id: "w-1".into(), payload: b"x".to_vec(), due_ms: 1 }];
-    let group_keys: &[(&str, &str)] = &[("cb:group:g", "hash"), ("cb:group-pending:g", "set")];
+    let group_keys: &[(&str, &str)] = &[("cb:group:g", "hash"), ("cb:group-pending:g", "hash")];
     let end_keys: &[(&str, &str)] = &[
         ("cb:group:g", "hash"),
-        ("cb:group-pending:g", "set"),
+        ("cb:group-pending:g", "hash"),
         ("cb:group-failed:g", "hash"),
         ("cb:groups", "zset"),
         ("cb:due", "zset"),

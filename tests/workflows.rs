@@ -169,6 +169,39 @@ async fn sealing_an_empty_group_fires_at_once_and_a_chain_stops_at_a_failure() {
     assert_eq!((view.state.as_str(), view.dead, view.failed_sample.len()), ("done", 1, 1));
 }
 
+/// A report delivered twice (its host died after delivering it, before
+/// clearing it from the outbox) counts once, even when the child has joined
+/// the group again in between: the end counts only for the join it ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_report_delivered_again_counts_once_even_after_the_child_joined_again() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let g = group("done", "again");
+    s.group_open(&g, &callback("again", FireWhen::AllEnded)).await.unwrap();
+    s.group_add(&g, &children("step", &["a"])).await.unwrap();
+    let first = claim_all(&s, "step").await;
+    s.settle(&ty("step"), &[ack(&first[0], vec![])], None).await.unwrap();
+    let outbox: Vec<(Vec<u8>, Vec<u8>)> = c.hgetall(key("step", "outbox")).unwrap();
+    assert_eq!(outbox.len(), 1, "the end's report waits in the outbox");
+    s.flush_outbox(&ty("step")).await.unwrap();
+
+    // The same child joins again and is pending; then the old report comes back.
+    assert_eq!(s.group_add(&g, &children("step", &["a"])).await.unwrap().joined, 1);
+    let _: () = c.hset(key("step", "outbox"), &outbox[0].0, &outbox[0].1).unwrap();
+    s.flush_outbox(&ty("step")).await.unwrap();
+    let view = s.group_show(&g).await.unwrap().unwrap();
+    assert_eq!((view.added, view.pending, view.succeeded), (2, 1, 1), "the late duplicate changed nothing");
+
+    // The second run's own end counts, and the group completes.
+    s.group_seal(&g).await.unwrap();
+    let second = claim_all(&s, "step").await;
+    s.settle(&ty("step"), &[ack(&second[0], vec![])], None).await.unwrap();
+    s.flush_outbox(&ty("step")).await.unwrap();
+    let sum = summary(&mut c, "done", "again").expect("the callback is scheduled");
+    assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(2), Some(2)), "{sum}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_group_requests_are_refused_whole() {
     let server = RedisServer::start();
@@ -197,7 +230,7 @@ async fn bad_group_requests_are_refused_whole() {
     let added = s.group_add(&second, &children("step", &["shared"])).await.unwrap();
     assert_eq!(added.refused, vec![(ty("step"), "shared".to_string())]);
     let member: String = c.hget(key("step", "member"), "shared").unwrap();
-    assert_eq!(member, "ship\nfirst");
+    assert_eq!(member, "ship\nfirst\n1", "its group, and its join number there");
     s.group_seal(&second).await.unwrap();
     assert_eq!(summary(&mut c, "ship", "second").unwrap()["cancelled"], 1);
 

@@ -53,6 +53,18 @@ impl Runner {
         metrics: Arc<crate::telemetry::TypeMetrics>,
         mut rx: mpsc::UnboundedReceiver<Finished>,
     ) {
+        // The outbox moves on beside the settles, not between them: one flush
+        // at a time, and asks made during a flush coalesce into one more.
+        let flush_wanted = Arc::new(tokio::sync::Notify::new());
+        let flusher = tokio::spawn({
+            let (runner, task_type, wanted) = (self.clone(), task_type.clone(), flush_wanted.clone());
+            async move {
+                loop {
+                    wanted.notified().await;
+                    runner.flush_outbox(&task_type).await;
+                }
+            }
+        });
         let mut gathered = Gathered::default();
         while let Some(first) = rx.recv().await {
             gathered.push(first);
@@ -117,9 +129,14 @@ impl Runner {
             }
             if committed_followups {
                 // The acks are committed with their follow-ups in the outbox; move them on now.
-                self.flush_outbox(&task_type).await;
+                flush_wanted.notify_one();
             }
         }
+        // Every step of a flush runs once (markers), so stopping one midway
+        // is safe; the last flush moves on what the last settles committed.
+        flusher.abort();
+        let _ = flusher.await;
+        self.flush_outbox(&task_type).await;
     }
 
     /// One settle call for `batch`, retried until it is written: the script

@@ -157,7 +157,7 @@ impl Store {
     /// Opens group `g` with its callback; opening an open group with the same
     /// callback again changes nothing. Returns whether this call created it.
     pub async fn group_open(&self, g: &GroupRef, callback: &Callback) -> Result<bool> {
-        let (opened, _) = self.group_join(g, Some(callback), &[], None).await?;
+        let (opened, _, _) = self.group_join(g, Some(callback), &[], None).await?;
         Ok(opened)
     }
 
@@ -168,9 +168,11 @@ impl Store {
         let mut added = Added::default();
         for chunk in children.chunks(BATCH).zip(members.chunks(BATCH)) {
             let (kids, names) = chunk;
-            let (_, joined) = self.group_join(g, None, names, None).await?;
+            let (_, joined, numbers) = self.group_join(g, None, names, None).await?;
             added.joined += joined;
-            for c in kids {
+            for (c, number) in kids.iter().zip(numbers) {
+                // Not pending any more: it was added before, and has ended since.
+                let Some(number) = number else { continue };
                 let f = FollowUp {
                     task_type: c.task_type.clone(),
                     id: c.id.clone().into_bytes(),
@@ -178,7 +180,7 @@ impl Store {
                     due_ms: c.due_ms,
                     replace: true,
                 };
-                if self.group_child(g, &f, None).await? == 2 {
+                if self.group_child(g, number, &f, None).await? == 2 {
                     added.refused.push((c.task_type.clone(), c.id.clone()));
                 }
             }
@@ -194,7 +196,7 @@ impl Store {
 
     /// Seals group `g`: no more children; it completes once none is pending.
     pub async fn group_seal(&self, g: &GroupRef) -> Result<Sealed> {
-        let (what, fired) = self.group_end(g, "seal", None, None).await?;
+        let (what, fired) = self.group_end(g, None).await?;
         Ok(match (what.as_str(), fired) {
             ("sealed", Some(f)) => Sealed::Completed(f),
             ("sealed", None) => Sealed::Sealed,
@@ -210,9 +212,9 @@ impl Store {
         let (fields, pending, sample, failed): GroupRead = redis::pipe()
             .cmd("HGETALL")
             .arg(&gk.group)
-            .cmd("SCARD")
+            .cmd("HLEN")
             .arg(&gk.pending)
-            .cmd("SRANDMEMBER")
+            .cmd("HRANDFIELD")
             .arg(&gk.pending)
             .arg(SAMPLE)
             .cmd("HRANDFIELD")
@@ -267,14 +269,15 @@ impl Store {
     }
 
     /// group_join.lua: opens (with `callback`) and/or joins `members`; once
-    /// per `marker` when given. Returns (opened, joined).
+    /// per `marker` when given. Returns (opened, joined, each member's join
+    /// number: `None` when it is no longer pending).
     async fn group_join(
         &self,
         g: &GroupRef,
         callback: Option<&Callback>,
         members: &[String],
         marker: Option<&[u8]>,
-    ) -> Result<(bool, u64)> {
+    ) -> Result<(bool, u64, Vec<Option<u64>>)> {
         let k = self.keys(&g.callback_type);
         let gk = k.group(&g.id);
         let mut inv = self.scripts.group_join.prepare_invoke();
@@ -289,16 +292,19 @@ impl Store {
             inv.arg(m);
         }
         let mut conn = self.conn.clone();
-        let reply: Vec<i64> = inv.invoke_async(&mut conn).await.with_context(|| format!("group {g}"))?;
+        let reply: Vec<Option<i64>> = inv.invoke_async(&mut conn).await.with_context(|| format!("group {g}"))?;
         match reply.as_slice() {
-            [opened, joined] => Ok((*opened == 1, (*joined).max(0) as u64)),
+            [Some(opened), Some(joined), numbers @ ..] if numbers.len() == members.len() => {
+                Ok((*opened == 1, (*joined).max(0) as u64, numbers.iter().map(|n| n.map(|n| n as u64)).collect()))
+            }
             _ => bail!("group {g}: unexpected reply {reply:?} to a join"),
         }
     }
 
-    /// group_child.lua: schedules child `f` of group `g` in its own type,
-    /// marked as the group's. Returns 1 scheduled, 0 ran before, 2 refused.
-    async fn group_child(&self, g: &GroupRef, f: &FollowUp, marker: Option<&[u8]>) -> Result<i64> {
+    /// group_child.lua: schedules child `f` of group `g` (joined as
+    /// `number`) in its own type, marked as the group's. Returns 1
+    /// scheduled, 0 ran before, 2 refused.
+    async fn group_child(&self, g: &GroupRef, number: u64, f: &FollowUp, marker: Option<&[u8]>) -> Result<i64> {
         let k = self.keys(&f.task_type);
         let mut inv = self.scripts.group_child.prepare_invoke();
         inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
@@ -307,7 +313,7 @@ impl Store {
             .arg(f.due_ms)
             .arg(&f.payload)
             .arg(if f.payload.is_empty() { "0" } else { "1" })
-            .arg(g.membership())
+            .arg(format!("{}\n{number}", g.membership()))
             .arg(mode(f.replace))
             .arg(if marker.is_some() { "1" } else { "0" })
             .arg(f.task_type.as_str());
@@ -317,48 +323,78 @@ impl Store {
             .with_context(|| format!("cannot schedule a {} child of group {g}", f.task_type))
     }
 
-    /// group_end.lua: a child's end (`report`: member and outcome) or a seal.
-    /// Returns what it did and, when the group completed, what it fired.
-    async fn group_end(
-        &self,
-        g: &GroupRef,
-        what: &str,
-        report: Option<(&[u8], &str)>,
-        marker: Option<&[u8]>,
-    ) -> Result<(String, Option<Fired>)> {
+    /// group_end.lua: seals `g` (once per `marker` when given). Returns
+    /// what it did and, when the group completed, what it fired.
+    async fn group_end(&self, g: &GroupRef, marker: Option<&[u8]>) -> Result<(String, Option<Fired>)> {
         let k = self.keys(&g.callback_type);
         let gk = k.group(&g.id);
         let mut inv = self.scripts.group_end.prepare_invoke();
         inv.key(&gk.group).key(&gk.pending).key(&gk.failed).key(&k.groups).key(&k.stats);
         inv.key(&k.due).key(&k.payload).key(&k.dead);
         marker_key(&mut inv, &k, marker);
-        inv.arg(g.id.as_str()).arg(what).arg(if marker.is_some() { "1" } else { "0" });
-        if let Some((member, outcome)) = report {
-            inv.arg(member).arg(outcome);
-        }
+        inv.arg(g.id.as_str()).arg(if marker.is_some() { "1" } else { "0" });
         let mut conn = self.conn.clone();
         let reply: Vec<Vec<u8>> = inv.invoke_async(&mut conn).await.with_context(|| format!("group {g}"))?;
         match reply.as_slice() {
             [what, fired] => Ok((String::from_utf8_lossy(what).into_owned(), Fired::parse(fired))),
-            _ => bail!("group {g}: unexpected reply to {what}"),
+            _ => bail!("group {g}: unexpected reply to a seal"),
         }
     }
 
-    /// Delivers the outbox entry `entry_id` of a child's end to its group, exactly once.
-    pub(super) async fn deliver_report(
+    /// Delivers children's ends (outbox entries of `t`, decoded) to their
+    /// groups, exactly once: one group_reports.lua per callback type and
+    /// [`REPORTS_PER_CALL`], then one HDEL of the delivered entries. Entries
+    /// whose callback type's keys are broken wait in the outbox.
+    pub(super) async fn deliver_reports(
         &self,
-        entry_id: &[u8],
-        data: &[u8],
-        moves: &mut GroupMoves,
-    ) -> Result<(), GroupDelivery> {
-        let report = decode_report(entry_id, data).map_err(GroupDelivery::Bad)?;
-        let member = [report.child_type.as_bytes(), b"\n", &report.id].concat();
-        let done = self
-            .group_end(&report.group, "report", Some((&member, &report.outcome)), Some(entry_id))
-            .await
-            .map_err(|e| classified(&report.group.callback_type, e))?;
-        if let Some(fired) = done.1 {
-            moves.completed.push((report.group, fired));
+        t: &TaskType,
+        mut reports: Vec<(Vec<u8>, Report)>,
+        flushed: &mut super::OutboxFlush,
+    ) -> Result<()> {
+        // One slot per callback type: batch each type's reports together.
+        reports.sort_by(|a, b| a.1.group.callback_type.as_str().cmp(b.1.group.callback_type.as_str()));
+        let mut rest = reports.as_slice();
+        while let Some((_, first)) = rest.first() {
+            let c = first.group.callback_type.clone();
+            let same = rest.iter().take(REPORTS_PER_CALL).take_while(|(_, r)| r.group.callback_type == c).count();
+            let (batch, tail) = rest.split_at(same);
+            rest = tail;
+            let k = self.keys(&c);
+            let mut inv = self.scripts.group_reports.prepare_invoke();
+            inv.key(&k.groups).key(&k.stats).key(&k.due).key(&k.payload).key(&k.dead);
+            for (_, r) in batch {
+                let gk = k.group(&r.group.id);
+                inv.key(&gk.group).key(&gk.pending).key(&gk.failed);
+                let member = [r.child_type.as_bytes(), b"\n", &r.id].concat();
+                inv.arg(r.group.id.as_str()).arg(member).arg(&r.outcome).arg(r.number);
+            }
+            let mut conn = self.conn.clone();
+            let fired: Result<Vec<Vec<u8>>> = inv
+                .invoke_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot deliver {} child ends from {t} to their {c} groups", batch.len()));
+            let fired = match fired {
+                Ok(fired) => fired,
+                Err(e) if crate::health::classify(&e) == crate::health::Trouble::Outage => return Err(e),
+                Err(e) => {
+                    // The callback type's keys are broken: its reports wait in the outbox.
+                    flushed.failed.push((c, e));
+                    continue;
+                }
+            };
+            for ((_, r), fired) in batch.iter().zip(&fired) {
+                if let Some(f) = Fired::parse(fired) {
+                    flushed.groups.completed.push((r.group.clone(), f));
+                }
+            }
+            let ids: Vec<&[u8]> = batch.iter().map(|(id, _)| id.as_slice()).collect();
+            let _: i64 = redis::cmd("HDEL")
+                .arg(&self.keys(t).outbox)
+                .arg(&ids)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot clear the {t} outbox"))?;
+            flushed.moved += batch.len();
         }
         Ok(())
     }
@@ -377,21 +413,24 @@ impl Store {
         let marker = |step: &str| [entry_id, b":", step.as_bytes()].concat();
         let members: Vec<String> =
             work.children.iter().map(|c| format!("{}\n{}", c.task_type, String::from_utf8_lossy(&c.id))).collect();
-        match self.group_join(g, work.open.as_ref(), &members, Some(&marker("join"))).await {
-            Ok((opened, _)) => {
+        let numbers = match self.group_join(g, work.open.as_ref(), &members, Some(&marker("join"))).await {
+            Ok((opened, _, numbers)) => {
                 if opened {
                     moves.opened.push(g.callback_type.clone());
                 }
+                numbers
             }
             Err(e) => return refused_or(g, e, moves),
-        }
-        for (n, child) in work.children.iter().enumerate() {
-            self.group_child(g, child, Some(&marker(&n.to_string())))
+        };
+        for (n, (child, number)) in work.children.iter().zip(numbers).enumerate() {
+            // No longer pending: scheduled by an earlier pass, and ended since.
+            let Some(number) = number else { continue };
+            self.group_child(g, number, child, Some(&marker(&n.to_string())))
                 .await
                 .map_err(|e| classified(&child.task_type, e))?;
         }
         if work.seal {
-            match self.group_end(g, "seal", None, Some(&marker("seal"))).await {
+            match self.group_end(g, Some(&marker("seal"))).await {
                 Ok((_, Some(fired))) => moves.completed.push((g.clone(), fired)),
                 Ok(_) => {}
                 Err(e) => return refused_or(g, e, moves),
@@ -436,20 +475,25 @@ fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
     }
 }
 
+/// Reports delivered per script call (all to one callback type).
+const REPORTS_PER_CALL: usize = 256;
+
 /// A child's end, as a report entry holds it.
-struct Report {
+pub(super) struct Report {
     group: GroupRef,
     child_type: String,
     id: Vec<u8>,
     outcome: String,
+    /// The join it ended (its group's `added` when it joined).
+    number: u64,
 }
 
 /// The child type is the entry id's first part; the value is
 /// `<outcome>\n<callback type>\n<group id>\n<id>` (the prelude's report_ended).
-fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
+pub(super) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
     let child_type = entry_id.split(|&b| b == b':').next().unwrap_or_default();
     let child_type: TaskType = std::str::from_utf8(child_type).context("report entry id is not text")?.parse()?;
-    let mut parts = data.splitn(4, |&b| b == b'\n');
+    let mut parts = data.splitn(5, |&b| b == b'\n');
     let mut text = |what: &str| -> Result<&str> {
         let part = parts.next().ok_or_else(|| anyhow!("group report has no {what}"))?;
         std::str::from_utf8(part).with_context(|| format!("group report {what} is not text"))
@@ -457,8 +501,9 @@ fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
     let outcome = text("outcome")?.to_owned();
     let callback_type: TaskType = text("callback type")?.parse()?;
     let id: GroupId = text("group id")?.parse()?;
+    let number: u64 = text("join number")?.parse().context("group report join number is not a number")?;
     let child = parts.next().ok_or_else(|| anyhow!("group report has no child id"))?.to_vec();
-    Ok(Report { group: GroupRef { callback_type, id }, child_type: child_type.to_string(), id: child, outcome })
+    Ok(Report { group: GroupRef { callback_type, id }, child_type: child_type.to_string(), id: child, outcome, number })
 }
 
 /// Appends `bytes` as `<len>\n<bytes>`.

@@ -60,7 +60,7 @@ pub struct Keys {
 pub struct GroupKeys {
     /// `P:{C}:group:<G>`: HASH, the group's callback, state and counts.
     pub group: String,
-    /// `P:{C}:group-pending:<G>`: SET of children not ended yet, each `<type>\n<id>`.
+    /// `P:{C}:group-pending:<G>`: HASH of children not ended yet, each `<type>\n<id>` → its join number.
     pub pending: String,
     /// `P:{C}:group-failed:<G>`: HASH child → `dead` | `cancelled`.
     pub failed: String,

@@ -153,7 +153,12 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
     let died_ms = score(next()?)?;
     let payload_len = opt_int(next()?)?.unwrap_or(0).max(0) as u64;
     let head = opt_bytes(next()?)?;
-    let group = opt_bytes(next()?)?.map(|g| String::from_utf8_lossy(&g).replacen('\n', "/", 1));
+    // The mark is "<callback type>\n<group id>\n<join number>": shown as "<callback type>/<group id>".
+    let group = opt_bytes(next()?)?.map(|g| {
+        let text = String::from_utf8_lossy(&g).into_owned();
+        let mut parts = text.splitn(3, '\n');
+        format!("{}/{}", parts.next().unwrap_or_default(), parts.next().unwrap_or_default())
+    });
     let running = match (lease_until, token_entry) {
         (Some(until), Some(entry)) => Some(parse_lease(&entry, until)?),
         // A lease without a token (or the reverse) is a claim or settle caught half-way by nobody:

@@ -31,6 +31,7 @@ pub(super) struct Scripts {
     pub(super) group_join: Script,
     pub(super) group_child: Script,
     pub(super) group_end: Script,
+    pub(super) group_reports: Script,
 }
 
 /// `scripts/<name>.lua` behind the shared helpers of `scripts/prelude.lua`.
@@ -66,6 +67,7 @@ impl Scripts {
             group_join: script!("group_join"),
             group_child: script!("group_child"),
             group_end: script!("group_end"),
+            group_reports: script!("group_reports"),
         }
     }
 }

@@ -471,10 +471,18 @@ impl Store {
                 .query_async(&mut conn)
                 .await
                 .with_context(|| format!("cannot read the {t} outbox"))?;
+            // Children's ends are delivered together after the page, a batch per callback type.
+            let mut reports = Vec::new();
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
                 let group_entry = if entry_id.ends_with(super::groups::REPORT) {
-                    Some(self.deliver_report(entry_id, encoded, &mut flushed.groups).await)
+                    match super::groups::decode_report(entry_id, encoded) {
+                        Ok(report) => {
+                            reports.push((entry_id.clone(), report));
+                            continue;
+                        }
+                        Err(e) => Some(Err(GroupDelivery::Bad(e))),
+                    }
                 } else if entry_id.ends_with(super::groups::WORK) {
                     Some(self.deliver_work(entry_id, encoded, &mut flushed.groups).await)
                 } else {
@@ -535,6 +543,7 @@ impl Store {
                     .with_context(|| format!("cannot clear the {t} outbox"))?;
                 flushed.moved += 1;
             }
+            self.deliver_reports(t, reports, &mut flushed).await?;
             cursor = next;
             if cursor == 0 {
                 return Ok(flushed);

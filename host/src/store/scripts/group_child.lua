@@ -1,9 +1,9 @@
 -- group_child: schedule one child of a workflow group in its own type's slot, marked as the group's.
 --
--- KEYS: 1 due, 2 payload, 3 member (HASH id → "<callback type>\n<group id>"), 4 dead,
+-- KEYS: 1 due, 2 payload, 3 member (HASH id → "<callback type>\n<group id>\n<join number>"), 4 dead,
 --       5 outbox, 6 seq, 7 marker (STRING; used only when ARGV 7 is '1')
 -- ARGV: 1 id, 2 due_ms, 3 payload, 4 has_payload ('1' | '0'), 5 membership
---       "<callback type>\n<group id>", 6 mode: 'replace' (a waiting task with this id is
+--       "<callback type>\n<group id>\n<join number>", 6 mode: 'replace' (a waiting task with this id is
 --       re-scheduled, a dead one starts over) or 'create' (only where none is waiting or dead),
 --       7 '1' = run once per marker (an outbox entry's), 8 this type's name
 -- Returns: 1 scheduled; 0 ran before (marker); 2 not scheduled: its id is
@@ -22,7 +22,9 @@ if bad then return bad end
 if once and redis.call('EXISTS', marker) == 1 then return 0 end
 
 local current = redis.call('HGET', member, id)
-local taken = (current and current ~= membership)
+-- Its group is the mark but its join number (the same join again is this child).
+local function group_of(mark) return string.match(mark, '^([^\n]*\n[^\n]*)') end
+local taken = (current and group_of(current) ~= group_of(membership))
   or (ARGV[6] == 'create' and not current
       and (redis.call('ZSCORE', due, id) or redis.call('ZSCORE', dead, id)))
 if once then redis.call('SET', marker, '1', 'PX', 86400000) end

@@ -3,29 +3,39 @@
 -- A group lives in its callback type's slot ({C}): `P:{C}:group:<G>` (HASH:
 -- callback_id, callback_payload, callback_mode, when, state open|sealed|done,
 -- opened_ms, added, succeeded, dead, cancelled, completed_ms, fired),
--- `P:{C}:group:<G>:pending` (SET of the children not ended yet, each
--- "<type>\n<id>"), `P:{C}:group:<G>:failed` (HASH child → dead|cancelled) and
+-- `P:{C}:group-pending:<G>` (HASH of the children not ended yet, each
+-- "<type>\n<id>" → its join number), `P:{C}:group-failed:<G>` (HASH child →
+-- dead|cancelled) and
 -- `P:{C}:groups` (ZSET group id → opened ms, of the groups not done).
 --
 -- KEYS: 1 group, 2 pending, 3 groups, 4 stats (of C), 5 marker (STRING; used only when ARGV 2 is '1')
 -- ARGV: 1 group id, 2 '1' = run once per marker (an outbox entry's), 3 '1' = open it,
 --       4 callback id, 5 callback payload, 6 when ('all' | 'success'), 7 callback mode
 --       ('replace' | 'create'), 8... children "<type>\n<id>"
--- Returns: { opened (1 when this call created the group), added (children new to it) },
---          or { -1, 0 } when the marker says this ran before.
+-- Returns: { opened (1 when this call created the group), added (children new to it),
+--          then each child's join number (false when it is no longer pending) },
+--          with opened -1 when the marker says this ran before (the join
+--          numbers are read all the same: the steps after need them).
 -- Errors (HGGROUP, nothing written): opening a group that exists with another
 -- callback or that is done; adding to a group that does not exist or is sealed.
--- Guarantees: a child is counted once however often it is added (SADD);
+-- Guarantees: a child is counted once however often it is added while it is
+-- pending (HSETNX); its join number (the group's `added` when it joined) goes
+-- into its mark and its end's report, so a report counts only for the join
+-- it ended (a late duplicate of an earlier one changes nothing);
 -- children are joined here before they are scheduled (group_child.lua), so a
 -- child can never end before its group waits for it; nothing is written
 -- unless every key holds its type (HGFAULT otherwise).
 
 local group, pending, groups, stats, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local gid, once, open = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
-local bad = check_keys({ { group, 'hash' }, { pending, 'set' }, { groups, 'zset' }, { marker, 'string' } })
+local bad = check_keys({ { group, 'hash' }, { pending, 'hash' }, { groups, 'zset' }, { marker, 'string' } })
   or check_counters(group, { 'added' }) or check_counters(stats, { 'groups_opened' })
 if bad then return bad end
-if once and redis.call('EXISTS', marker) == 1 then return { -1, 0 } end
+local function joins(reply)
+  for i = 8, #ARGV do reply[#reply + 1] = redis.call('HGET', pending, ARGV[i]) end
+  return reply
+end
+if once and redis.call('EXISTS', marker) == 1 then return joins({ -1, 0 }) end
 
 local function refuse(text) return redis.error_reply('HGGROUP ' .. text) end
 local state, cb_id, when = unpack(redis.call('HMGET', group, 'state', 'callback_id', 'when'))
@@ -52,10 +62,11 @@ if open and not state then
   redis.call('HINCRBY', stats, 'groups_opened', 1)
   opened = 1
 end
-local added = 0
-for i = 8, #ARGV, 1000 do
-  added = added + redis.call('SADD', pending, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+local added = tonumber(redis.call('HGET', group, 'added') or '0')
+local before = added
+for i = 8, #ARGV do
+  if redis.call('HSETNX', pending, ARGV[i], added + 1) == 1 then added = added + 1 end
 end
-if added > 0 then redis.call('HINCRBY', group, 'added', added) end
+if added > before then redis.call('HSET', group, 'added', added) end
 if once then redis.call('SET', marker, '1', 'PX', 86400000) end
-return { opened, added }
+return joins({ opened, added - before })

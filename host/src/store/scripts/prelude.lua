@@ -378,16 +378,68 @@ local function arm(recur, due, payload, name, times, j, body)
 end
 
 -- Workflows (see group_join.lua): a group's child of type T is marked in
--- `P:{T}:member` (HASH id → "<callback type>\n<group id>"). When the child
--- ends (succeeded, dead-lettered or cancelled), the script that ended it
--- drops the mark and writes a report into T's outbox, in the same step:
--- "<entry>:report" → "<outcome>\n<callback type>\n<group id>\n<id>". The
--- host delivers it to the group's slot exactly once (group_end.lua), as it
--- does follow-ups. `entry` must be unique forever in T's outbox (a token).
+-- `P:{T}:member` (HASH id → "<callback type>\n<group id>\n<join number>").
+-- When the child ends (succeeded, dead-lettered or cancelled), the script
+-- that ended it drops the mark and writes a report into T's outbox, in the
+-- same step: "<entry>:report" → "<outcome>\n<callback type>\n<group id>\n
+-- <join number>\n<id>". The host delivers it to the group's slot
+-- (group_reports.lua), where it counts once: only while the child is pending
+-- with that join number. `entry` must be unique forever in T's outbox (a token).
 local function report_ended(member, outbox, entry, id, outcome, membership)
   local g = membership or redis.call('HGET', member, id)
   if not g then return false end
   redis.call('HDEL', member, id)
   redis.call('HSET', outbox, entry .. ':report', outcome .. '\n' .. g .. '\n' .. id)
   return true
+end
+
+-- Completes workflow group `gid` of callback type C (sealed, nothing pending):
+-- schedules its callback due now with a JSON summary as its payload (the
+-- counts, up to 100 failed children, the opener's payload under "payload"),
+-- or skips it (when = success and a child failed: counted in groups_failed),
+-- or keeps a waiting or dead callback task (create-only); then state done,
+-- out of C's `groups` index, counted in groups_completed, and the group's
+-- keys kept for 7 days for `hourglass group show`. The caller has checked
+-- every key's type and the counters. Returns 'callback', 'skipped' or 'kept'.
+local function complete_group(gid, group, failed, groups, stats, cb_due, cb_payload, cb_dead)
+  local now = string.format('%d', now_ms())
+  local g = redis.call('HGETALL', group)
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  local ok, dead_n, cancelled_n = tonumber(f.succeeded or '0'), tonumber(f.dead or '0'), tonumber(f.cancelled or '0')
+  local fired = 'callback'
+  if f.when == 'success' and dead_n + cancelled_n > 0 then
+    fired = 'skipped'
+    redis.call('HINCRBY', stats, 'groups_failed', 1)
+  else
+    local listed, shown = {}, 0
+    local rows = redis.call('HSCAN', failed, 0, 'COUNT', 100)[2]
+    for i = 1, #rows, 2 do
+      if shown < 100 then
+        local t, id = string.match(rows[i], '^([^\n]*)\n(.*)$')
+        listed[#listed + 1] = string.format('{"type":%s,"id":%s,"outcome":%s}',
+          cjson.encode(t or ''), cjson.encode(id or rows[i]), cjson.encode(rows[i + 1]))
+        shown = shown + 1
+      end
+    end
+    local summary = string.format(
+      '{"group":%s,"payload":%s,"added":%s,"succeeded":%d,"dead":%d,"cancelled":%d,"failed":[%s],"failed_listed_all":%s}',
+      cjson.encode(gid), cjson.encode(f.callback_payload or ''), f.added or '0', ok, dead_n, cancelled_n,
+      table.concat(listed, ','), (dead_n + cancelled_n == shown) and 'true' or 'false')
+    local cb = f.callback_id
+    local taken = f.callback_mode == 'create'
+      and (redis.call('ZSCORE', cb_due, cb) or redis.call('ZSCORE', cb_dead, cb))
+    if taken then
+      fired = 'kept'
+    else
+      redis.call('ZADD', cb_due, now, cb)
+      redis.call('HSET', cb_payload, cb, summary)
+    end
+  end
+  redis.call('HSET', group, 'state', 'done', 'completed_ms', now, 'fired', fired)
+  redis.call('ZREM', groups, gid)
+  redis.call('HINCRBY', stats, 'groups_completed', 1)
+  redis.call('PEXPIRE', group, 7 * 86400000)
+  redis.call('PEXPIRE', failed, 7 * 86400000)
+  return fired
 end

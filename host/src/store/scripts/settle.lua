@@ -234,7 +234,7 @@ for e, at in ipairs(starts) do
         end
         if membership then
           fields[#fields + 1] = 'group'
-          fields[#fields + 1] = string.match(membership, '\n(.*)$')
+          fields[#fields + 1] = string.match(membership, '^[^\n]*\n([^\n]*)')
         end
         pending_events[#pending_events + 1] = fields
       end
@@ -288,11 +288,18 @@ if #ended > 0 then
       end
     end
   end
+  -- report_ended for the lot: one HDEL and HSETs of many fields, not two calls per child.
+  local left, report_pairs = {}, {}
   for _, e in ipairs(ended) do
-    if e[4] and report_ended(member, outbox, entry_prefix .. ':' .. e[2], e[1], e[3], e[4]) then
-      reports = reports + 1
+    if e[4] then
+      left[#left + 1] = e[1]
+      report_pairs[#report_pairs + 1] = entry_prefix .. ':' .. e[2] .. ':report'
+      report_pairs[#report_pairs + 1] = e[3] .. '\n' .. e[4] .. '\n' .. e[1]
     end
   end
+  each_chunk(left, function(...) redis.call('HDEL', member, ...) end)
+  each_chunk(report_pairs, function(...) redis.call('HSET', outbox, ...) end)
+  reports = #left
 end
 
 if succeeded > 0 then redis.call('HINCRBY', stats, 'succeeded', succeeded) end
