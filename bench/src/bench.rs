@@ -23,6 +23,8 @@ use hourglass::task_type::TaskType;
 use crate::recorder::{HOSTILE, Recorder, now_us};
 use crate::redis_ops;
 
+mod groups;
+
 /// Key prefix of everything the benchmark writes, so it never touches real tasks.
 const PREFIX: &str = "hourglass-bench";
 /// The task type the benchmark runs (served by the `noop` plugin).
@@ -106,6 +108,8 @@ pub enum Scenario {
     Reload,
     /// A burst beside a hostile type whose every run blocks in a host call until its deadline, as a ratio to the burst alone.
     Hostile,
+    /// A burst whose every task is a workflow group's child, beside the plain burst: cost per child in Redis time and bytes.
+    Groups,
     /// Every scenario in turn.
     All,
 }
@@ -431,6 +435,9 @@ impl Bench {
         }
         if matches!(s, Scenario::Hostile | Scenario::All) {
             self.hostile().await?;
+        }
+        if matches!(s, Scenario::Groups | Scenario::All) {
+            self.groups().await?;
         }
         Ok(())
     }

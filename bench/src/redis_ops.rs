@@ -77,6 +77,29 @@ pub(crate) async fn unlink(store: &Store, keys: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Deletes every key matching `pattern` (`SCAN` + `UNLINK`; one server only).
+pub(crate) async fn unlink_matching(store: &Store, pattern: &str) -> Result<()> {
+    let mut conn = store.connection();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            let _: i64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
 /// Members in the sorted set `key` (`ZCARD`).
 pub(crate) async fn zcard(store: &Store, key: &str) -> Result<u64> {
     let mut conn = store.connection();

@@ -190,3 +190,26 @@ fn hostile_runs_every_ordinary_task_once_beside_a_type_that_blocks_every_run() {
     let left: i64 = redis::cmd("EXISTS").arg("hourglass-bench:{hostile}:due").query(&mut c).unwrap();
     assert_eq!(left, 0, "the bench leaves no hostile keys behind");
 }
+
+#[test]
+fn groups_completes_every_group_once_with_the_right_counts() {
+    let redis = RedisServer::start();
+    let runs = bench(Some(&redis), &["groups", "--tasks", "2500"]);
+    assert_eq!(runs[0]["scenario"], "groups");
+    // 1000 children per group: two full groups and one of 500.
+    assert_eq!(runs[0]["groups"], 3);
+    assert_eq!(runs[0]["groups_completed"], 3);
+    assert_eq!(runs[0]["groups_counts_right"], 3);
+    assert_eq!(runs[0]["callbacks"], 3);
+    assert_clean(
+        &runs[0],
+        &["ratio", "group_redis_us_per_child", "group_redis_bytes_per_child", "plain_redis_bytes_per_task"],
+    );
+    let plain = runs[0]["plain_redis_bytes_per_task"].as_f64().unwrap();
+    let child = runs[0]["group_redis_bytes_per_child"].as_f64().unwrap();
+    assert!(child > plain, "a waiting child holds more than a plain task (its mark and pending entry): {}", runs[0]);
+    // The bench leaves none of its groups behind.
+    let mut c = redis.client();
+    let left: Vec<String> = redis::cmd("KEYS").arg("hourglass-bench:{bench.done}:*").query(&mut c).unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
