@@ -28,10 +28,14 @@ use support::{Host, RedisServer, RunNow, now_ms, polyglot_plugin, stat, wait_for
 const LONG: Duration = Duration::from_secs(600);
 
 /// Retries quickly, dead-letters after 3 attempts; every other limit (timeout, memory_limit, ...) is the default.
-/// Each echo may schedule its `<type>.out` follow-ups (as runner.toml's examples do).
+/// Each echo may schedule its `<type>.out` follow-ups (as runner.toml's examples do), and
+/// fan out to children of its own type under a group whose callback is of type `<type>.done`.
 const CONFIG: &str = "[defaults]\nbackoff_base = \"20ms\"\nbackoff_cap = \"100ms\"\nmax_attempts = 3\n\
-                      [types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\"]\n\
-                      [types.\"js.echo\"]\nmay_schedule = [\"js.echo.out\"]\n";
+                      [types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\", \"py.echo\", \"py.echo.done\"]\n\
+                      [types.\"js.echo\"]\nmay_schedule = [\"js.echo.out\", \"js.echo\", \"js.echo.done\"]\n";
+
+/// Children of the fan-out task's workflow group.
+const KIDS: [&str; 3] = ["kid-0", "kid-1", "kid-2"];
 
 fn schedule(conn: &mut redis::Connection, task_type: &str, id: &[u8], payload: &[u8]) {
     let _: () = redis::pipe()
@@ -89,6 +93,9 @@ fn echo_plugin_end_to_end(task_type: &str) {
     schedule(&mut conn, task_type, b"flaky", br#"{"fail_times": 2}"#);
     schedule(&mut conn, task_type, b"doomed", r#"{"permanent": "no such order — ø"}"#.as_bytes());
     schedule(&mut conn, task_type, b"crash", r#"{"crash": "boom ✗"}"#.as_bytes());
+    let fanout = serde_json::json!({"fanout": {"callback": format!("{task_type}.done"), "group": "g-1",
+                                               "type": task_type, "ids": KIDS}});
+    schedule(&mut conn, task_type, b"fanout", fanout.to_string().as_bytes());
     // The tasks wait in Redis until a plugin serves their type.
     host.drop_in(task_type, &wasm);
 
@@ -130,8 +137,22 @@ fn echo_plugin_end_to_end(task_type: &str) {
     eprintln!("{task_type}: an uncaught exception is recorded as: {error}");
     assert!(host.log().contains("boom ✗"), "the exception's message is not in the log:\n{}", host.log());
 
+    // The workflow bindings: the fan-out's group ran its three children, then scheduled its callback once.
+    let done = format!("hourglass:{{{task_type}.done}}");
+    let summary: Vec<u8> = wait_for("the group's callback", LONG, || {
+        let due: Option<f64> = conn.zscore(format!("{done}:due"), "g-1").unwrap();
+        due.and_then(|_| conn.hget(format!("{done}:payload"), "g-1").unwrap())
+    });
+    let summary: serde_json::Value = serde_json::from_slice(&summary).unwrap();
+    assert_eq!((summary["added"].as_u64(), summary["succeeded"].as_u64()), (Some(3), Some(3)), "{summary}");
+    for kid in KIDS {
+        assert_eq!(echoed(&mut conn, task_type, kid.as_bytes()).as_deref(), Some(&b"{}"[..]), "{kid} did not run");
+    }
+    assert_eq!(stat(&mut conn, &format!("{task_type}.done"), "groups_completed"), 1);
+
+    // The round trips, flaky, the fan-out and its three children.
     wait_for("the counters", LONG, || {
-        (stat(&mut conn, task_type, "succeeded") == cases.len() as i64 + 1).then_some(())
+        (stat(&mut conn, task_type, "succeeded") == cases.len() as i64 + 5).then_some(())
     });
     assert_eq!(stat(&mut conn, task_type, "retried"), 2 + 2, "flaky twice, crash twice");
     assert_eq!(stat(&mut conn, task_type, "failed"), 2 + 1 + 3, "flaky, doomed, crash");

@@ -9,6 +9,9 @@
 // - A JSON payload `{"permanent": "reason"}` dead-letters the task at once.
 // - A JSON payload `{"crash": "message"}` throws an Error: the attempt fails
 //   like a trap, with the message in the host's log.
+// - A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
+//   also opens workflow group G with callback task G of type C, adds one child
+//   of type T per id (payload `{}`, due now) and seals it.
 //
 // Build: `bash plugins/build-polyglot.sh` (installs to plugins/js.echo.wasm).
 //
@@ -21,6 +24,7 @@
 import { log } from "hourglass:plugin/log@0.1.0";
 import { schedule } from "hourglass:plugin/schedule@0.1.0";
 import { get as config } from "hourglass:plugin/config@0.1.0";
+import { open, add, seal } from "hourglass:plugin/workflow@0.1.0";
 
 // The payload as a JSON object, or {} when it is anything else (binary, text, ...).
 function controls(payload) {
@@ -29,6 +33,22 @@ function controls(payload) {
     return value !== null && typeof value === "object" && !Array.isArray(value) ? value : {};
   } catch {
     return {};
+  }
+}
+
+// Opens the group, adds its children and seals it: committed with this run's success.
+function fanOut(f, dueMs) {
+  const callback = String(f.callback ?? "");
+  const group = String(f.group ?? "");
+  try {
+    open(callback, group, group, "", "all-ended");
+    for (const id of Array.isArray(f.ids) ? f.ids : []) {
+      add(callback, group, String(f.type ?? ""), String(id), new TextEncoder().encode("{}"), dueMs);
+    }
+    seal(callback, group);
+  } catch (e) {
+    // Not granted, a bad group id, a sealed group: retrying would not help.
+    throw { tag: "permanent", val: `cannot fan out: ${e?.payload ?? e}` };
   }
 }
 
@@ -49,6 +69,10 @@ export function handle(task) {
       tag: "error",
       val: `failing on purpose (attempt ${task.attempt} of ${failTimes} planned failures)`,
     };
+  }
+
+  if (c.fanout !== null && typeof c.fanout === "object") {
+    fanOut(c.fanout, task.dueMs);
   }
 
   const replyTo = config("reply_to") ?? `${task.taskType}.out`;

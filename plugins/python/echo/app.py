@@ -9,6 +9,9 @@
 - A JSON payload `{"permanent": "reason"}` dead-letters the task at once.
 - A JSON payload `{"crash": "message"}` raises an uncaught exception: the
   attempt fails like a trap, with the traceback in the host's log.
+- A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
+  also opens workflow group G with callback task G of type C, adds one child
+  of type T per id (payload `{}`, due now) and seals it.
 
 Build: `bash plugins/build-polyglot.sh` (installs to plugins/py.echo.wasm).
 """
@@ -18,7 +21,7 @@ import json
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import config, log, schedule
+from wit_world.imports import config, log, schedule, workflow
 
 # The world's own `types` interface: componentize-py names the module after the
 # interface, qualified when another imported package (wasi:http) has a `types` too.
@@ -37,6 +40,19 @@ def _controls(payload: bytes) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _fan_out(fanout: dict, due_ms: int) -> None:
+    """Opens the group, adds its children and seals it: committed with this run's success."""
+    callback, group = str(fanout.get("callback", "")), str(fanout.get("group", ""))
+    try:
+        workflow.open(callback, group, group, "", workflow.FireWhen.ALL_ENDED)
+        for child_id in fanout.get("ids", []):
+            workflow.add(callback, group, str(fanout.get("type", "")), str(child_id), b"{}", due_ms)
+        workflow.seal(callback, group)
+    except Err as e:
+        # Not granted, a bad group id, a sealed group: retrying would not help.
+        raise Err(types.Failure_Permanent(f"cannot fan out: {e.value}"))
+
+
 class WitWorld(wit_world.WitWorld):
     def handle(self, task: types.Task) -> None:
         controls = _controls(task.payload)
@@ -51,6 +67,10 @@ class WitWorld(wit_world.WitWorld):
         if isinstance(fail_times, int) and task.attempt <= fail_times:
             raise Err(types.Failure_Error(
                 f"failing on purpose (attempt {task.attempt} of {fail_times} planned failures)"))
+
+        fanout = controls.get("fanout")
+        if isinstance(fanout, dict):
+            _fan_out(fanout, task.due_ms)
 
         digest = hashlib.sha256(task.payload).hexdigest()
         reply_to = config.get("reply_to") or f"{task.task_type}.out"
