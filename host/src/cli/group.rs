@@ -8,7 +8,7 @@ use clap::Subcommand;
 
 use crate::clock::{format_ms, now_ms};
 use crate::group::{Callback, FireWhen, GroupId, GroupRef};
-use crate::store::{NewChild, Sealed, Store};
+use crate::store::{NewChild, Sealed, Store, group_refusal};
 use crate::task_type::TaskType;
 
 /// `hourglass group ...`.
@@ -72,6 +72,19 @@ pub enum GroupCommand {
 
 /// Runs one `hourglass group` command.
 pub async fn run(store: &Store, cmd: GroupCommand) -> Result<ExitCode> {
+    let (GroupCommand::Open { callback_type, group, .. }
+    | GroupCommand::Add { callback_type, group, .. }
+    | GroupCommand::Seal { callback_type, group }
+    | GroupCommand::Show { callback_type, group, .. }) = &cmd;
+    let name = format!("{callback_type}/{group}");
+    // A group's refusal is the answer, not a Redis failure: say it once, plainly.
+    step(store, cmd).await.map_err(|e| match group_refusal(&e) {
+        Some(why) => anyhow::anyhow!("group {name}: {why}"),
+        None => e,
+    })
+}
+
+async fn step(store: &Store, cmd: GroupCommand) -> Result<ExitCode> {
     match cmd {
         GroupCommand::Open { callback_type, group, callback_id, payload, when } => {
             let g = GroupRef { callback_type, id: group };

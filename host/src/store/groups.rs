@@ -608,12 +608,13 @@ mod tests {
 
     #[test]
     fn reports_name_the_child_type_in_their_entry_id() {
-        let r = decode_report(b"ship:41:report", b"dead\norder.done\no-1\nid\nwith newline").unwrap();
+        let r = decode_report(b"ship:41:report", b"dead\norder.done\no-1\n7\nid\nwith newline").unwrap();
         assert_eq!(
-            (r.child_type.as_str(), r.outcome.as_str(), r.id.as_slice()),
-            ("ship", "dead", &b"id\nwith newline"[..])
+            (r.child_type.as_str(), r.outcome.as_str(), r.number, r.id.as_slice()),
+            ("ship", "dead", 7, &b"id\nwith newline"[..])
         );
         assert_eq!(r.group.to_string(), "order.done/o-1");
-        assert!(decode_report(b"ship:41:report", b"dead\nBAD TYPE\ng\nid").is_err());
+        assert!(decode_report(b"ship:41:report", b"dead\nBAD TYPE\ng\n1\nid").is_err());
+        assert!(decode_report(b"ship:41:report", b"dead\norder.done\ng\nseven\nid").is_err(), "no join number");
     }
 }
