@@ -553,6 +553,50 @@ fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
     }
 }
 
+/// A workflow group whose callback type and children's types live on three
+/// different masters, driven by the CLI: each child's end crosses to the
+/// group's slot through the outbox, and the callback fires once.
+#[test]
+fn cluster_group_with_children_on_other_masters_fires_its_callback_once() {
+    let cluster = Cluster::start();
+    let types = spread_types(&cluster);
+    let (callback_type, kids) = (types[0].as_str(), &types[1..]);
+    let plugins: Vec<(&str, std::path::PathBuf)> = kids.iter().map(|t| (t.as_str(), plugin("noop"))).collect();
+    let host = Host::start_at(&cluster.url(), &plugins, "[runner]\nhost_id = \"w1\"\n");
+    host.wait_log("keyspace notifications on every cluster master", LONG);
+    let config = host.dir.path().join("runner.toml");
+    let cli = |args: &[&str]| {
+        let (ok, out, err) = hourglass(&config, args, &[]);
+        assert!(ok, "{args:?}: {err}");
+        out
+    };
+    cli(&["group", "open", callback_type, "g-1", "--payload", "spread"]);
+    for t in kids {
+        let ids: Vec<String> = (0..200).map(|i| format!("{t}-{i}")).collect();
+        let mut args = vec!["group", "add", callback_type, "g-1", t.as_str()];
+        args.extend(ids.iter().map(String::as_str));
+        cli(&args);
+    }
+    cli(&["group", "seal", callback_type, "g-1"]);
+    let mut conn = cluster.client();
+    let summary: String = wait_for("the callback", LONG, || {
+        let due: Option<f64> = conn.zscore(format!("hourglass:{{{callback_type}}}:due"), "g-1").unwrap();
+        due.and_then(|_| conn.hget(format!("hourglass:{{{callback_type}}}:payload"), "g-1").unwrap())
+    });
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!((summary["added"].as_u64(), summary["succeeded"].as_u64()), (Some(400), Some(400)), "{summary}");
+    assert_eq!(summary["payload"], "spread");
+    let completed: Option<i64> = conn.hget(format!("hourglass:{{{callback_type}}}:stats"), "groups_completed").unwrap();
+    assert_eq!(completed, Some(1));
+    for t in kids {
+        let runs = runs(&[&host], t);
+        assert_eq!(runs.len(), 200);
+        assert!(runs.values().all(|&n| n == 1), "a {t} child ran twice");
+    }
+    let shown = cli(&["group", "show", callback_type, "g-1"]);
+    assert!(shown.contains(&format!("group {callback_type}/g-1: done")), "{shown}");
+}
+
 #[test]
 fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     let cluster = Cluster::start();

@@ -365,6 +365,21 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
             .is_some_and(|v| v >= 1.0),
         "{metrics}"
     );
+
+    // The dashboard: a group's page, and the open groups of its callback's type.
+    let addr = support::admin_addr(&host);
+    let page = support::get(&addr, "/group?type=done&group=g1");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("data-state=done") && page.body.contains("5 added, 0 pending, 5 succeeded"),
+        "{}",
+        page.body
+    );
+    assert_eq!(support::get(&addr, "/group?type=done&group=nope").status, 404);
+    assert_eq!(support::get(&addr, "/group?type=Bad&group=g1").status, 400);
+    rt.block_on(s.group_open(&group("done", "still-open"), &callback("x", FireWhen::AllEnded))).unwrap();
+    let listing = support::get(&addr, "/?type=done").body;
+    assert!(listing.contains("Open workflow groups") && listing.contains("still-open"), "{listing}");
 }
 
 fn hourglass(redis: &RedisServer, args: &[&str]) -> std::process::Output {

@@ -9,12 +9,18 @@
 //! the group completes in the one step that sees it sealed with no child
 //! pending (`group_end.lua`).
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+mod entries;
+
+use entries::Report;
+pub(super) use entries::decode_report;
+pub use entries::{decode_work, encode_work};
+
 use super::{BATCH, Store};
-use crate::group::{Callback, FireWhen, GroupId, GroupRef};
-use crate::task::{FollowUp, GroupWork};
+use crate::group::{Callback, GroupRef};
+use crate::task::FollowUp;
 use crate::task_type::TaskType;
 
 /// How the outbox entry id of a child's end report ends (written by the scripts).
@@ -449,7 +455,7 @@ fn marker_key(inv: &mut redis::ScriptInvocation<'_>, k: &super::Keys, marker: Op
     };
 }
 
-fn mode(replace: bool) -> &'static str {
+pub(super) fn mode(replace: bool) -> &'static str {
     if replace { "replace" } else { "create" }
 }
 
@@ -477,144 +483,3 @@ fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
 
 /// Reports delivered per script call (all to one callback type).
 const REPORTS_PER_CALL: usize = 256;
-
-/// A child's end, as a report entry holds it.
-pub(super) struct Report {
-    group: GroupRef,
-    child_type: String,
-    id: Vec<u8>,
-    outcome: String,
-    /// The join it ended (its group's `added` when it joined).
-    number: u64,
-}
-
-/// The child type is the entry id's first part; the value is
-/// `<outcome>\n<callback type>\n<group id>\n<id>` (the prelude's report_ended).
-pub(super) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
-    let child_type = entry_id.split(|&b| b == b':').next().unwrap_or_default();
-    let child_type: TaskType = std::str::from_utf8(child_type).context("report entry id is not text")?.parse()?;
-    let mut parts = data.splitn(5, |&b| b == b'\n');
-    let mut text = |what: &str| -> Result<&str> {
-        let part = parts.next().ok_or_else(|| anyhow!("group report has no {what}"))?;
-        std::str::from_utf8(part).with_context(|| format!("group report {what} is not text"))
-    };
-    let outcome = text("outcome")?.to_owned();
-    let callback_type: TaskType = text("callback type")?.parse()?;
-    let id: GroupId = text("group id")?.parse()?;
-    let number: u64 = text("join number")?.parse().context("group report join number is not a number")?;
-    let child = parts.next().ok_or_else(|| anyhow!("group report has no child id"))?.to_vec();
-    Ok(Report { group: GroupRef { callback_type, id }, child_type: child_type.to_string(), id: child, outcome, number })
-}
-
-/// Appends `bytes` as `<len>\n<bytes>`.
-fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(format!("{}\n", bytes.len()).as_bytes());
-    out.extend_from_slice(bytes);
-}
-
-/// Reads what [`put`] wrote.
-fn take<'a>(data: &mut &'a [u8]) -> Result<&'a [u8]> {
-    let nl = data.iter().position(|&b| b == b'\n').ok_or_else(|| anyhow!("group entry is truncated"))?;
-    let len: usize = std::str::from_utf8(&data[..nl])?.parse().context("bad length in group entry")?;
-    let rest = &data[nl + 1..];
-    if rest.len() < len {
-        bail!("group entry is truncated");
-    }
-    let (out, tail) = rest.split_at(len);
-    *data = tail;
-    Ok(out)
-}
-
-fn take_str<'a>(data: &mut &'a [u8]) -> Result<&'a str> {
-    std::str::from_utf8(take(data)?).context("group entry field is not text")
-}
-
-/// Encodes a run's work on one group for the outbox (entry id ends [`WORK`]).
-pub fn encode_work(w: &GroupWork) -> Vec<u8> {
-    let mut out = Vec::new();
-    put(&mut out, w.group.callback_type.as_str().as_bytes());
-    put(&mut out, w.group.id.as_str().as_bytes());
-    put(&mut out, if w.seal { b"s" } else { b"-" });
-    match &w.open {
-        Some(cb) => {
-            put(&mut out, b"o");
-            put(&mut out, cb.id.as_bytes());
-            put(&mut out, cb.payload.as_bytes());
-            put(&mut out, cb.when.as_str().as_bytes());
-            put(&mut out, mode(cb.replace).as_bytes());
-        }
-        None => put(&mut out, b"-"),
-    }
-    for c in &w.children {
-        put(&mut out, mode(c.replace).as_bytes());
-        put(&mut out, &super::encode_followup(c));
-    }
-    out
-}
-
-/// Decodes what [`encode_work`] wrote.
-pub fn decode_work(mut data: &[u8]) -> Result<GroupWork> {
-    let d = &mut data;
-    let callback_type: TaskType = take_str(d)?.parse()?;
-    let id: GroupId = take_str(d)?.parse()?;
-    let seal = take(d)? == b"s";
-    let open = match take(d)? {
-        b"o" => Some(Callback {
-            id: take_str(d)?.to_owned(),
-            payload: take_str(d)?.to_owned(),
-            when: take_str(d)?.parse::<FireWhen>()?,
-            replace: take(d)? == b"replace",
-        }),
-        _ => None,
-    };
-    let mut children = Vec::new();
-    while !d.is_empty() {
-        let replace = take(d)? == b"replace";
-        let entry: &[u8] = if replace { b"" } else { b":create" };
-        children.push(super::decode_followup(entry, take(d)?)?);
-    }
-    Ok(GroupWork { group: GroupRef { callback_type, id }, open, children, seal })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn group_work_round_trips() {
-        let child = |id: &str, replace| FollowUp {
-            task_type: "ship".parse().unwrap(),
-            id: id.as_bytes().to_vec(),
-            payload: b"p\n1".to_vec(),
-            due_ms: 7,
-            replace,
-        };
-        let work = GroupWork {
-            group: GroupRef { callback_type: "order.done".parse().unwrap(), id: "o-1".parse().unwrap() },
-            open: Some(Callback {
-                id: "cb".into(),
-                payload: "{}".into(),
-                when: FireWhen::AllSucceeded,
-                replace: false,
-            }),
-            children: vec![child("a", true), child("b\nc", false)],
-            seal: true,
-        };
-        assert_eq!(decode_work(&encode_work(&work)).unwrap(), work);
-        let bare = GroupWork { open: None, children: vec![], seal: false, ..work };
-        assert_eq!(decode_work(&encode_work(&bare)).unwrap(), bare);
-        assert!(decode_work(b"9\nshort").is_err());
-    }
-
-    #[test]
-    fn reports_name_the_child_type_in_their_entry_id() {
-        let r = decode_report(b"ship:41:report", b"dead\norder.done\no-1\n7\nid\nwith newline").unwrap();
-        assert_eq!(
-            (r.child_type.as_str(), r.outcome.as_str(), r.number, r.id.as_slice()),
-            ("ship", "dead", 7, &b"id\nwith newline"[..])
-        );
-        assert_eq!(r.group.to_string(), "order.done/o-1");
-        assert!(decode_report(b"ship:41:report", b"dead\nBAD TYPE\ng\n1\nid").is_err());
-        assert!(decode_report(b"ship:41:report", b"dead\norder.done\ng\nseven\nid").is_err(), "no join number");
-    }
-}
