@@ -127,19 +127,23 @@ async fn children_without_payloads_report_their_plain_acks() {
     let s = store(&server).await;
     let g = group("done", "bare-1");
     s.group_open(&g, &callback("bare-1", FireWhen::AllSucceeded)).await.unwrap();
+    // Two types, interleaved: each run of one type is scheduled by its own call.
+    let kinds = ["bare", "bare", "other", "bare", "other"];
     let kids: Vec<NewChild> = (0..5)
-        .map(|i| NewChild { task_type: ty("bare"), id: format!("k{i}"), payload: Vec::new(), due_ms: 0 })
+        .map(|i| NewChild { task_type: ty(kinds[i]), id: format!("k{i}"), payload: Vec::new(), due_ms: 0 })
         .collect();
     assert_eq!(s.group_add(&g, &kids).await.unwrap().joined, 5);
     assert_eq!(s.group_seal(&g).await.unwrap(), Sealed::Sealed);
     let present: bool = c.exists(key("bare", "payload")).unwrap();
     assert!(!present, "the children have no payload entry");
-    let tasks = claim_all(&s, "bare").await;
-    assert_eq!(tasks.len(), 5);
-    let acks: Vec<Settlement> = tasks.iter().map(|t| ack(t, vec![])).collect();
-    let (_, reports) = s.settle_reporting(&ty("bare"), &acks, None).await.unwrap();
-    assert_eq!(reports, 5);
-    s.flush_outbox(&ty("bare")).await.unwrap();
+    for (t, n) in [("bare", 3), ("other", 2)] {
+        let tasks = claim_all(&s, t).await;
+        assert_eq!(tasks.len(), n, "{t}");
+        let acks: Vec<Settlement> = tasks.iter().map(|t| ack(t, vec![])).collect();
+        let (_, reports) = s.settle_reporting(&ty(t), &acks, None).await.unwrap();
+        assert_eq!(reports, n);
+        s.flush_outbox(&ty(t)).await.unwrap();
+    }
     let sum = summary(&mut c, "done", "bare-1").expect("the callback is scheduled");
     assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(5), Some(5)), "{sum}");
 }

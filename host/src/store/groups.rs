@@ -9,7 +9,7 @@
 //! the group completes in the one step that sees it sealed with no child
 //! pending (`group_end.lua`).
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
 mod entries;
@@ -176,17 +176,27 @@ impl Store {
             let (kids, names) = chunk;
             let (_, joined, numbers) = self.group_join(g, None, names, None).await?;
             added.joined += joined;
-            for (c, number) in kids.iter().zip(numbers) {
+            let follow_ups: Vec<(u64, FollowUp, &NewChild)> = kids
+                .iter()
+                .zip(numbers)
                 // Not pending any more: it was added before, and has ended since.
-                let Some(number) = number else { continue };
-                let f = FollowUp {
-                    task_type: c.task_type.clone(),
-                    id: c.id.clone().into_bytes(),
-                    payload: c.payload.clone(),
-                    due_ms: c.due_ms,
-                    replace: true,
-                };
-                if self.group_child(g, number, &f, None).await? == 2 {
+                .filter_map(|(c, number)| Some((number?, c)))
+                .map(|(number, c)| {
+                    let f = FollowUp {
+                        task_type: c.task_type.clone(),
+                        id: c.id.clone().into_bytes(),
+                        payload: c.payload.clone(),
+                        due_ms: c.due_ms,
+                        replace: true,
+                    };
+                    (number, f, c)
+                })
+                .collect();
+            let steps: Vec<(u64, &FollowUp, Option<Vec<u8>>)> =
+                follow_ups.iter().map(|(number, f, _)| (*number, f, None)).collect();
+            let done = self.group_children(g, &steps).await.map_err(|(_, e)| e)?;
+            for ((_, _, c), result) in follow_ups.iter().zip(done) {
+                if result == 2 {
                     added.refused.push((c.task_type.clone(), c.id.clone()));
                 }
             }
@@ -307,26 +317,51 @@ impl Store {
         }
     }
 
-    /// group_child.lua: schedules child `f` of group `g` (joined as
-    /// `number`) in its own type, marked as the group's. Returns 1
-    /// scheduled, 0 ran before, 2 refused.
-    async fn group_child(&self, g: &GroupRef, number: u64, f: &FollowUp, marker: Option<&[u8]>) -> Result<i64> {
-        let k = self.keys(&f.task_type);
-        let mut inv = self.scripts.group_child.prepare_invoke();
-        inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
-        marker_key(&mut inv, &k, marker);
-        inv.arg(&f.id)
-            .arg(f.due_ms)
-            .arg(&f.payload)
-            .arg(if f.payload.is_empty() { "0" } else { "1" })
-            .arg(format!("{}\n{number}", g.membership()))
-            .arg(mode(f.replace))
-            .arg(if marker.is_some() { "1" } else { "0" })
-            .arg(f.task_type.as_str());
-        let mut conn = self.conn.clone();
-        inv.invoke_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot schedule a {} child of group {g}", f.task_type))
+    /// group_child.lua: schedules children of group `g` (each with its join
+    /// number and its step's marker, if it runs once), marked as the group's;
+    /// one script call per run of consecutive children of one type, and up
+    /// to [`CHILDREN_PER_CALL`]. Returns per child 1 scheduled, 0 ran before,
+    /// 2 refused; or the type whose call failed, and why.
+    async fn group_children(
+        &self,
+        g: &GroupRef,
+        children: &[(u64, &FollowUp, Option<Vec<u8>>)],
+    ) -> Result<Vec<i64>, (TaskType, anyhow::Error)> {
+        let mut results = Vec::with_capacity(children.len());
+        let mut rest = children;
+        while let Some((_, first, _)) = rest.first() {
+            let t = &first.task_type;
+            let same = rest.iter().take(CHILDREN_PER_CALL).take_while(|(_, f, _)| &f.task_type == t).count();
+            let (batch, tail) = rest.split_at(same);
+            rest = tail;
+            let k = self.keys(t);
+            let mut inv = self.scripts.group_child.prepare_invoke();
+            inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
+            inv.arg(t.as_str());
+            for (number, f, marker) in batch {
+                marker_key(&mut inv, &k, marker.as_deref());
+                inv.arg(&f.id)
+                    .arg(f.due_ms)
+                    .arg(&f.payload)
+                    .arg(if f.payload.is_empty() { "0" } else { "1" })
+                    .arg(format!("{}\n{number}", g.membership()))
+                    .arg(mode(f.replace))
+                    .arg(if marker.is_some() { "1" } else { "0" });
+            }
+            let mut conn = self.conn.clone();
+            let done: Result<Vec<i64>> = inv
+                .invoke_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot schedule {} {t} children of group {g}", batch.len()));
+            match done {
+                Ok(done) if done.len() == batch.len() => results.extend(done),
+                Ok(done) => {
+                    return Err((t.clone(), anyhow!("group {g}: {} results for {} children", done.len(), batch.len())));
+                }
+                Err(e) => return Err((t.clone(), e)),
+            }
+        }
+        Ok(results)
     }
 
     /// group_end.lua: seals `g` (once per `marker` when given). Returns
@@ -428,12 +463,16 @@ impl Store {
             }
             Err(e) => return refused_or(g, e, moves),
         };
-        for (n, (child, number)) in work.children.iter().zip(numbers).enumerate() {
+        let steps: Vec<(u64, &FollowUp, Option<Vec<u8>>)> = work
+            .children
+            .iter()
+            .zip(numbers)
+            .enumerate()
             // No longer pending: scheduled by an earlier pass, and ended since.
-            let Some(number) = number else { continue };
-            self.group_child(g, number, child, Some(&marker(&n.to_string())))
-                .await
-                .map_err(|e| classified(&child.task_type, e))?;
+            .filter_map(|(n, (child, number))| Some((number?, child, Some(marker(&n.to_string())))))
+            .collect();
+        if let Err((t, e)) = self.group_children(g, &steps).await {
+            return Err(classified(&t, e));
         }
         if work.seal {
             match self.group_end(g, Some(&marker("seal"))).await {
@@ -480,6 +519,9 @@ fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
         _ => GroupDelivery::Waits(t.clone(), e),
     }
 }
+
+/// Children scheduled per script call (all of one type).
+const CHILDREN_PER_CALL: usize = 256;
 
 /// Reports delivered per script call (all to one callback type).
 const REPORTS_PER_CALL: usize = 256;
