@@ -347,7 +347,7 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
     let server = RedisServer::start();
     let mut c = server.client();
     let config = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n[types.fan]\nmay_schedule = [\"done\", \"work\"]\n\
-                  [types.rogue]\nmay_schedule = [\"work\"]\n";
+                  [types.rogue]\nmay_schedule = [\"work\"]\n[types.work]\nevents = true\n";
     let plugins = [("fan", test_plugin("chaos")), ("work", test_plugin("chaos")), ("rogue", test_plugin("chaos"))];
     let host = Host::start(&server, &plugins, config);
     support::schedule_now(&mut c, "fan", "f1", "fanout:done:g1:work:5:ok");
@@ -355,6 +355,12 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
     assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(5), Some(5)));
     assert_eq!(sum["payload"], "from chaos");
     assert_eq!(stat(&mut c, "work", "succeeded"), 5);
+    // Each child's completion event names its group.
+    let events: redis::streams::StreamRangeReply = c.xrange_all(key("work", "events")).unwrap();
+    assert_eq!(events.ids.len(), 5);
+    for e in &events.ids {
+        assert_eq!(e.get::<String>("group").as_deref(), Some("g1"), "{:?}", e.map);
+    }
 
     // Without a grant for the callback's type the run fails, and nothing is opened.
     support::schedule_now(&mut c, "rogue", "r1", "fanout:done:g2:work:5:ok");
