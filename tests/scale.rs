@@ -271,6 +271,22 @@ fn a_restricted_acl_user_runs_everything_and_its_password_never_shows() {
     let (ok, out, err) = hourglass(&config, &["stats"], &[]);
     assert!(ok, "{err}");
     assert!(out.contains("device.alert") && out.contains("restricted"), "{out}");
+    // A workflow group through the CLI and the host: join, schedule children, cancel one, report, seal, show.
+    for args in [
+        &["group", "open", "acl.done", "g-1"][..],
+        &["group", "add", "acl.done", "g-1", "noop", "k1", "k2"],
+        &["group", "add", "acl.done", "g-1", "noop", "k3", "--in", "1h"],
+        &["cancel", "noop", "k3"],
+        &["group", "seal", "acl.done", "g-1"],
+    ] {
+        let (ok, _, err) = hourglass(&config, args, &[]);
+        assert!(ok, "{args:?}: {err}");
+    }
+    wait_for("the group's callback", LONG, || {
+        conn.zscore::<_, _, Option<f64>>("hourglass:{acl.done}:due", "g-1").unwrap()
+    });
+    let (ok, out, err) = hourglass(&config, &["group", "show", "acl.done", "g-1"], &[]);
+    assert!(ok && out.contains("2 succeeded, 0 dead, 1 cancelled"), "{out}{err}");
     // Nothing the host or the CLI did was refused, but for the CONFIG GET it tries
     // before trusting the operator's notify-keyspace-events.
     let log_lines: Vec<String> = redis.cli(&["ACL", "LOG"]).lines().map(str::to_owned).collect();

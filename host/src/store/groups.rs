@@ -154,7 +154,7 @@ pub struct GroupView {
 }
 
 /// A group's hash, pending count, pending sample and failed sample (field, value, ...).
-type GroupRead = (Vec<(String, String)>, u64, Vec<Vec<u8>>, Vec<Vec<u8>>);
+type GroupRead = (Vec<(String, String)>, u64, (u64, Vec<Vec<u8>>), (u64, Vec<Vec<u8>>));
 
 /// Shown children of each list in a [`GroupView`].
 const SAMPLE: usize = 20;
@@ -230,13 +230,17 @@ impl Store {
             .arg(&gk.group)
             .cmd("HLEN")
             .arg(&gk.pending)
-            .cmd("HRANDFIELD")
+            // HSCAN, not HRANDFIELD: the commands a runner's ACL already has.
+            .cmd("HSCAN")
             .arg(&gk.pending)
+            .arg(0)
+            .arg("COUNT")
             .arg(SAMPLE)
-            .cmd("HRANDFIELD")
+            .cmd("HSCAN")
             .arg(&gk.failed)
+            .arg(0)
+            .arg("COUNT")
             .arg(SAMPLE)
-            .arg("WITHVALUES")
             .query_async(&mut conn)
             .await
             .with_context(|| format!("cannot read group {g}"))?;
@@ -260,9 +264,11 @@ impl Store {
             opened_ms: num("opened_ms") as i64,
             completed_ms: field("completed_ms").and_then(|v| v.parse().ok()),
             fired: field("fired"),
-            pending_sample: sample.iter().map(|m| shown(m)).collect(),
+            pending_sample: sample.1.chunks_exact(2).take(SAMPLE).map(|p| shown(&p[0])).collect(),
             failed_sample: failed
+                .1
                 .chunks_exact(2)
+                .take(SAMPLE)
                 .map(|p| (shown(&p[0]), String::from_utf8_lossy(&p[1]).into_owned()))
                 .collect(),
         }))

@@ -25,7 +25,7 @@ if redis.call('ZSCORE', due, id) then
   redis.call('HDEL', payload, id)
   local reported = false
   if redis.call('HEXISTS', member, id) == 1 then
-    reported = report_ended(member, outbox, ARGV[2] .. ':x' .. redis.call('INCR', seq), id, 'cancelled')
+    reported = report_ended(member, outbox, ARGV[2] .. ':x' .. redis.call('INCRBY', seq, 1), id, 'cancelled')
   end
   return { 'scheduled', reported and '1' or '0' }
 end

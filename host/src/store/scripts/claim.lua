@@ -371,7 +371,7 @@ if #ids > 0 then
         dead_out[#dead_out + 1] = id
         dead_out[#dead_out + 1] = reason
         if present(member) then
-          report_ended(member, outbox, type_name .. ':x' .. redis.call('INCR', seq), id, 'dead')
+          report_ended(member, outbox, type_name .. ':x' .. redis.call('INCRBY', seq, 1), id, 'dead')
         end
       else
         kept[#kept + 1] = id

@@ -40,7 +40,7 @@ for c = 1, n do
     if once then redis.call('SET', marker, '1', 'PX', 86400000) end
     if taken then
       -- Not report_ended: the id's mark, if any, is another group's and stays.
-      local entry = ARGV[1] .. ':x' .. redis.call('INCR', seq) .. ':report'
+      local entry = ARGV[1] .. ':x' .. redis.call('INCRBY', seq, 1) .. ':report'
       redis.call('HSET', outbox, entry, 'cancelled\n' .. membership .. '\n' .. id)
       results[c] = 2
     else

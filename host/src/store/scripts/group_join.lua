@@ -19,7 +19,7 @@
 -- Errors (HGGROUP, nothing written): opening a group that exists with another
 -- callback or that is done; adding to a group that does not exist or is sealed.
 -- Guarantees: a child is counted once however often it is added while it is
--- pending (HSETNX); its join number (the group's `added` when it joined) goes
+-- pending; its join number (the group's `added` when it joined) goes
 -- into its mark and its end's report, so a report counts only for the join
 -- it ended (a late duplicate of an earlier one changes nothing);
 -- children are joined here before they are scheduled (group_child.lua), so a
@@ -65,7 +65,11 @@ end
 local added = tonumber(redis.call('HGET', group, 'added') or '0')
 local before = added
 for i = 8, #ARGV do
-  if redis.call('HSETNX', pending, ARGV[i], added + 1) == 1 then added = added + 1 end
+  -- HEXISTS + HSET rather than HSETNX: a runner's ACL already has both.
+  if redis.call('HEXISTS', pending, ARGV[i]) == 0 then
+    added = added + 1
+    redis.call('HSET', pending, ARGV[i], added)
+  end
 end
 if added > before then redis.call('HSET', group, 'added', added) end
 if once then redis.call('SET', marker, '1', 'PX', 86400000) end
