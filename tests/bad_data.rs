@@ -185,6 +185,8 @@ impl Script {
                 ("cancels", "hash"),
                 ("claims", "zset"),
                 ("claimed", "hash"),
+                ("groups", "zset"),
+                ("member", "hash"),
             ],
             Script::Pause | Script::Resume => &[("paused", "string"), ("due", "zset")],
         }
@@ -212,6 +214,7 @@ impl Script {
             Script::Stats => &[
                 ("seq", Bad::NotANumber),
                 ("stats", Bad::FieldNotANumber("failed")),
+                ("stats", Bad::FieldNotANumber("groups_completed")),
                 ("claimed", Bad::FieldNotANumber("leased")),
             ],
             _ => &[],

@@ -102,6 +102,8 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
     assert_eq!(sum["failed_listed_all"], true);
     assert_eq!(stat(&mut c, "ship", "groups_completed"), 1);
     assert_eq!(stat(&mut c, "ship", "groups_opened"), 1);
+    let stats = s.stats(&ty("ship")).await.unwrap();
+    assert_eq!((stats.groups_open, stats.groups_completed, stats.groups_failed), (0, 1, 0));
 
     // Delivering the same reports again (a host that died before clearing its
     // outbox) changes nothing: every step runs once.
@@ -390,6 +392,10 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
     rt.block_on(s.group_open(&group("done", "still-open"), &callback("x", FireWhen::AllEnded))).unwrap();
     let listing = support::get(&addr, "/?type=done").body;
     assert!(listing.contains("Open workflow groups") && listing.contains("still-open"), "{listing}");
+    wait_for("the sampled gauge of open groups", WAIT, || {
+        let metrics = support::get(&addr, "/metrics").body;
+        (support::sample(&metrics, "hourglass_groups_open", &["type=\"done\""]) == Some(1.0)).then_some(())
+    });
 }
 
 fn hourglass(redis: &RedisServer, args: &[&str]) -> std::process::Output {
@@ -423,6 +429,8 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
 
     // Cancelling a waiting child tells its group.
     ok(&["cancel", "order.charge", "o-17"]);
+    let stats = ok(&["stats"]);
+    assert!(stats.contains("GROUPS order.ship: 1 open, 0 completed"), "{stats}");
     let shown = ok(&["group", "show", "order.ship", "o-17", "--json"]);
     let view: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!((view["pending"].as_u64(), view["cancelled"].as_u64()), (Some(1), Some(1)), "{view}");

@@ -178,10 +178,12 @@ async fn sample(state: AdminState, stop: CancellationToken) {
         if let Ok(types) = dashboard::all_types(&state).await {
             for t in sampled.iter().filter(|t| !types.contains(t)) {
                 crate::telemetry::backlog(t, 0, 0, 0);
+                crate::telemetry::groups_open(t, 0);
             }
             for t in &types {
                 if let Ok(s) = state.store.stats(t).await {
                     crate::telemetry::backlog(t, s.due_now, s.scheduled_later, s.oldest_due_age_ms);
+                    crate::telemetry::groups_open(t, s.groups_open);
                     state.history.lock().unwrap_or_else(|p| p.into_inner()).record(t, s.succeeded, s.failed);
                 }
             }

@@ -734,6 +734,13 @@ fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
             s.dead_total
         )?;
     }
+    for (t, s) in rows.iter().filter(|(_, s)| s.groups_open + s.groups_completed > 0) {
+        writeln!(
+            out,
+            "GROUPS {t}: {} open, {} completed ({} without their callback); hourglass group show {t} <group>",
+            s.groups_open, s.groups_completed, s.groups_failed
+        )?;
+    }
     for (t, s) in rows {
         match s.paused {
             Some(crate::store::Paused::UntilResumed) => {

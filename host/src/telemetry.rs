@@ -24,6 +24,7 @@
 //! | `hourglass_tasks_due` | gauge: due now, not yet claimed (sampled from Redis) | type |
 //! | `hourglass_tasks_scheduled` | gauge: due later (sampled from Redis) | type |
 //! | `hourglass_oldest_due_age_seconds` | gauge: how long the oldest due task has waited (sampled) | type |
+//! | `hourglass_groups_open` | gauge: workflow groups with callbacks of the type not done yet (sampled) | type |
 //! | `hourglass_plugin_loads_total` | counter | plugin |
 //! | `hourglass_plugin_reload_failures_total` | counter | plugin |
 //! | `hourglass_plugin_info` | gauge: 1 for the loaded version, 0 for replaced ones | plugin, hash |
@@ -92,6 +93,10 @@ fn describe() {
         "Tasks due now and not yet claimed, Redis-wide (sampled every few seconds; every host reports the same value)."
     );
     describe_gauge!("hourglass_tasks_scheduled", "Tasks due later, Redis-wide (sampled every few seconds).");
+    describe_gauge!(
+        "hourglass_groups_open",
+        "Workflow groups whose callback is of this type and that are not done yet, Redis-wide (sampled)."
+    );
     describe_gauge!(
         "hourglass_oldest_due_age_seconds",
         Unit::Seconds,
@@ -275,6 +280,12 @@ pub fn backlog(task_type: &TaskType, due_now: u64, scheduled_later: u64, oldest_
     gauge!("hourglass_tasks_due", "type" => t.clone()).set(due_now as f64);
     gauge!("hourglass_tasks_scheduled", "type" => t.clone()).set(scheduled_later as f64);
     gauge!("hourglass_oldest_due_age_seconds", "type" => t).set(oldest_due_age_ms as f64 / 1000.0);
+}
+
+/// The workflow groups with callbacks of a type that are not done, as last sampled from Redis.
+pub fn groups_open(task_type: &TaskType, open: u64) {
+    handle();
+    gauge!("hourglass_groups_open", "type" => task_type.to_string()).set(open as f64);
 }
 
 /// A Redis call failed.

@@ -32,6 +32,12 @@ pub struct TypeStats {
     pub cancelled: u64,
     /// How long the oldest task due now has waited, in ms (0 when none is due).
     pub oldest_due_age_ms: u64,
+    /// Workflow groups with callbacks of this type that are not done yet.
+    pub groups_open: u64,
+    /// Counter: those groups completed (their callback scheduled, skipped or kept).
+    pub groups_completed: u64,
+    /// Counter: of those, completed without their callback (`--when success` and a child failed).
+    pub groups_failed: u64,
     /// What is wrong with the type's keys (a key of the wrong type, a counter
     /// that is not a number), with the fix; `None` when they are sound.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,10 +104,12 @@ impl Store {
             .key(&k.cancels)
             .key(&k.claims)
             .key(&k.claimed)
+            .key(&k.groups)
+            .key(&k.member)
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot read the stats of {t}"))?;
-        if v.len() != 12 {
+        if v.len() != 15 {
             bail!("unexpected stats reply for {t}");
         }
         let mut v = v.into_iter();
@@ -122,6 +130,7 @@ impl Store {
         };
         let cancelled = n(&mut v)?;
         let oldest_due_age_ms = n(&mut v)?;
+        let (groups_open, groups_completed, groups_failed) = (n(&mut v)?, n(&mut v)?, n(&mut v)?);
         Ok(TypeStats {
             due_now,
             scheduled_later: due_total.saturating_sub(due_now),
@@ -132,6 +141,9 @@ impl Store {
             retried,
             dead_total,
             oldest_due_age_ms,
+            groups_open,
+            groups_completed,
+            groups_failed,
             fault,
             paused,
             cancelled,
