@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use redis::Commands;
@@ -12,13 +12,7 @@ use support::{Host, RedisServer, leases, now_ms, plugin, stat, test_plugin, wait
 const LONG: Duration = Duration::from_secs(90);
 
 fn hourglass(redis: &RedisServer, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hourglass"))
-        .arg("--redis")
-        .arg(redis.url())
-        .args(args)
-        .env_remove("HOURGLASS_REDIS_URL")
-        .output()
-        .unwrap()
+    support::hourglass_on(redis, args)
 }
 
 fn text(out: &[u8]) -> String {

@@ -398,16 +398,6 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
     });
 }
 
-fn hourglass(redis: &RedisServer, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_hourglass"))
-        .arg("--redis")
-        .arg(redis.url())
-        .args(args)
-        .env_remove("HOURGLASS_REDIS_URL")
-        .output()
-        .unwrap()
-}
-
 /// A client with nothing but the CLI: open, add, seal, show, cancel a child;
 /// refusals and bad arguments are one line and a non-zero exit, and write nothing.
 #[test]
@@ -415,7 +405,7 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
     let redis = RedisServer::start();
     let mut c = redis.client();
     let ok = |args: &[&str]| {
-        let out = hourglass(&redis, args);
+        let out = support::hourglass_on(&redis, args);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -437,13 +427,13 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
 
     // Refusals and bad arguments: one line naming the group, non-zero, nothing written.
     let before: Vec<(String, f64)> = c.zrange_withscores(key("order.mail", "due"), 0, -1).unwrap();
-    let out = hourglass(&redis, &["group", "add", "order.ship", "o-17", "order.mail", "late"]);
+    let out = support::hourglass_on(&redis, &["group", "add", "order.ship", "o-17", "order.mail", "late"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success());
     assert_eq!(err.trim(), r#"error: group order.ship/o-17: group "o-17" is sealed: no children can be added"#);
     let after: Vec<(String, f64)> = c.zrange_withscores(key("order.mail", "due"), 0, -1).unwrap();
     assert_eq!(before, after, "a refused add schedules nothing");
-    let out = hourglass(&redis, &["group", "show", "order.ship", "nope"]);
+    let out = support::hourglass_on(&redis, &["group", "show", "order.ship", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no group order.ship/nope"));
     for bad in [
@@ -452,7 +442,7 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
         &["group", "open", "ship", "g", "--when", "sometimes"],
         &["group", "add", "ship", "g", "step"],
     ] {
-        let out = hourglass(&redis, bad);
+        let out = support::hourglass_on(&redis, bad);
         assert!(!out.status.success(), "{bad:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.trim().lines().count() <= 3 && err.contains("error"), "{bad:?}: {err}");

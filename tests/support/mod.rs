@@ -126,6 +126,17 @@ pub fn hourglass_bin() -> PathBuf {
     }
 }
 
+/// Runs the built `hourglass <args>` against `redis` (`--redis`, whatever the environment says).
+pub fn hourglass_on(redis: &RedisServer, args: &[&str]) -> std::process::Output {
+    Command::new(hourglass_bin())
+        .arg("--redis")
+        .arg(redis.url())
+        .args(args)
+        .env_remove("HOURGLASS_REDIS_URL")
+        .output()
+        .unwrap()
+}
+
 /// Compiles in a child process running the built `hourglass`, under the
 /// default limits, as `hourglass run` does.
 pub fn compiler() -> hourglass::runtime::Compiler {
