@@ -208,6 +208,50 @@ async fn a_report_delivered_again_counts_once_even_after_the_child_joined_again(
     assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(2), Some(2)), "{sum}");
 }
 
+/// A running child that `hourglass cancel` stops counts as cancelled, both
+/// when its host settles the stopped run and when its host died after the
+/// cancel (the next claim reaps the lease and does not run it again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_child_cancelled_counts_as_cancelled_even_when_its_host_died() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let g = group("done", "run-cancel");
+    s.group_open(&g, &callback("run-cancel", FireWhen::AllEnded)).await.unwrap();
+    s.group_add(&g, &children("step", &["stopped", "orphaned"])).await.unwrap();
+    s.group_seal(&g).await.unwrap();
+    let short = ClaimLimits { max_tasks: 1, lease: Duration::from_secs(60), ..ClaimLimits::default() };
+    let stopped = s.claim(&ty("step"), &short).await.unwrap().tasks;
+    let brief = ClaimLimits { max_tasks: 1, lease: Duration::from_millis(1), ..ClaimLimits::default() };
+    let orphaned = s.claim(&ty("step"), &brief).await.unwrap().tasks;
+    assert_eq!((stopped.len(), orphaned.len()), (1, 1));
+    for t in [&stopped[0], &orphaned[0]] {
+        let cancelled = s.cancel(&ty("step"), &t.id).await.unwrap();
+        assert!(matches!(cancelled, hourglass::store::Cancelled::Running { .. }), "{cancelled:?}");
+    }
+    // The first host stops its run and settles it as cancelled.
+    let (_, reports) = s.settle_reporting(&ty("step"), &[ended(&stopped[0], Outcome::Cancelled)], None).await.unwrap();
+    assert_eq!(reports, 1);
+    // The second host died: its lease runs out, and the next claim reaps it.
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(claim_all(&s, "step").await.is_empty(), "a cancelled run is not run again");
+    s.flush_outbox(&ty("step")).await.unwrap();
+    let sum = summary(&mut c, "done", "run-cancel").expect("the callback is scheduled");
+    assert_eq!((sum["added"].as_u64(), sum["cancelled"].as_u64()), (Some(2), Some(2)), "{sum}");
+
+    // A child dead-lettered by the claim itself (its payload is over max_payload) counts as dead.
+    let g = group("done", "oversize");
+    s.group_open(&g, &callback("oversize", FireWhen::AllEnded)).await.unwrap();
+    s.group_add(&g, &children("step", &["big"])).await.unwrap();
+    s.group_seal(&g).await.unwrap();
+    let tight = ClaimLimits { max_payload_bytes: 0, ..ClaimLimits::default() };
+    let claim = s.claim(&ty("step"), &tight).await.unwrap();
+    assert!(claim.tasks.is_empty(), "an oversize child is never handed out");
+    s.flush_outbox(&ty("step")).await.unwrap();
+    let sum = summary(&mut c, "done", "oversize").expect("the callback is scheduled");
+    assert_eq!(sum["failed"][0]["outcome"], "dead", "{sum}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_group_requests_are_refused_whole() {
     let server = RedisServer::start();
