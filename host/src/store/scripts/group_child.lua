@@ -41,7 +41,7 @@ for c = 1, n do
     if taken then
       -- Not report_ended: the id's mark, if any, is another group's and stays.
       local entry = ARGV[1] .. ':x' .. redis.call('INCRBY', seq, 1) .. ':report'
-      redis.call('HSET', outbox, entry, 'cancelled\n' .. membership .. '\n' .. id)
+      redis.call('HSET', outbox, entry, report_text('cancelled', membership, id))
       results[c] = 2
     else
       -- A dead task with this id starts over at its claim (claim.lua), as after a client schedule.

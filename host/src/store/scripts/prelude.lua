@@ -385,11 +385,16 @@ end
 -- <join number>\n<id>". The host delivers it to the group's slot
 -- (group_reports.lua), where it counts once: only while the child is pending
 -- with that join number. `entry` must be unique forever in T's outbox (a token).
+-- The value of a child's report entry (decoded by the host's decode_report).
+local function report_text(outcome, membership, id)
+  return outcome .. '\n' .. membership .. '\n' .. id
+end
+
 local function report_ended(member, outbox, entry, id, outcome, membership)
   local g = membership or redis.call('HGET', member, id)
   if not g then return false end
   redis.call('HDEL', member, id)
-  redis.call('HSET', outbox, entry .. ':report', outcome .. '\n' .. g .. '\n' .. id)
+  redis.call('HSET', outbox, entry .. ':report', report_text(outcome, g, id))
   return true
 end
 

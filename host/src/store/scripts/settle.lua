@@ -294,7 +294,7 @@ if #ended > 0 then
     if e[4] then
       left[#left + 1] = e[1]
       report_pairs[#report_pairs + 1] = entry_prefix .. ':' .. e[2] .. ':report'
-      report_pairs[#report_pairs + 1] = e[3] .. '\n' .. e[4] .. '\n' .. e[1]
+      report_pairs[#report_pairs + 1] = report_text(e[3], e[4], e[1])
     end
   end
   each_chunk(left, function(...) redis.call('HDEL', member, ...) end)
