@@ -475,65 +475,38 @@ impl Store {
             let mut reports = Vec::new();
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
-                let group_entry = if entry_id.ends_with(super::groups::REPORT) {
+                // What can never be delivered (corrupt) is logged and dropped, to keep the outbox moving.
+                let undeliverable = if entry_id.ends_with(super::groups::REPORT) {
                     match super::groups::decode_report(entry_id, encoded) {
                         Ok(report) => {
                             reports.push((entry_id.clone(), report));
                             continue;
                         }
-                        Err(e) => Some(Err(GroupDelivery::Bad(e))),
+                        Err(e) => Some(e),
                     }
                 } else if entry_id.ends_with(super::groups::WORK) {
-                    Some(self.deliver_work(entry_id, encoded, &mut flushed.groups).await)
-                } else {
-                    None
-                };
-                let parsed = match group_entry {
-                    Some(Ok(())) => Err(None),
-                    Some(Err(GroupDelivery::Bad(e))) => Err(Some(e)),
-                    Some(Err(GroupDelivery::Waits(target, e))) => {
-                        flushed.failed.push((target, e));
-                        continue;
+                    match self.deliver_work(entry_id, encoded, &mut flushed.groups).await {
+                        Ok(()) => None,
+                        Err(GroupDelivery::Bad(e)) => Some(e),
+                        Err(GroupDelivery::Waits(target, e)) => {
+                            flushed.failed.push((target, e));
+                            continue;
+                        }
+                        Err(GroupDelivery::Outage(e)) => return Err(e),
                     }
-                    Some(Err(GroupDelivery::Outage(e))) => return Err(e),
-                    None => decode_followup(entry_id, encoded).map_err(Some),
-                };
-                match parsed {
-                    Err(None) => {}
-                    Ok(f) => {
-                        let tk = self.keys(&f.task_type);
-                        let delivered: Result<i64> = self
-                            .scripts
-                            .deliver
-                            .key(&tk.due)
-                            .key(&tk.payload)
-                            .key(tk.delivered(entry_id))
-                            .key(&tk.dead)
-                            .arg(&f.id)
-                            .arg(f.due_ms)
-                            .arg(&f.payload)
-                            .arg(if f.payload.is_empty() { "0" } else { "1" })
-                            .arg(if f.replace { "replace" } else { "create" })
-                            .invoke_async(&mut conn)
-                            .await
-                            .with_context(|| format!("cannot deliver a follow-up from {t} to {}", f.task_type));
-                        match delivered {
-                            Ok(2) => flushed.kept_existing.push((f.task_type, f.id)),
-                            Ok(_) => {
-                                if !flushed.delivered_to.contains(&f.task_type) {
-                                    flushed.delivered_to.push(f.task_type.clone());
-                                }
-                            }
-                            Err(e) if crate::health::classify(&e) != crate::health::Trouble::Outage => {
-                                // The target's keys are broken: the entry waits in the outbox.
-                                flushed.failed.push((f.task_type, e));
+                } else {
+                    match decode_followup(entry_id, encoded) {
+                        Err(e) => Some(e),
+                        Ok(f) => {
+                            if !self.deliver_followup(t, entry_id, f, &mut flushed).await? {
                                 continue;
                             }
-                            Err(e) => return Err(e),
+                            None
                         }
                     }
-                    // A corrupt entry can never be delivered; dropping it keeps the outbox moving.
-                    Err(Some(e)) => tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}"),
+                };
+                if let Some(e) = undeliverable {
+                    tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}");
                 }
                 let _: i64 = redis::cmd("HDEL")
                     .arg(&k.outbox)
@@ -549,6 +522,50 @@ impl Store {
                 return Ok(flushed);
             }
         }
+    }
+
+    /// Delivers follow-up `f` (outbox entry `entry_id` of `t`) to its type,
+    /// exactly once (deliver.lua's marker). Returns whether the entry is done
+    /// with: `false` when the target's keys are broken and it waits.
+    async fn deliver_followup(
+        &self,
+        t: &TaskType,
+        entry_id: &[u8],
+        f: FollowUp,
+        flushed: &mut OutboxFlush,
+    ) -> Result<bool> {
+        let tk = self.keys(&f.task_type);
+        let mut conn = self.conn.clone();
+        let delivered: Result<i64> = self
+            .scripts
+            .deliver
+            .key(&tk.due)
+            .key(&tk.payload)
+            .key(tk.delivered(entry_id))
+            .key(&tk.dead)
+            .arg(&f.id)
+            .arg(f.due_ms)
+            .arg(&f.payload)
+            .arg(if f.payload.is_empty() { "0" } else { "1" })
+            .arg(if f.replace { "replace" } else { "create" })
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot deliver a follow-up from {t} to {}", f.task_type));
+        match delivered {
+            Ok(2) => flushed.kept_existing.push((f.task_type, f.id)),
+            Ok(_) => {
+                if !flushed.delivered_to.contains(&f.task_type) {
+                    flushed.delivered_to.push(f.task_type.clone());
+                }
+            }
+            Err(e) if crate::health::classify(&e) != crate::health::Trouble::Outage => {
+                // The target's keys are broken: the entry waits in the outbox.
+                flushed.failed.push((f.task_type, e));
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(true)
     }
 }
 
