@@ -334,12 +334,9 @@ impl Store {
         children: &[(u64, &FollowUp, Option<Vec<u8>>)],
     ) -> Result<Vec<i64>, (TaskType, anyhow::Error)> {
         let mut results = Vec::with_capacity(children.len());
-        let mut rest = children;
-        while let Some((_, first, _)) = rest.first() {
-            let t = &first.task_type;
-            let same = rest.iter().take(CHILDREN_PER_CALL).take_while(|(_, f, _)| &f.task_type == t).count();
-            let (batch, tail) = rest.split_at(same);
-            rest = tail;
+        let of_one_type = children.chunk_by(|a, b| a.1.task_type == b.1.task_type);
+        for batch in of_one_type.flat_map(|run| run.chunks(CHILDREN_PER_CALL)) {
+            let t = &batch[0].1.task_type;
             let k = self.keys(t);
             let mut inv = self.scripts.group_child.prepare_invoke();
             inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
@@ -400,12 +397,9 @@ impl Store {
     ) -> Result<()> {
         // One slot per callback type: batch each type's reports together.
         reports.sort_by(|a, b| a.1.group.callback_type.as_str().cmp(b.1.group.callback_type.as_str()));
-        let mut rest = reports.as_slice();
-        while let Some((_, first)) = rest.first() {
-            let c = first.group.callback_type.clone();
-            let same = rest.iter().take(REPORTS_PER_CALL).take_while(|(_, r)| r.group.callback_type == c).count();
-            let (batch, tail) = rest.split_at(same);
-            rest = tail;
+        let of_one_type = reports.chunk_by(|a, b| a.1.group.callback_type == b.1.group.callback_type);
+        for batch in of_one_type.flat_map(|run| run.chunks(REPORTS_PER_CALL)) {
+            let c = batch[0].1.group.callback_type.clone();
             let k = self.keys(&c);
             let mut inv = self.scripts.group_reports.prepare_invoke();
             inv.key(&k.groups).key(&k.stats).key(&k.due).key(&k.payload).key(&k.dead);
