@@ -75,6 +75,14 @@ impl TaskRun {
     fn failed(failure: Failure) -> TaskRun {
         TaskRun { result: Err(failure), followups: Vec::new(), groups: Vec::new() }
     }
+
+    /// A run's result with what it asked for: kept only when it succeeded.
+    fn of(result: Result<(), Failure>, followups: Vec<FollowUp>, groups: Vec<GroupWork>) -> TaskRun {
+        match result {
+            Ok(()) => TaskRun { result, followups, groups },
+            Err(failure) => TaskRun::failed(failure),
+        }
+    }
 }
 
 /// A component bound to one task type's limits and config values; cheap to clone.
@@ -215,10 +223,7 @@ impl Handler {
         };
         let groups = state.take_groups();
         let result = self.result_of(outcome, state.limiter.exceeded, state.held.exceeded, &err);
-        if result.is_err() {
-            return TaskRun { result, followups: Vec::new(), groups: Vec::new() };
-        }
-        TaskRun { result, followups: state.followups, groups }
+        TaskRun::of(result, state.followups, groups)
     }
 
     /// [`Handler::run`] on a warm instance: taken from the idle ones (or made),
@@ -292,10 +297,7 @@ impl Handler {
             w.served += 1;
             self.keep_warm(w);
         }
-        if result.is_err() {
-            return TaskRun { result, followups: Vec::new(), groups: Vec::new() };
-        }
-        TaskRun { result, followups, groups }
+        TaskRun::of(result, followups, groups)
     }
 
     /// Keeps a warm instance for the next task unless it served its share or
