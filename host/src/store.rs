@@ -148,6 +148,15 @@ impl Store {
         self
     }
 
+    /// This store, with scripts that take "now" (ms) from the integer at
+    /// `clock_key` instead of Redis `TIME`. For tests only: the model test
+    /// (tests/model.rs) steps time by hand to expire leases exactly when it
+    /// means to. One server only (the key is outside every type's slot).
+    pub fn with_manual_clock(mut self, clock_key: &str) -> Store {
+        self.scripts = Arc::new(Scripts::with_manual_clock(clock_key));
+        self
+    }
+
     /// The host id recorded with claims ("" when none).
     pub fn holder(&self) -> &str {
         &self.holder

@@ -34,40 +34,61 @@ pub(super) struct Scripts {
     pub(super) group_reports: Script,
 }
 
-/// `scripts/<name>.lua` behind the shared helpers of `scripts/prelude.lua`.
+/// The shared helpers every script starts with.
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
+
+/// The prelude's reading of the server's clock, which a manual clock replaces.
+const SERVER_CLOCK: &str =
+    "local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
+
+/// `scripts/<name>.lua` behind `$prelude`.
 macro_rules! script {
-    ($name:literal) => {
-        Script::new(concat!(include_str!("scripts/prelude.lua"), include_str!(concat!("scripts/", $name, ".lua"))))
+    ($prelude:expr, $name:literal) => {
+        Script::new(&format!("{}{}", $prelude, include_str!(concat!("scripts/", $name, ".lua"))))
     };
 }
 
 impl Scripts {
+    /// The scripts, reading "now" from Redis `TIME`.
     pub(super) fn new() -> Scripts {
+        Scripts::with_prelude(PRELUDE)
+    }
+
+    /// The scripts, reading "now" (ms) from the integer at `key` instead of
+    /// `TIME`: tests step time by hand with it (tests/model.rs), and a key
+    /// outside the type's slot only works on one server.
+    pub(super) fn with_manual_clock(key: &str) -> Scripts {
+        assert!(PRELUDE.contains(SERVER_CLOCK), "the prelude's now_ms changed: update SERVER_CLOCK");
+        let manual = format!("return tonumber(redis.call('GET', '{}')) or 0", key.replace(['\\', '\''], ""));
+        Scripts::with_prelude(&PRELUDE.replace(SERVER_CLOCK, &manual))
+    }
+
+    fn with_prelude(prelude: &str) -> Scripts {
         Scripts {
-            schedule: script!("schedule"),
-            cancel: script!("cancel"),
-            claim: script!("claim"),
-            settle: script!("settle"),
-            extend: script!("extend"),
-            release: script!("release"),
-            deliver: script!("deliver"),
-            dead_requeue: script!("dead_requeue"),
-            dead_purge: script!("dead_purge"),
-            dead_list: script!("dead_list"),
-            stats: script!("stats"),
-            presence: script!("presence"),
-            holders: script!("holders"),
-            recur_put: script!("recur_put"),
-            recur_remove: script!("recur_remove"),
-            recur_sync: script!("recur_sync"),
-            pause: script!("pause"),
-            resume: script!("resume"),
-            show: script!("show"),
-            reschedule: script!("reschedule"),
-            group_join: script!("group_join"),
-            group_child: script!("group_child"),
-            group_end: script!("group_end"),
-            group_reports: script!("group_reports"),
+            schedule: script!(prelude, "schedule"),
+            cancel: script!(prelude, "cancel"),
+            claim: script!(prelude, "claim"),
+            settle: script!(prelude, "settle"),
+            extend: script!(prelude, "extend"),
+            release: script!(prelude, "release"),
+            deliver: script!(prelude, "deliver"),
+            dead_requeue: script!(prelude, "dead_requeue"),
+            dead_purge: script!(prelude, "dead_purge"),
+            dead_list: script!(prelude, "dead_list"),
+            stats: script!(prelude, "stats"),
+            presence: script!(prelude, "presence"),
+            holders: script!(prelude, "holders"),
+            recur_put: script!(prelude, "recur_put"),
+            recur_remove: script!(prelude, "recur_remove"),
+            recur_sync: script!(prelude, "recur_sync"),
+            pause: script!(prelude, "pause"),
+            resume: script!(prelude, "resume"),
+            show: script!(prelude, "show"),
+            reschedule: script!(prelude, "reschedule"),
+            group_join: script!(prelude, "group_join"),
+            group_child: script!(prelude, "group_child"),
+            group_end: script!(prelude, "group_end"),
+            group_reports: script!(prelude, "group_reports"),
         }
     }
 }
