@@ -26,8 +26,11 @@
 --   * a paused type hands out nothing and changes nothing (its tasks stay
 --     due; schedules keep arriving); its running tasks finish.
 --   * up to `limit` expired claims (and per-task leases of older hosts) are
---     reaped first: their tasks still leased go back to due at `now`; ZADD NX,
---     so a schedule a client wrote meanwhile wins; their tokens die, attempts stay.
+--     reaped first: their tasks still leased go back to due at the due time
+--     they were claimed with (`now` for records of older hosts), so they run
+--     in their turn, not behind everything that fell due while they were
+--     lost; ZADD NX, so a schedule a client wrote meanwhile wins; their
+--     tokens die, attempts stay.
 --   * then up to `limit` members with score <= now, oldest first, leave `due`
 --     atomically: no two claimers ever get the same task.
 --   * a due id that is also dead was re-scheduled by a client: it becomes a
@@ -114,7 +117,7 @@ local expiry_s = string.format('%d', expiry)
 
 -- 1. Reap expired leases back into due: read what they still hold (per-task
 -- leases of older hosts, then whole claims), then write.
-local lost_ids, lost_tokens, lost_attempts = {}, {}, {}
+local lost_ids, lost_tokens, lost_attempts, lost_at = {}, {}, {}, {}
 local reaped_legacy = {}
 if present(leases) then
   reaped_legacy = redis.call('ZRANGEBYSCORE', leases, '-inf', now_s, 'LIMIT', 0, limit)
@@ -127,6 +130,7 @@ if #reaped_legacy > 0 then
     lost_ids[#lost_ids + 1] = id
     lost_tokens[#lost_tokens + 1] = token or false
     lost_attempts[#lost_attempts + 1] = attempt or false
+    lost_at[#lost_at + 1] = now_s
   end
 end
 local reaped_claims = {}
@@ -143,6 +147,8 @@ for _, c in ipairs(reaped_claims) do
         lost_ids[#lost_ids + 1] = id
         lost_tokens[#lost_tokens + 1] = string.format('%d', tonumber(c) + k - 1)
         lost_attempts[#lost_attempts + 1] = tostring(rec.attempts[k] or 1)
+        local was_due = rec.dues and tonumber(rec.dues[k])
+        lost_at[#lost_at + 1] = was_due and string.format('%d', math.min(was_due, now)) or now_s
         reaped_leased = reaped_leased + 1
       end
     end
@@ -166,7 +172,7 @@ if #lost_ids > 0 then
       if present(member) then report_ended(member, outbox, type_name .. ':' .. lost_tokens[i], id, 'cancelled') end
       stopped = stopped + 1
     else
-      zpairs[#zpairs + 1] = now_s
+      zpairs[#zpairs + 1] = lost_at[i]
       zpairs[#zpairs + 1] = id
       -- The lost run counts as an attempt (a handler that kills its host must
       -- still end up dead-lettered after max_attempts).
@@ -413,8 +419,11 @@ if #ids > 0 then
       end
       if any then attempts_out = tried else tried = {} end
     end
+    -- Where a lost task goes back to (see the reaping above).
+    local dues = {}
+    for j = 1, #ids do dues[j] = tonumber(rows[2 * j]) end
     local claim_id = string.format('%d', first_token)
-    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ids, tried }),
+    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ids, tried, dues }),
       claim_id .. ':live', string.rep('1', #ids))
     redis.call('HINCRBY', claimed, 'leased', #ids)
     redis.call('ZADD', claims, expiry_s, claim_id)

@@ -111,8 +111,9 @@ end
 -- first .. first + n - 1; `first` is its id, and task k of it (from 1) has
 -- token first + k - 1. The type keeps:
 --   `claims`  ZSET  claim id → lease expiry (ms): one lease for the claim;
---   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... } }
---                   (attempts empty when all are first attempts; a missing one is 1),
+--   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... }, { due score... } }
+--                   (attempts empty when all are first attempts; a missing one is 1;
+--                   records of hosts before due scores were kept have none),
 --                   "<claim id>:live" → one byte per task, '1' while it is leased,
 --                   "leased" → how many tasks are leased under claims (every host).
 -- Hosts before claim leases leased each task in `leases` (ZSET id → expiry)
@@ -145,12 +146,14 @@ end
 
 local LIVE, LEFT = 49, 48 -- the bytes '1' (leased) and '0' (left the claim)
 
--- A claim record's packed value: holder, ids and attempts (an empty table
--- when every attempt is the first), or nil when it is unreadable.
+-- A claim record's packed value: holder, ids, attempts (an empty table
+-- when every attempt is the first) and the tasks' due scores (nil when the
+-- record has none), or nil when it is unreadable.
 local function decode_claim(packed)
   local ok, rec = pcall(cmsgpack.unpack, packed)
   if not ok or type(rec) ~= 'table' or type(rec[2]) ~= 'table' then return nil end
-  return rec[1] or '', rec[2], type(rec[3]) == 'table' and rec[3] or nil
+  return rec[1] or '', rec[2], type(rec[3]) == 'table' and rec[3] or nil,
+    type(rec[4]) == 'table' and rec[4] or nil
 end
 
 -- Claim `c` as `claimed` holds it, or nil when it is gone: { packed, live
@@ -163,12 +166,12 @@ local function read_claim(claimed, c)
   return { packed = f[1], live = f[2], left = count_live(f[2]), changed = 0 }
 end
 
--- The claim's ids (setting rec.holder and rec.attempts), or false when its
--- record is unreadable (someone overwrote it).
+-- The claim's ids (setting rec.holder, rec.attempts and rec.dues, the due
+-- scores or nil), or false when its record is unreadable (someone overwrote it).
 local function claim_ids(rec)
   if rec.ids == nil then
-    local holder, ids, attempts = decode_claim(rec.packed)
-    if attempts then rec.holder, rec.ids, rec.attempts = holder, ids, attempts else rec.ids = false end
+    local holder, ids, attempts, dues = decode_claim(rec.packed)
+    if attempts then rec.holder, rec.ids, rec.attempts, rec.dues = holder, ids, attempts, dues else rec.ids = false end
   end
   return rec.ids
 end
