@@ -1,0 +1,588 @@
+//! Faults from outside: a host paused or cut off from Redis, Redis stalled, a host clock step.
+//!
+//! Real `hourglass run` processes on a private Redis run tasks of the chaos
+//! plugin while one fault is injected. Each test prints one line the docs quote,
+//! `FAULT <name>: scheduled N, completed N, lost 0, run twice K (held by faulted host H), recovery M ms`,
+//! and asserts that no task is lost, each is committed once, and only a task
+//! the faulted host held runs twice, its late outcome fenced. Times are
+//! reported, never asserted. `HOURGLASS_FAULTS_TASKS` sets N; `tests/faults.sh`
+//! runs them all and sums up.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{Host, RedisServer, redis_now, stat, wait_for};
+
+const LONG: Duration = Duration::from_secs(120);
+const TYPE: &str = "work";
+const FENCED: &str = "outcome ignored: the lease had expired and the task was claimed again";
+
+/// Tasks per fault: small by default (each test well under a minute on two busy cores).
+fn tasks() -> usize {
+    std::env::var("HOURGLASS_FAULTS_TASKS").ok().and_then(|n| n.parse().ok()).filter(|&n| n >= 20).unwrap_or(300)
+}
+
+/// A host's config: a 1 s lease so faults outlast it quickly, a run timeout
+/// longer than any fault (a paused run resumes rather than times out), and
+/// the events stream, whose entry ids are Redis-clock commit times.
+fn config(host_id: &str, n: usize) -> String {
+    format!(
+        "[runner]\nhost_id = \"{host_id}\"\nlease = \"1s\"\n[types.{TYPE}]\nconcurrency = 8\ntimeout = \"60s\"\nevents = true\nevents_maxlen = {}\n",
+        (2 * n).max(10_000)
+    )
+}
+
+fn plugins() -> Vec<(&'static str, PathBuf)> {
+    vec![(TYPE, support::test_plugin("chaos"))]
+}
+
+/// `w0..w<n>` due now (by Redis's clock), each sleeping `sleep_ms` in the plugin.
+fn schedule(conn: &mut redis::Connection, n: usize, sleep_ms: u64) {
+    let now = redis_now(conn);
+    schedule_at(conn, (0..n).map(|i| (format!("w{i}"), now)), sleep_ms);
+}
+
+fn schedule_at(conn: &mut redis::Connection, tasks: impl Iterator<Item = (String, i64)>, sleep_ms: u64) {
+    let mut pipe = redis::pipe();
+    for (id, due) in tasks {
+        pipe.cmd("HSET").arg(support::key(TYPE, "payload")).arg(&id).arg(format!("sleep:{sleep_ms}")).ignore();
+        pipe.cmd("ZADD").arg(support::key(TYPE, "due")).arg(due).arg(&id).ignore();
+    }
+    let _: () = pipe.query(conn).unwrap();
+}
+
+/// How long `n` tasks may take: generous, and more for a larger run (one host may do them all).
+fn long_for(n: usize) -> Duration {
+    LONG + Duration::from_millis(50 * n as u64)
+}
+
+/// Tasks still due or leased.
+fn left(conn: &mut redis::Connection) -> usize {
+    support::zcard(conn, &support::key(TYPE, "due")) + support::leases(conn, TYPE).len()
+}
+
+/// Waits until every task ran and nothing is due or leased.
+fn wait_all_done(conn: &mut redis::Connection, n: usize) {
+    wait_for(&format!("all {n} tasks to succeed"), long_for(n), || {
+        (stat(conn, TYPE, "succeeded") >= n as i64 && left(conn) == 0).then_some(())
+    });
+}
+
+/// Runs per task id: the `succeeded` lines the hosts logged. The handler's
+/// success is logged before its outcome is written, so a fenced run counts too.
+fn runs(logs: &[&str]) -> HashMap<String, usize> {
+    let mut runs = HashMap::new();
+    let needle = format!("task_type={TYPE} ");
+    for line in logs.iter().flat_map(|l| l.lines()) {
+        if line.contains("succeeded") && !line.contains(FENCED) && line.contains(&needle) {
+            *runs.entry(task_id(line)).or_default() += 1;
+        }
+    }
+    runs
+}
+
+/// Ids whose outcome the host logging `log` wrote too late: fenced.
+fn fenced(log: &str) -> HashSet<String> {
+    log.lines().filter(|l| l.contains(FENCED)).map(task_id).collect()
+}
+
+fn task_id(line: &str) -> String {
+    line.split("task_id=").nth(1).and_then(|r| r.split(' ').next()).unwrap_or_default().to_owned()
+}
+
+/// The committed successes from the events stream: id → commit times (the
+/// entry id's ms, Redis's clock), `started_ms` (the host's clock) and `due_ms`.
+struct Commit {
+    at_ms: i64,
+    started_ms: i64,
+    due_ms: i64,
+}
+
+fn commits(conn: &mut redis::Connection) -> HashMap<String, Vec<Commit>> {
+    let entries: Vec<(String, HashMap<String, String>)> =
+        redis::cmd("XRANGE").arg(support::key(TYPE, "events")).arg("-").arg("+").query(conn).unwrap();
+    let mut out: HashMap<String, Vec<Commit>> = HashMap::new();
+    for (entry, f) in entries.into_iter().filter(|(_, f)| f.get("outcome").map(String::as_str) == Some("succeeded")) {
+        let ms = |k: &str| f.get(k).and_then(|v| v.parse().ok()).unwrap_or_default();
+        let at_ms = entry.split('-').next().unwrap().parse().unwrap();
+        out.entry(f["id"].clone()).or_default().push(Commit {
+            at_ms,
+            started_ms: ms("started_ms"),
+            due_ms: ms("due_ms"),
+        });
+    }
+    out
+}
+
+/// What a fault cost, in the docs' words.
+struct Report {
+    name: String,
+    scheduled: usize,
+    completed: usize,
+    lost: usize,
+    twice: usize,
+    held: usize,
+    recovery_ms: i64,
+}
+
+impl Report {
+    fn print(&self) {
+        eprintln!(
+            "FAULT {}: scheduled {}, completed {}, lost {}, run twice {} (held by faulted host {}), recovery {} ms",
+            self.name, self.scheduled, self.completed, self.lost, self.twice, self.held, self.recovery_ms
+        );
+    }
+}
+
+/// Checks the outcome of a fault once all work is done, and reports it.
+/// `held`: id → holder at the fault's start, of the faulted hosts only;
+/// `logs`: host id → its log. A task ran twice only if a faulted host held it,
+/// and that host's late outcome was fenced.
+fn check(
+    name: &str,
+    conn: &mut redis::Connection,
+    n: usize,
+    held: &HashMap<String, String>,
+    logs: &HashMap<&str, String>,
+    recovery_ms: i64,
+) -> Report {
+    let commits = commits(conn);
+    let lost: Vec<String> = (0..n).map(|i| format!("w{i}")).filter(|id| !commits.contains_key(id)).collect();
+    let runs = runs(&logs.values().map(String::as_str).collect::<Vec<_>>());
+    let twice: Vec<(&String, &usize)> = runs.iter().filter(|(_, k)| **k > 1).collect();
+    let report = Report {
+        name: name.to_owned(),
+        scheduled: n,
+        completed: commits.len(),
+        lost: lost.len(),
+        twice: twice.len(),
+        held: held.len(),
+        recovery_ms,
+    };
+    report.print();
+    assert!(lost.is_empty(), "{name}: {} tasks never committed, e.g. {:?}", lost.len(), &lost[..lost.len().min(10)]);
+    assert_eq!(stat(conn, TYPE, "succeeded"), n as i64, "{name}: each task must be committed exactly once");
+    let committed_twice: Vec<&String> = commits.iter().filter(|(_, c)| c.len() > 1).map(|(id, _)| id).collect();
+    assert!(committed_twice.is_empty(), "{name}: committed more than once: {committed_twice:?}");
+    assert_eq!(stat(conn, TYPE, "dead"), 0, "{name}: tasks were dead-lettered");
+    for (id, k) in &twice {
+        let holder = held.get(*id).unwrap_or_else(|| panic!("{name}: {id} ran {k} times but no faulted host held it"));
+        assert!(
+            fenced(&logs[holder.as_str()]).contains(*id),
+            "{name}: {id} ran {k} times; {holder}'s outcome was not fenced"
+        );
+    }
+    report
+}
+
+/// The first commit of a task `held` at the fault, in ms after `t0_ms` (Redis clock).
+fn first_commit_after(conn: &mut redis::Connection, held: &HashMap<String, String>, t0_ms: i64) -> i64 {
+    let commits = commits(conn);
+    held.keys().filter_map(|id| commits.get(id)).flatten().map(|c| c.at_ms - t0_ms).min().unwrap_or(-1)
+}
+
+// ---------------------------------------------------------------- a host process of our own
+
+/// An `hourglass run` under a wrapper command (`ip netns exec`) or with extra
+/// environment (libfaketime), which `support::Host` does not offer; killed on drop.
+struct Wrapped {
+    child: Child,
+    // Holds the config, plugins and log while the host runs.
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Wrapped {
+    fn start(url: &str, config: &str, wrapper: &[&str], env: &[(&str, &str)]) -> Wrapped {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("plugins")).unwrap();
+        for (task_type, wasm) in plugins() {
+            std::fs::copy(wasm, dir.path().join("plugins").join(format!("{task_type}.wasm"))).unwrap();
+        }
+        let cache = support::workspace_root().join("target/test-plugin-cache");
+        let config = config.replacen("[runner]\n", &format!("[runner]\ncache_dir = \"{}\"\n", cache.display()), 1);
+        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}")).unwrap();
+        let log = dir.path().join("host.log");
+        let (program, pre) = match wrapper {
+            [] => (support::hourglass_bin(), Vec::new()),
+            [first, rest @ ..] => (
+                PathBuf::from(first),
+                rest.iter().map(|s| s.to_string()).chain([support::hourglass_bin().display().to_string()]).collect(),
+            ),
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(pre).arg("--config").arg(dir.path().join("runner.toml")).arg("run");
+        cmd.env("HOURGLASS_LOG", "info,hourglass=debug").env("NO_COLOR", "1").env_remove("HOURGLASS_REDIS_URL");
+        cmd.envs(env.iter().copied());
+        let file = std::fs::File::create(&log).unwrap();
+        let child = cmd.stdout(Stdio::null()).stderr(file).spawn().expect("start hourglass");
+        let mut host = Wrapped { child, _dir: dir, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !host.log().contains("hourglass is running") {
+            let exited = host.child.try_wait().unwrap();
+            assert!(exited.is_none(), "host exited at start ({exited:?}); log:\n{}", host.log());
+            assert!(Instant::now() < deadline, "host did not start; log:\n{}", host.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits until the kernel shows the process stopped (SIGSTOP is delivered asynchronously).
+    fn wait_stopped(&self) {
+        let stat = format!("/proc/{}/stat", self.child.id());
+        wait_for("the host to stop", LONG, || {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            // The state follows the command name in parentheses.
+            (s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))).then_some(())
+        });
+    }
+}
+
+impl Drop for Wrapped {
+    fn drop(&mut self) {
+        // A stopped process dies of SIGKILL too; no SIGCONT needed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- 1 and 2: one host lost for a while
+
+/// h1 and h2 run `n` tasks; while h1 holds leases, `cut` takes it away
+/// (SIGSTOP, or its network link down) until h2 has done everything, then
+/// `heal` gives it back and its late outcomes must be fenced.
+fn lose_h1_for_a_while(name: &str, redis: &RedisServer, h1: &Wrapped, cut: &dyn Fn(), heal: &dyn Fn()) {
+    let n = tasks();
+    let h2 = Host::start(redis, &plugins(), &config("h2", n));
+    let mut conn = redis.client();
+    schedule(&mut conn, n, 200);
+    // Cut h1 off while it holds leases, in the thick of the work; try again
+    // in the rare case its hands were empty at that moment.
+    let (t0_ms, held) = loop {
+        wait_for("h1 to hold leases", LONG, || {
+            let holds = support::leases(&mut conn, TYPE).values().any(|h| h == "h1");
+            (holds && stat(&mut conn, TYPE, "succeeded") >= (n / 10) as i64).then_some(())
+        });
+        let t0_ms = redis_now(&mut conn);
+        cut();
+        // What h1 sent before the cut has reached Redis by now.
+        std::thread::sleep(Duration::from_millis(200));
+        let held: HashMap<String, String> =
+            support::leases(&mut conn, TYPE).into_iter().filter(|(_, holder)| holder == "h1").collect();
+        if !held.is_empty() {
+            break (t0_ms, held);
+        }
+        heal();
+        assert!(stat(&mut conn, TYPE, "succeeded") < n as i64, "h1 never held a lease at the cut");
+    };
+    // When h1's claims were reaped (its tasks due again), by polling from the cut.
+    let mut reaped_ms = None;
+    wait_for(&format!("all {n} tasks to succeed"), long_for(n), || {
+        if reaped_ms.is_none() && !support::leases(&mut conn, TYPE).values().any(|h| h == "h1") {
+            reaped_ms = Some(redis_now(&mut conn) - t0_ms);
+        }
+        (stat(&mut conn, TYPE, "succeeded") >= n as i64 && left(&mut conn) == 0).then_some(())
+    });
+    // Recovery: from the cut until the first task h1 held was committed by h2
+    // (h1 could not commit anything meanwhile), by Redis's clock.
+    let recovery_ms = first_commit_after(&mut conn, &held, t0_ms);
+    // A reaped task is due again at its own due time, ahead of the tasks that
+    // fell due after it: recovery is about the lease plus one run.
+    eprintln!("  ({name}: h1's claims reaped after {} ms, by polling)", reaped_ms.unwrap_or(-1));
+    heal();
+    // Every task h1 held was taken over by h2: h1's late outcome must be fenced.
+    wait_for("h1's late outcomes fenced", LONG, || {
+        let fenced = fenced(&h1.log());
+        held.keys().all(|id| fenced.contains(id)).then_some(())
+    });
+    let logs = HashMap::from([("h1", h1.log()), ("h2", h2.log())]);
+    let fenced_h1 = fenced(&logs["h1"]);
+    let stray: Vec<&String> = fenced_h1.iter().filter(|id| !held.contains_key(*id)).collect();
+    assert!(stray.is_empty(), "{name}: h1 was fenced on tasks it did not hold at the cut: {stray:?}");
+    check(name, &mut conn, n, &held, &logs, recovery_ms);
+}
+
+#[test]
+fn a_host_paused_past_its_lease_loses_nothing_and_its_late_outcomes_are_fenced() {
+    let redis = RedisServer::start();
+    let h1 = Wrapped::start(&redis.url(), &config("h1", tasks()), &[], &[]);
+    let cut = || {
+        h1.signal("STOP");
+        h1.wait_stopped();
+    };
+    let heal = || h1.signal("CONT");
+    lose_h1_for_a_while("host paused (SIGSTOP) past its lease", &redis, &h1, &cut, &heal);
+}
+
+/// A network namespace with a veth pair to the root namespace, removed on drop.
+struct Netns {
+    ns: String,
+    root_if: String,
+    root_addr: String,
+}
+
+impl Netns {
+    fn ip(args: &[&str]) -> Result<(), String> {
+        let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run ip: {e}"))?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
+        }
+    }
+
+    /// Names and a /30 of 10.213.0.0/16 unique to this test process.
+    fn create() -> Result<Netns, String> {
+        let pid = std::process::id();
+        let used = Command::new("ip").args(["-o", "-4", "addr"]).output().map_err(|e| format!("cannot run ip: {e}"))?;
+        let used = String::from_utf8_lossy(&used.stdout).into_owned();
+        let subnet = (0..250u32)
+            .map(|k| (pid + k) % 250)
+            .find(|k| !used.contains(&format!("10.213.{k}.")))
+            .ok_or("no free 10.213.x.0/30")?;
+        let net = Netns {
+            ns: format!("hgfaults-{pid}"),
+            root_if: format!("hgf{pid}r"),
+            root_addr: format!("10.213.{subnet}.1"),
+        };
+        let ns_if = format!("hgf{pid}n");
+        let ns_addr = format!("10.213.{subnet}.2/30");
+        Netns::ip(&["netns", "add", &net.ns])?;
+        // From here on, drop removes what was made, also when a step fails.
+        Netns::ip(&["link", "add", &net.root_if, "type", "veth", "peer", "name", &ns_if])?;
+        Netns::ip(&["link", "set", &ns_if, "netns", &net.ns])?;
+        Netns::ip(&["addr", "add", &format!("{}/30", net.root_addr), "dev", &net.root_if])?;
+        Netns::ip(&["link", "set", &net.root_if, "up"])?;
+        Netns::ip(&["netns", "exec", &net.ns, "ip", "addr", "add", &ns_addr, "dev", &ns_if])?;
+        Netns::ip(&["netns", "exec", &net.ns, "ip", "link", "set", &ns_if, "up"])?;
+        Ok(net)
+    }
+
+    fn link(&self, state: &str) {
+        Netns::ip(&["link", "set", &self.root_if, state]).unwrap();
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Netns::ip(&["link", "del", &self.root_if]);
+        let _ = Netns::ip(&["netns", "del", &self.ns]);
+    }
+}
+
+#[test]
+fn a_host_cut_off_from_redis_loses_nothing_and_its_late_outcomes_are_fenced() {
+    let net = match Netns::create() {
+        Ok(net) => net,
+        Err(why) => {
+            // No network namespaces (not root?): the same fault by SIGSTOP, said out loud.
+            eprintln!("no network partition possible ({why}): falling back to pausing the host");
+            let redis = RedisServer::start();
+            let h1 = Wrapped::start(&redis.url(), &config("h1", tasks()), &[], &[]);
+            let cut = || {
+                h1.signal("STOP");
+                h1.wait_stopped();
+            };
+            let heal = || h1.signal("CONT");
+            return lose_h1_for_a_while("host cut off from Redis (fallback: SIGSTOP)", &redis, &h1, &cut, &heal);
+        }
+    };
+    // Redis listens on the root side of the veth pair (h1's only way to it) and
+    // on its unix socket (h2's).
+    let port = std::net::TcpListener::bind((net.root_addr.as_str(), 0)).unwrap().local_addr().unwrap().port();
+    let redis =
+        RedisServer::start_with(&["--port", &port.to_string(), "--bind", &net.root_addr, "--protected-mode", "no"]);
+    let url = format!("redis://{}:{port}", net.root_addr);
+    let h1 = Wrapped::start(&url, &config("h1", tasks()), &["ip", "netns", "exec", &net.ns], &[]);
+    let cut = || net.link("down");
+    let heal = || net.link("up");
+    lose_h1_for_a_while("host cut off from Redis (network partition)", &redis, &h1, &cut, &heal);
+}
+
+// ---------------------------------------------------------------- 3: Redis stalled
+
+/// Redis's TIME in ms, then every leased task and its holder, read at one
+/// instant from the claim records (as `support::leases` reads them; these
+/// hosts write no per-task leases). A script of its own because it must run
+/// in the same MULTI as the stall.
+const SNAPSHOT: &str = r#"
+    local t = redis.call('TIME')
+    local out = { tostring(t[1] * 1000 + math.floor(t[2] / 1000)) }
+    local all = redis.call('HGETALL', KEYS[1])
+    local fields = {}
+    for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+    for c, packed in pairs(fields) do
+      local live = fields[c .. ':live']
+      if live and string.match(c, '^%d+$') then
+        local rec = cmsgpack.unpack(packed)
+        for k, id in ipairs(rec[2]) do
+          if string.sub(live, k, k) == '1' then
+            out[#out + 1] = id
+            out[#out + 1] = rec[1]
+          end
+        end
+      end
+    end
+    return out"#;
+
+#[test]
+fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
+    const STALL_S: u64 = 3;
+    let n = tasks();
+    let redis = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let hosts: Vec<Host> = ["h1", "h2"].iter().map(|id| Host::start(&redis, &plugins(), &config(id, n))).collect();
+    let mut conn = redis.client();
+    schedule(&mut conn, n, 200);
+    wait_for("both hosts to hold leases", LONG, || {
+        let holders: HashSet<String> = support::leases(&mut conn, TYPE).into_values().collect();
+        (holders.len() == 2 && stat(&mut conn, TYPE, "succeeded") >= (n / 10) as i64).then_some(())
+    });
+    // Redis freezes for longer than the lease; its clock runs on, so every lease
+    // held now has expired when it answers again.
+    let (snapshot, ()): (Vec<String>, ()) = redis::pipe()
+        .atomic()
+        .cmd("EVAL")
+        .arg(SNAPSHOT)
+        .arg(1)
+        .arg(support::key(TYPE, "claimed"))
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg(STALL_S)
+        .query(&mut conn)
+        .unwrap();
+    let t0_ms: i64 = snapshot[0].parse().unwrap();
+    let held: HashMap<String, String> = snapshot[1..].chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+    assert!(!held.is_empty(), "nothing was leased at the stall");
+    wait_all_done(&mut conn, n);
+    // Recovery: from the stall's start until the first task leased at it was
+    // committed (by its holder or by a host that claimed it again), Redis's clock.
+    let recovery_ms = first_commit_after(&mut conn, &held, t0_ms);
+    // A run of a task leased at the stall may still be settling: wait until each
+    // task that ran twice shows its fence in its holder's log.
+    let logs = || HashMap::from([("h1", hosts[0].log()), ("h2", hosts[1].log())]);
+    wait_for("fences of the tasks that ran twice", LONG, || {
+        let logs = logs();
+        let twice = runs(&logs.values().map(String::as_str).collect::<Vec<_>>());
+        twice
+            .iter()
+            .filter(|(_, k)| **k > 1)
+            .all(|(id, _)| held.get(id).is_none_or(|holder| fenced(&logs[holder.as_str()]).contains(id)))
+            .then_some(())
+    });
+    let logs = logs();
+    let fences = fenced(&logs["h1"]).len() + fenced(&logs["h2"]).len();
+    eprintln!("  (stall of {STALL_S}s: {} leased at the stall, {fences} late outcomes fenced)", held.len());
+    check(&format!("Redis stalled (DEBUG SLEEP {STALL_S}s) past the lease"), &mut conn, n, &held, &logs, recovery_ms);
+}
+
+// ---------------------------------------------------------------- 4: a host's clock steps
+
+/// libfaketime's multi-threaded library (the host runs many threads).
+fn libfaketime() -> PathBuf {
+    let listed = Command::new("dpkg").args(["-L", "libfaketime"]).output().map(|o| o.stdout).unwrap_or_default();
+    String::from_utf8_lossy(&listed)
+        .lines()
+        .map(PathBuf::from)
+        .chain(
+            ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime", "/usr/local/lib/faketime"]
+                .map(|d| PathBuf::from(d).join("libfaketimeMT.so.1")),
+        )
+        .find(|p| p.ends_with("libfaketimeMT.so.1") && p.exists())
+        .expect("libfaketime is not installed: apt-get install faketime (.ci/setup does)")
+}
+
+/// Redis TIME and how many tasks are still due after it, in one step.
+const DUE_LATER: &str = r#"
+    local t = redis.call('TIME')
+    local ms = t[1] * 1000 + math.floor(t[2] / 1000)
+    return { tostring(ms), redis.call('ZCOUNT', KEYS[1], '(' .. ms, '+inf') }"#;
+
+/// Schedules `ids` due from 1.5 s ahead by Redis's clock and watches, by
+/// Redis's clock, that none leaves `due` before its time; then waits for them all.
+/// Returns the commits of these ids.
+fn run_on_time(conn: &mut redis::Connection, ids: &[String], done_before: usize) -> Vec<(String, Commit)> {
+    let start = redis_now(conn) + 1500;
+    let due: Vec<i64> = (0..ids.len() as i64).map(|i| start + i * 10).collect();
+    schedule_at(conn, ids.iter().cloned().zip(due.iter().copied()), 20);
+    let last = *due.last().unwrap();
+    loop {
+        let (now, later): (String, usize) =
+            redis::Script::new(DUE_LATER).key(support::key(TYPE, "due")).invoke(conn).unwrap();
+        let now: i64 = now.parse().unwrap();
+        let expected = due.iter().filter(|&&d| d > now).count();
+        assert!(
+            later >= expected,
+            "at {now} (Redis clock) only {later} tasks wait for a later time, {expected} should"
+        );
+        if now > last {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_all_done(conn, done_before + ids.len());
+    let mut commits = commits(conn);
+    ids.iter().map(|id| (id.clone(), commits.remove(id).and_then(|mut c| c.pop()).expect("a commit"))).collect()
+}
+
+#[test]
+fn a_host_clock_step_changes_nothing_it_runs_by_redis_time() {
+    let n = tasks();
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    // The host's wall clock, an hour ahead at first; libfaketime reads the file
+    // again at most a second after it changes: a step while it runs.
+    let clock = tempfile::tempdir().unwrap();
+    let offset = clock.path().join("offset");
+    std::fs::write(&offset, "+1h\n").unwrap();
+    let lib = libfaketime();
+    let env = [
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
+        ("FAKETIME_CACHE_DURATION", "1"),
+        // Timers and leases run on the monotonic clock, which a wall-clock step leaves alone.
+        ("DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let host = Wrapped::start(&redis.url(), &config("h1", n), &[], &env);
+    const HOUR: i64 = 3_600_000;
+    let ids: Vec<String> = (0..n).map(|i| format!("w{i}")).collect();
+    let (ahead, behind) = ids.split_at(n / 2);
+    let first = run_on_time(&mut conn, ahead, 0);
+    // The host really saw the fake time: its started_ms leads Redis's commit time by about an hour.
+    let skewed = |c: &Commit, by: i64| (c.started_ms - c.at_ms - by).abs() < 10 * 60_000;
+    assert!(first.iter().all(|(_, c)| skewed(c, HOUR)), "the host's clock was not an hour ahead");
+    // Step it two hours back, live; a probe task shows when the host sees it.
+    std::fs::write(&offset, "-1h\n").unwrap();
+    let stepped_ms = redis_now(&mut conn);
+    let mut probes = 0;
+    wait_for("the host to see its clock stepped back", LONG, || {
+        probes += 1;
+        // Probes are tasks like the others, numbered on from the last.
+        let probe = format!("w{}", n + probes - 1);
+        let c = run_on_time(&mut conn, std::slice::from_ref(&probe), n / 2 + probes - 1).pop().unwrap().1;
+        skewed(&c, -HOUR).then_some(())
+    });
+    let second = run_on_time(&mut conn, behind, n / 2 + probes);
+    let all: Vec<&(String, Commit)> = first.iter().chain(&second).collect();
+    let early: Vec<&String> = all.iter().filter(|(_, c)| c.at_ms < c.due_ms).map(|(id, _)| id).collect();
+    assert!(early.is_empty(), "committed before they were due by Redis's clock: {early:?}");
+    // Recovery here: the latest any task committed after its due time, by
+    // Redis's clock (an hour if the host went by its own clock).
+    let recovery_ms = all.iter().map(|(_, c)| c.at_ms - c.due_ms).max().unwrap();
+    eprintln!("  (clock stepped at {stepped_ms} ms; the host saw it after {probes} probe tasks)");
+    let logs = HashMap::from([("h1", host.log())]);
+    let name = "host clock an hour ahead, then stepped to an hour behind while running";
+    let report = check(name, &mut conn, n + probes, &HashMap::new(), &logs, recovery_ms);
+    assert_eq!(report.twice, 0);
+}
