@@ -186,7 +186,7 @@ struct ClaimRecord {
     dues: Vec<i64>,
 }
 
-/// A run some host was handed: its lease, attempt and holder.
+/// A run some host was handed: its lease and attempt.
 #[derive(Debug, Clone)]
 struct Run {
     lease: Lease,
