@@ -618,13 +618,20 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     let cluster = Cluster::start();
     let types = spread_types(&cluster);
     let t = types[0].clone();
-    let plugins: Vec<(&str, std::path::PathBuf)> = vec![(t.as_str(), plugin("noop"))];
-    let host = Host::start_at(&cluster.url(), &plugins, "[runner]\nhost_id = \"f1\"\nlease = \"5s\"\n");
+    // Tasks that take a moment (chaos sleep:20), so that some are leased when the master changes.
+    let plugins: Vec<(&str, std::path::PathBuf)> = vec![(t.as_str(), test_plugin("chaos"))];
+    let host = Host::start_at(
+        &cluster.url(),
+        &plugins,
+        &format!("[runner]\nhost_id = \"f1\"\nlease = \"5s\"\n[types.{t}]\nconcurrency = 16\n"),
+    );
     host.wait_log("keyspace notifications on every cluster master", LONG);
     let mut conn = cluster.client();
     let now = now_ms();
     let due = format!("hourglass:{{{t}}}:due");
+    let payload = format!("hourglass:{{{t}}}:payload");
     for i in 0..2000 {
+        let _: () = conn.hset(&payload, format!("a{i}"), "sleep:20").unwrap();
         let _: () = conn.zadd(&due, format!("a{i}"), now + i64::from(i) * 2).unwrap();
     }
     wait_for("some done", LONG, || (cstat(&mut conn, &t) > 200).then_some(()));
