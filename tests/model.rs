@@ -182,8 +182,8 @@ struct ClaimRecord {
     ids: Vec<String>,
     attempts: Vec<u32>,
     holder: usize,
-    /// The due times it was claimed with: where lost tasks go back to in `due`.
-    dues: Vec<i64>,
+    /// The earliest due time of its tasks: where lost tasks go back to in `due`.
+    oldest: i64,
 }
 
 /// A run some host was handed: its lease and attempt.
@@ -346,7 +346,7 @@ impl Model {
             self.s.claims.remove(c);
             for (k, byte) in live.bytes().enumerate() {
                 if byte == b'1' {
-                    lost.push((rec.ids[k].clone(), (claim + k as u64).to_string(), rec.attempts[k], rec.dues[k]));
+                    lost.push((rec.ids[k].clone(), (claim + k as u64).to_string(), rec.attempts[k], rec.oldest));
                     self.s.leased -= 1;
                 }
             }
@@ -368,7 +368,7 @@ impl Model {
                 self.s.attempts.insert(id, attempt.to_string());
             }
         }
-        // Back at their due times, ahead of what fell due since (a client's schedule wins).
+        // Back at their claim's earliest due time, ahead of what fell due since (a client's schedule wins).
         for (id, at) in back {
             self.s.due.entry(id.clone()).or_insert(at);
             self.ended.remove(&id);
@@ -416,7 +416,12 @@ impl Model {
         if !kept.is_empty() {
             let first = self.s.seq as u64 + 1;
             self.s.seq += kept.len() as i64;
-            let mut rec = ClaimRecord { ids: Vec::new(), attempts: Vec::new(), holder, dues: Vec::new() };
+            let mut rec = ClaimRecord {
+                ids: Vec::new(),
+                attempts: Vec::new(),
+                holder,
+                oldest: kept.iter().map(|k| k.0).min().unwrap(),
+            };
             for (k, (due, id)) in kept.into_iter().enumerate() {
                 let attempt = self.s.attempts.get(&id).map_or(0, |a| a.parse::<u32>().unwrap()) + 1;
                 if !self.leases_of(&id).is_empty() {
@@ -433,7 +438,6 @@ impl Model {
                 ));
                 rec.ids.push(id);
                 rec.attempts.push(attempt);
-                rec.dues.push(due);
             }
             let n = rec.ids.len();
             self.s.claims.insert(first.to_string(), now + lease_ms as i64);
@@ -646,39 +650,18 @@ async fn read_state(store: &Store, k: &Keys) -> anyhow::Result<State> {
         bool,
         usize,
     ) = redis::pipe()
-        .cmd("ZRANGE")
-        .arg(&k.due)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .cmd("HGETALL")
-        .arg(&k.payload)
-        .cmd("ZRANGE")
-        .arg(&k.dead)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .cmd("HGETALL")
-        .arg(&k.attempts)
-        .cmd("HGETALL")
-        .arg(&k.errors)
-        .cmd("HGETALL")
-        .arg(&k.cancels)
-        .cmd("ZRANGE")
-        .arg(&k.claims)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .cmd("HGETALL")
-        .arg(&k.claimed)
-        .cmd("HGETALL")
-        .arg(&k.stats)
-        .cmd("GET")
-        .arg(&k.seq)
-        .cmd("EXISTS")
-        .arg(&k.paused)
-        .cmd("XLEN")
-        .arg(&k.events)
+        .zrange_withscores(&k.due, 0, -1)
+        .hgetall(&k.payload)
+        .zrange_withscores(&k.dead, 0, -1)
+        .hgetall(&k.attempts)
+        .hgetall(&k.errors)
+        .hgetall(&k.cancels)
+        .zrange_withscores(&k.claims, 0, -1)
+        .hgetall(&k.claimed)
+        .hgetall(&k.stats)
+        .get(&k.seq)
+        .exists(&k.paused)
+        .xlen(&k.events)
         .query_async(&mut conn)
         .await?;
     let scores = |v: Scores| v.into_iter().map(|(m, s)| (m, s as i64)).collect();

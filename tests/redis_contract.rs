@@ -158,7 +158,7 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(new.id, b"x");
     assert_eq!(new.payload, b"data");
     assert_eq!(new.attempt, 2, "attempts are kept across lost leases");
-    assert_eq!(new.due_ms, now - 1, "a lost task goes back at its own due time, not behind later ones");
+    assert_eq!(new.due_ms, now - 1, "a lost task goes back at its claim's earliest due time, not behind later ones");
     assert_ne!(new.token, old.token);
 
     // The old holder finishes late: its ack (with a follow-up) must change nothing.

@@ -26,11 +26,11 @@
 --   * a paused type hands out nothing and changes nothing (its tasks stay
 --     due; schedules keep arriving); its running tasks finish.
 --   * up to `limit` expired claims (and per-task leases of older hosts) are
---     reaped first: their tasks still leased go back to due at the due time
---     they were claimed with (`now` for records of older hosts), so they run
---     in their turn, not behind everything that fell due while they were
---     lost; ZADD NX, so a schedule a client wrote meanwhile wins; their
---     tokens die, attempts stay.
+--     reaped first: their tasks still leased go back to due at the earliest
+--     due time of their claim (`now` for records of older hosts), at or
+--     before their own, so they run in their turn, not behind everything that
+--     fell due while they were lost; ZADD NX, so a schedule a client wrote
+--     meanwhile wins; their tokens die, attempts stay.
 --   * then up to `limit` members with score <= now, oldest first, leave `due`
 --     atomically: no two claimers ever get the same task.
 --   * a due id that is also dead was re-scheduled by a client: it becomes a
@@ -147,8 +147,7 @@ for _, c in ipairs(reaped_claims) do
         lost_ids[#lost_ids + 1] = id
         lost_tokens[#lost_tokens + 1] = string.format('%d', tonumber(c) + k - 1)
         lost_attempts[#lost_attempts + 1] = tostring(rec.attempts[k] or 1)
-        local was_due = rec.dues and tonumber(rec.dues[k])
-        lost_at[#lost_at + 1] = was_due and string.format('%d', math.min(was_due, now)) or now_s
+        lost_at[#lost_at + 1] = rec.oldest and string.format('%d', math.min(rec.oldest, now)) or now_s
         reaped_leased = reaped_leased + 1
       end
     end
@@ -419,11 +418,14 @@ if #ids > 0 then
       end
       if any then attempts_out = tried else tried = {} end
     end
-    -- Where a lost task goes back to (see the reaping above).
-    local dues = {}
-    for j = 1, #ids do dues[j] = tonumber(rows[2 * j]) end
+    -- Where lost tasks go back to (see the reaping above): one number per
+    -- claim, not one per task. Rows are oldest first unless fairness took turns.
+    local oldest = tonumber(rows[2])
+    if fair_by ~= '' then
+      for j = 2, #ids do oldest = math.min(oldest, tonumber(rows[2 * j])) end
+    end
     local claim_id = string.format('%d', first_token)
-    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ids, tried, dues }),
+    redis.call('HSET', claimed, claim_id, cmsgpack.pack({ holder, ids, tried, oldest }),
       claim_id .. ':live', string.rep('1', #ids))
     redis.call('HINCRBY', claimed, 'leased', #ids)
     redis.call('ZADD', claims, expiry_s, claim_id)

@@ -111,9 +111,10 @@ end
 -- first .. first + n - 1; `first` is its id, and task k of it (from 1) has
 -- token first + k - 1. The type keeps:
 --   `claims`  ZSET  claim id → lease expiry (ms): one lease for the claim;
---   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... }, { due score... } }
+--   `claimed` HASH  claim id → msgpack { holder host id, { id... }, { attempt... }, oldest due }
 --                   (attempts empty when all are first attempts; a missing one is 1;
---                   records of hosts before due scores were kept have none),
+--                   oldest due: the earliest due time among its tasks, absent in
+--                   records of hosts before it was kept),
 --                   "<claim id>:live" → one byte per task, '1' while it is leased,
 --                   "leased" → how many tasks are leased under claims (every host).
 -- Hosts before claim leases leased each task in `leases` (ZSET id → expiry)
@@ -147,13 +148,13 @@ end
 local LIVE, LEFT = 49, 48 -- the bytes '1' (leased) and '0' (left the claim)
 
 -- A claim record's packed value: holder, ids, attempts (an empty table
--- when every attempt is the first) and the tasks' due scores (nil when the
--- record has none), or nil when it is unreadable.
+-- when every attempt is the first) and the earliest due time of its tasks
+-- (nil when the record has none), or nil when it is unreadable.
 local function decode_claim(packed)
   local ok, rec = pcall(cmsgpack.unpack, packed)
   if not ok or type(rec) ~= 'table' or type(rec[2]) ~= 'table' then return nil end
   return rec[1] or '', rec[2], type(rec[3]) == 'table' and rec[3] or nil,
-    type(rec[4]) == 'table' and rec[4] or nil
+    tonumber(rec[4])
 end
 
 -- Claim `c` as `claimed` holds it, or nil when it is gone: { packed, live
@@ -166,12 +167,12 @@ local function read_claim(claimed, c)
   return { packed = f[1], live = f[2], left = count_live(f[2]), changed = 0 }
 end
 
--- The claim's ids (setting rec.holder, rec.attempts and rec.dues, the due
--- scores or nil), or false when its record is unreadable (someone overwrote it).
+-- The claim's ids (setting rec.holder, rec.attempts and rec.oldest, the
+-- earliest due time or nil), or false when its record is unreadable (someone overwrote it).
 local function claim_ids(rec)
   if rec.ids == nil then
-    local holder, ids, attempts, dues = decode_claim(rec.packed)
-    if attempts then rec.holder, rec.ids, rec.attempts, rec.dues = holder, ids, attempts, dues else rec.ids = false end
+    local holder, ids, attempts, oldest = decode_claim(rec.packed)
+    if attempts then rec.holder, rec.ids, rec.attempts, rec.oldest = holder, ids, attempts, oldest else rec.ids = false end
   end
   return rec.ids
 end
