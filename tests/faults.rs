@@ -299,7 +299,7 @@ fn lose_h1_for_a_while(name: &str, redis: &RedisServer, h1: &Wrapped, cut: &dyn 
     // Recovery: from the cut until the first task h1 held was committed by h2
     // (h1 could not commit anything meanwhile), by Redis's clock.
     let recovery_ms = first_commit_after(&mut conn, &held, t0_ms);
-    // A reaped task is due again at its own due time, ahead of the tasks that
+    // A reaped task is due again at its claim's earliest due time, ahead of the tasks that
     // fell due after it: recovery is about the lease plus one run.
     eprintln!("  ({name}: h1's claims reaped after {} ms, by polling)", reaped_ms.unwrap_or(-1));
     heal();
@@ -315,8 +315,8 @@ fn lose_h1_for_a_while(name: &str, redis: &RedisServer, h1: &Wrapped, cut: &dyn 
     check(name, &mut conn, n, &held, &logs, recovery_ms);
 }
 
-#[test]
-fn a_host_paused_past_its_lease_loses_nothing_and_its_late_outcomes_are_fenced() {
+/// h1 loses its leases by SIGSTOP, and SIGCONT brings it back.
+fn pause_h1_for_a_while(name: &str) {
     let redis = RedisServer::start();
     let h1 = Wrapped::start(&redis.url(), &config("h1", tasks()), &[], &[]);
     let cut = || {
@@ -324,7 +324,12 @@ fn a_host_paused_past_its_lease_loses_nothing_and_its_late_outcomes_are_fenced()
         h1.wait_stopped();
     };
     let heal = || h1.signal("CONT");
-    lose_h1_for_a_while("host paused (SIGSTOP) past its lease", &redis, &h1, &cut, &heal);
+    lose_h1_for_a_while(name, &redis, &h1, &cut, &heal);
+}
+
+#[test]
+fn a_host_paused_past_its_lease_loses_nothing_and_its_late_outcomes_are_fenced() {
+    pause_h1_for_a_while("host paused (SIGSTOP) past its lease");
 }
 
 /// A network namespace with a veth pair to the root namespace, removed on drop.
@@ -389,14 +394,7 @@ fn a_host_cut_off_from_redis_loses_nothing_and_its_late_outcomes_are_fenced() {
         Err(why) => {
             // No network namespaces (not root?): the same fault by SIGSTOP, said out loud.
             eprintln!("no network partition possible ({why}): falling back to pausing the host");
-            let redis = RedisServer::start();
-            let h1 = Wrapped::start(&redis.url(), &config("h1", tasks()), &[], &[]);
-            let cut = || {
-                h1.signal("STOP");
-                h1.wait_stopped();
-            };
-            let heal = || h1.signal("CONT");
-            return lose_h1_for_a_while("host cut off from Redis (fallback: SIGSTOP)", &redis, &h1, &cut, &heal);
+            return pause_h1_for_a_while("host cut off from Redis (fallback: SIGSTOP)");
         }
     };
     // Redis listens on the root side of the veth pair (h1's only way to it) and
@@ -413,30 +411,6 @@ fn a_host_cut_off_from_redis_loses_nothing_and_its_late_outcomes_are_fenced() {
 
 // ---------------------------------------------------------------- 3: Redis stalled
 
-/// Redis's TIME in ms, then every leased task and its holder, read at one
-/// instant from the claim records (as `support::leases` reads them; these
-/// hosts write no per-task leases). A script of its own because it must run
-/// in the same MULTI as the stall.
-const SNAPSHOT: &str = r#"
-    local t = redis.call('TIME')
-    local out = { tostring(t[1] * 1000 + math.floor(t[2] / 1000)) }
-    local all = redis.call('HGETALL', KEYS[1])
-    local fields = {}
-    for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-    for c, packed in pairs(fields) do
-      local live = fields[c .. ':live']
-      if live and string.match(c, '^%d+$') then
-        local rec = cmsgpack.unpack(packed)
-        for k, id in ipairs(rec[2]) do
-          if string.sub(live, k, k) == '1' then
-            out[#out + 1] = id
-            out[#out + 1] = rec[1]
-          end
-        end
-      end
-    end
-    return out"#;
-
 #[test]
 fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
     const STALL_S: u64 = 3;
@@ -451,19 +425,23 @@ fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
     });
     // Redis freezes for longer than the lease; its clock runs on, so every lease
     // held now has expired when it answers again.
-    let (snapshot, ()): (Vec<String>, ()) = redis::pipe()
+    // Redis's clock and every lease (support::leases' script), read at one
+    // instant with the stall: in the same MULTI.
+    let ((secs, micros), pairs, ()): ((i64, i64), Vec<String>, ()) = redis::pipe()
         .atomic()
+        .cmd("TIME")
         .cmd("EVAL")
-        .arg(SNAPSHOT)
-        .arg(1)
+        .arg(support::LEASES_SCRIPT)
+        .arg(2)
         .arg(support::key(TYPE, "claimed"))
+        .arg(support::key(TYPE, "tokens"))
         .cmd("DEBUG")
         .arg("SLEEP")
         .arg(STALL_S)
         .query(&mut conn)
         .unwrap();
-    let t0_ms: i64 = snapshot[0].parse().unwrap();
-    let held: HashMap<String, String> = snapshot[1..].chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+    let t0_ms = secs * 1000 + micros / 1000;
+    let held: HashMap<String, String> = pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect();
     assert!(!held.is_empty(), "nothing was leased at the stall");
     wait_all_done(&mut conn, n);
     // Recovery: from the stall's start until the first task leased at it was

@@ -340,41 +340,44 @@ pub fn leases(conn: &mut impl redis::ConnectionLike, task_type: &str) -> std::co
     leases_in(conn, &format!("hourglass:{{{task_type}}}:claimed"), &format!("hourglass:{{{task_type}}}:tokens"))
 }
 
+/// The script behind [`leases_in`]: KEYS 1 `claimed`, 2 `tokens`; returns id, holder pairs
+/// (tests/faults.rs runs it inside a MULTI).
+pub const LEASES_SCRIPT: &str = r#"
+    -- A key planted with another type (tests of bad data) holds no leases.
+    local function hgetall(k)
+      if redis.call('TYPE', k)['ok'] == 'hash' then return redis.call('HGETALL', k) end
+      return {}
+    end
+    local out = {}
+    local legacy = hgetall(KEYS[2])
+    for i = 1, #legacy, 2 do
+      out[#out + 1] = legacy[i]
+      out[#out + 1] = string.match(legacy[i + 1], '@(.*)$') or ''
+    end
+    local all = hgetall(KEYS[1])
+    local fields = {}
+    for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+    for c, packed in pairs(fields) do
+      local live = fields[c .. ':live']
+      if live and string.match(c, '^%d+$') then
+        local rec = cmsgpack.unpack(packed)
+        for k, id in ipairs(rec[2]) do
+          if string.sub(live, k, k) == '1' then
+            out[#out + 1] = id
+            out[#out + 1] = rec[1]
+          end
+        end
+      end
+    end
+    return out"#;
+
 /// [`leases`], from the claim records in `claimed` and the per-task leases in `tokens`.
 pub fn leases_in(
     conn: &mut impl redis::ConnectionLike,
     claimed: &str,
     tokens: &str,
 ) -> std::collections::HashMap<String, String> {
-    const READ: &str = r#"
-        -- A key planted with another type (tests of bad data) holds no leases.
-        local function hgetall(k)
-          if redis.call('TYPE', k)['ok'] == 'hash' then return redis.call('HGETALL', k) end
-          return {}
-        end
-        local out = {}
-        local legacy = hgetall(KEYS[2])
-        for i = 1, #legacy, 2 do
-          out[#out + 1] = legacy[i]
-          out[#out + 1] = string.match(legacy[i + 1], '@(.*)$') or ''
-        end
-        local all = hgetall(KEYS[1])
-        local fields = {}
-        for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-        for c, packed in pairs(fields) do
-          local live = fields[c .. ':live']
-          if live and string.match(c, '^%d+$') then
-            local rec = cmsgpack.unpack(packed)
-            for k, id in ipairs(rec[2]) do
-              if string.sub(live, k, k) == '1' then
-                out[#out + 1] = id
-                out[#out + 1] = rec[1]
-              end
-            end
-          end
-        end
-        return out"#;
-    let pairs: Vec<String> = redis::Script::new(READ).key(claimed).key(tokens).invoke(conn).unwrap();
+    let pairs: Vec<String> = redis::Script::new(LEASES_SCRIPT).key(claimed).key(tokens).invoke(conn).unwrap();
     pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect()
 }
 
