@@ -952,30 +952,8 @@ async fn set_clock(store: &Store, key: &str, now: i64) -> anyhow::Result<()> {
 
 /// Deletes every key of type `t` (the case is over).
 async fn clean(store: &Store, t: &TaskType) -> anyhow::Result<()> {
-    let k = store.keys(t);
-    let keys = [
-        &k.due,
-        &k.payload,
-        &k.stats,
-        &k.leases,
-        &k.tokens,
-        &k.claims,
-        &k.claimed,
-        &k.attempts,
-        &k.errors,
-        &k.dead,
-        &k.seq,
-        &k.outbox,
-        &k.events,
-        &k.recur,
-        &k.throttle,
-        &k.paused,
-        &k.cancels,
-        &k.trace,
-        &k.member,
-    ];
     let mut conn = store.connection();
-    let () = redis::cmd("DEL").arg(&keys[..]).query_async(&mut conn).await?;
+    let () = redis::cmd("DEL").arg(&store.keys(t).fixed()[..]).query_async(&mut conn).await?;
     Ok(())
 }
 
