@@ -16,9 +16,12 @@ const LONG: Duration = Duration::from_secs(90);
 /// Succeeded runs per task id of `task_type`, summed over the hosts' logs.
 fn runs(hosts: &[&Host], task_type: &str) -> HashMap<String, usize> {
     let mut runs: HashMap<String, usize> = HashMap::new();
-    let needle = format!("task_type={task_type} ");
+    // A shard's runs are logged under its name (`hot#2`): they are the type's.
+    let (needle, shard) = (format!("task_type={task_type} "), format!("task_type={task_type}#"));
     for host in hosts {
-        for line in host.log().lines().filter(|l| l.contains("succeeded") && l.contains(&needle)) {
+        for line in
+            host.log().lines().filter(|l| l.contains("succeeded") && (l.contains(&needle) || l.contains(&shard)))
+        {
             if let Some(id) = line.split("task_id=").nth(1).and_then(|r| r.split(' ').next()) {
                 *runs.entry(id.to_owned()).or_default() += 1;
             }
@@ -567,6 +570,113 @@ fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
     for t in types.iter().map(String::as_str).chain(["device.offline", "device.alert"]) {
         assert!(out.contains(t), "{t} missing from stats:\n{out}");
     }
+}
+
+/// The due set of shard `shard` of `task_type`, as an application names it.
+fn shard_due(task_type: &str, shard: u16) -> String {
+    match shard {
+        0 => format!("hourglass:{{{task_type}}}:due"),
+        i => format!("hourglass:{{{task_type}#{i}}}:due"),
+    }
+}
+
+/// `shards = 3` spreads one type over three hash tags: clients pick the shard
+/// with `CLUSTER KEYSLOT <id>` mod 3 (the server's own hash, as docs/scaling.md
+/// tells them), two hosts claim every shard, and the CLI finds each task in its
+/// shard: schedule, show, cancel; pause and resume hold for every shard; a
+/// recurring schedule of the type fires (in shard 0) and its runs count.
+#[test]
+fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
+    let cluster = Cluster::start();
+    let plugins = [("hot", plugin("noop"))];
+    let config = "[types.hot]\nshards = 3\nmax_running = 6\n";
+    let hosts: Vec<Host> = (1..=2)
+        .map(|i| Host::start_at(&cluster.url(), &plugins, &format!("[runner]\nhost_id = \"s{i}\"\n{config}")))
+        .collect();
+    for host in &hosts {
+        host.wait_log("keyspace notifications on every cluster master", LONG);
+    }
+    let mut conn = cluster.client();
+    let shard_of = |conn: &mut redis::cluster::ClusterConnection, id: &str| -> u16 {
+        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(id).query(conn).unwrap();
+        slot % 3
+    };
+    let now = now_ms();
+    let mut per_shard = [0usize; 3];
+    for i in 0..300 {
+        let id = format!("o-{i}");
+        let shard = shard_of(&mut conn, &id);
+        per_shard[usize::from(shard)] += 1;
+        let _: () = conn.zadd(shard_due("hot", shard), &id, now + i64::from(i)).unwrap();
+    }
+    assert!(per_shard.iter().all(|&n| n > 50), "ids spread over the shards: {per_shard:?}");
+    let succeeded = |conn: &mut redis::cluster::ClusterConnection| -> Vec<i64> {
+        ["hot", "hot#1", "hot#2"].iter().map(|t| cstat(conn, t)).collect()
+    };
+    wait_for("every task", LONG, || (succeeded(&mut conn).iter().sum::<i64>() == 300).then_some(()));
+    let by_shard = succeeded(&mut conn);
+    assert_eq!(by_shard, per_shard.map(|n| n as i64).to_vec(), "each shard ran its own tasks");
+    let refs: Vec<&Host> = hosts.iter().collect();
+    let ran = runs(&refs, "hot");
+    assert_eq!(ran.len(), 300);
+    assert!(ran.values().all(|&n| n == 1), "a task ran twice");
+
+    let toml = hosts[0].dir.path().join("runner.toml");
+    let cli = |args: &[&str]| {
+        let (ok, out, err) = hourglass(&toml, args, &[]);
+        assert!(ok, "{args:?}: {err}");
+        out
+    };
+    // The CLI writes into the id's shard, and show and cancel find it there.
+    let later: Vec<String> = (0..6).map(|i| format!("later-{i}")).collect();
+    for id in &later {
+        cli(&["schedule", "hot", id, "--in", "1h", "--payload", "p"]);
+        let shard = shard_of(&mut conn, id);
+        let score: Option<f64> = conn.zscore(shard_due("hot", shard), id).unwrap();
+        assert!(score.is_some(), "{id} is not in shard {shard}");
+        let shown: serde_json::Value = serde_json::from_str(&cli(&["show", "hot", id, "--json"])).unwrap();
+        assert_eq!(shown["state"], "scheduled", "{shown}");
+    }
+    let stats: serde_json::Value = serde_json::from_str(&cli(&["stats", "--json"])).unwrap();
+    let hot = &stats["hot"];
+    assert_eq!((hot["scheduled_later"].as_u64(), hot["succeeded"].as_u64()), (Some(6), Some(300)), "{stats}");
+    for id in &later {
+        assert!(cli(&["cancel", "hot", id]).contains("cancelled"), "{id}");
+        let shard = shard_of(&mut conn, id);
+        let score: Option<f64> = conn.zscore(shard_due("hot", shard), id).unwrap();
+        assert!(score.is_none(), "{id} still scheduled");
+    }
+
+    // A pause holds on every shard; tasks written meanwhile wait, then run on resume.
+    cli(&["pause", "hot"]);
+    for shard in 0..3u16 {
+        let key = shard_due("hot", shard).replace(":due", ":paused");
+        let paused: bool = conn.exists(&key).unwrap();
+        assert!(paused, "{key} not set");
+    }
+    for i in 0..30 {
+        let id = format!("p-{i}");
+        let shard = shard_of(&mut conn, &id);
+        let _: () = conn.zadd(shard_due("hot", shard), &id, now_ms()).unwrap();
+    }
+    for host in &hosts {
+        host.wait_log("type paused", LONG);
+    }
+    assert_eq!(succeeded(&mut conn).iter().sum::<i64>(), 300, "a paused shard ran a task");
+    cli(&["resume", "hot"]);
+    wait_for("the tasks held by the pause", LONG, || (succeeded(&mut conn).iter().sum::<i64>() == 330).then_some(()));
+
+    // A recurring schedule of a sharded type fires into shard 0, where hosts claim it.
+    let before = cstat(&mut conn, "hot");
+    cli(&["every", "tick", "hot", "1s"]);
+    wait_for("two occurrences", LONG, || {
+        let ticks: Vec<usize> =
+            runs(&refs, "hot").into_iter().filter(|(id, _)| id.starts_with("tick@")).map(|(_, n)| n).collect();
+        (ticks.len() >= 2).then_some(ticks)
+    })
+    .iter()
+    .for_each(|&n| assert_eq!(n, 1, "an occurrence ran twice"));
+    assert!(cstat(&mut conn, "hot") >= before + 2, "the occurrences ran in shard 0");
 }
 
 /// A workflow group whose callback type and children's types live on three

@@ -581,7 +581,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
 /// Connects to `[redis]` (one server or a cluster), `--redis` / `HOURGLASS_REDIS_URL` winning.
 async fn connect(config: &Config, redis_override: Option<&str>) -> Result<Store> {
     let target = crate::target::Target::resolve(&config.redis, redis_override)?;
-    Store::connect_to(&target, &config.redis.prefix).await
+    Ok(Store::connect_to(&target, &config.redis.prefix).await?.with_shards(config))
 }
 
 /// `hourglass cron` and `hourglass every`: validate, then put in Redis (made by the CLI).

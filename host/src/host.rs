@@ -38,7 +38,7 @@ pub async fn run(
     let registry = Registry::new(runtime.clone(), config.clone())?;
     // Many hosts share one Redis: each beats under its id and records it with its leases.
     let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
-    let store = store.with_holder(&host_id);
+    let store = store.with_holder(&host_id).with_shards(&config);
     let traces = crate::traces::start(&config.telemetry, &host_id)?;
     // Histograms buffer every sample until upkeep folds them into buckets:
     // it runs for as long as the host does (through the drain), admin server or not.

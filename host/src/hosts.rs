@@ -182,8 +182,9 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
             HostInfo { id, state, last_seen_ms: seen, silent_ms: silent, facts, holds: BTreeMap::new() },
         );
     }
-    for t in types {
-        for held in store.holders(t, IDS_SHOWN).await? {
+    // A sharded type's leases are listed per shard (`hot#1`), where they are.
+    for t in types.iter().flat_map(|t| store.shards_of(t)) {
+        for held in store.holders(&t, IDS_SHOWN).await? {
             let entry = hosts.entry(held.host.clone()).or_insert_with(|| HostInfo {
                 id: held.host.clone(),
                 // Leases of a host that never beat (or was forgotten): nobody renews them.

@@ -89,7 +89,8 @@ impl Registry {
 
     /// The entry serving `task_type`, if a plugin is loaded for it.
     pub fn get(&self, task_type: &TaskType) -> Option<Arc<Entry>> {
-        self.entries.load().get(task_type).cloned()
+        // A shard is served by its type's plugin.
+        self.entries.load().get(&task_type.base()).cloned()
     }
 
     /// Every type that has a plugin now.
@@ -269,6 +270,7 @@ impl Registry {
             ("runner.concurrency", old.runner.concurrency != new.runner.concurrency),
             ("runner.wakeup", old.runner.wakeup != new.runner.wakeup),
             ("a type's concurrency", concurrencies(&old) != concurrencies(&new)),
+            ("a type's shards", new.types.keys().chain(old.types.keys()).any(|t| old.shards(t) != new.shards(t))),
         ] {
             if changed {
                 warn!("runner.toml: the change to {what} takes effect after a restart");

@@ -57,6 +57,7 @@ mod reply;
 mod scripts;
 mod tasks;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,7 +72,7 @@ pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
 pub use tasks::{Cancelled, ClaimLimits, Extended, OutboxFlush, ScheduleMode, decode_followup, encode_followup};
 
-use crate::config::KeyPrefix;
+use crate::config::{Config, KeyPrefix};
 use crate::target::Target;
 use crate::task_type::TaskType;
 use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT, why_no_answer};
@@ -91,6 +92,8 @@ pub struct Store {
     target: Arc<Target>,
     /// Host id recorded with every lease this store claims ("" = none).
     holder: Arc<str>,
+    /// Shard counts of the sharded types (`[types.T] shards`); absent: one.
+    shards: Arc<HashMap<TaskType, u16>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -131,6 +134,7 @@ impl Store {
             scripts: Arc::new(Scripts::new()),
             target: Arc::new(target.clone()),
             holder: Arc::from(""),
+            shards: Arc::default(),
         };
         store.ping().await?;
         Ok(store)
@@ -155,6 +159,45 @@ impl Store {
     pub fn with_manual_clock(mut self, clock_key: &str) -> Store {
         self.scripts = Arc::new(Scripts::with_manual_clock(clock_key));
         self
+    }
+
+    /// This store, spreading each type of `config` that has `shards = N` over
+    /// its N shards (see [`Store::shard_for`]).
+    pub fn with_shards(mut self, config: &Config) -> Store {
+        let sharded = config.types.iter().filter_map(|(t, tc)| tc.shards.filter(|&n| n > 1).map(|n| (t.clone(), n)));
+        self.shards = Arc::new(sharded.collect());
+        self
+    }
+
+    /// How many shards type `t` has (1 unless `[types.T] shards` says more).
+    pub fn shard_count(&self, t: &TaskType) -> u16 {
+        self.shards.get(&t.base()).copied().unwrap_or(1)
+    }
+
+    /// Every shard of `t`, shard 0 (the type itself) first; a shard name is its own only shard.
+    pub fn shards_of(&self, t: &TaskType) -> Vec<TaskType> {
+        if t.shard_index() > 0 {
+            return vec![t.clone()];
+        }
+        (0..self.shard_count(t)).map(|i| t.shard(i)).collect()
+    }
+
+    /// The shard of `t` that holds task `id`: [`shard_of`](crate::task_type::shard_of)
+    /// its id; `t` itself when it has one shard or is a shard name.
+    pub fn shard_for(&self, t: &TaskType, id: &[u8]) -> TaskType {
+        if t.shard_index() > 0 {
+            return t.clone();
+        }
+        t.shard(crate::task_type::shard_of(id, self.shard_count(t)))
+    }
+
+    /// Where to look for task `id` of `t`: its own shard, then the others
+    /// (where its recurring occurrences and group callbacks are, in shard 0).
+    pub(crate) fn lookup_order(&self, t: &TaskType, id: &[u8]) -> Vec<TaskType> {
+        let own = self.shard_for(t, id);
+        let mut order = vec![own.clone()];
+        order.extend(self.shards_of(t).into_iter().filter(|s| *s != own));
+        order
     }
 
     /// The host id recorded with claims ("" when none).

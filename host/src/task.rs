@@ -227,7 +227,8 @@ impl CancelRequest {
     /// Reads a cancel message: `<type>\n<token>\n<id>`.
     pub fn parse(message: &[u8]) -> Option<CancelRequest> {
         let mut parts = message.splitn(3, |&b| b == b'\n');
-        let task_type = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+        // A shard's name: its lease is in the shard's keys.
+        let task_type = TaskType::parse_queue(std::str::from_utf8(parts.next()?).ok()?).ok()?;
         let token = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
         Some(CancelRequest { task_type, token, id: parts.next()?.to_vec() })
     }
@@ -242,6 +243,7 @@ mod tests {
         let r = CancelRequest::parse(b"order.timeout\n42\na\nb\xff").unwrap();
         assert_eq!((r.task_type.as_str(), r.token, r.id.as_slice()), ("order.timeout", 42, &b"a\nb\xff"[..]));
         assert!(CancelRequest::parse(b"Bad Type\n1\nx").is_none());
+        assert_eq!(CancelRequest::parse(b"t#3\n1\nx").unwrap().task_type.shard_index(), 3);
         assert!(CancelRequest::parse(b"t\nnot-a-number\nx").is_none());
         assert!(CancelRequest::parse(b"t\n1").is_none());
     }

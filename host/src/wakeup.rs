@@ -239,11 +239,11 @@ async fn receive(pubsub: redis::aio::PubSub, wakeups: &Wakeups, listen: &Listen)
     bail!("subscription closed")
 }
 
-/// `__keyspace@0__:hourglass:{order.timeout}:due` → `order.timeout`.
+/// `__keyspace@0__:hourglass:{order.timeout}:due` → `order.timeout` (`{order.timeout#2}` → that shard).
 fn type_of_channel(channel: &str) -> Option<TaskType> {
     let open = channel.find('{')?;
     let close = channel[open..].find('}')? + open;
-    channel[open + 1..close].parse().ok()
+    TaskType::parse_queue(&channel[open + 1..close]).ok()
 }
 
 #[cfg(test)]
@@ -255,6 +255,7 @@ mod tests {
         let t = type_of_channel("__keyspace@0__:hourglass:{order.timeout}:due").unwrap();
         assert_eq!(t.as_str(), "order.timeout");
         assert!(type_of_channel("__keyspace@0__:hourglass:{Bad}:due").is_none());
+        assert_eq!(type_of_channel("__keyspace@0__:hourglass:{order.timeout#2}:due").unwrap(), t.shard(2));
         assert!(type_of_channel("__keyspace@0__:nothing").is_none());
     }
 }

@@ -227,6 +227,8 @@ const DEFAULT_COMPILE_SECS: u64 = 120;
 /// The most a config may ask for, so a typo cannot make the host unusable.
 pub(crate) const MAX_CONCURRENCY: usize = 100_000;
 const MAX_BATCH: usize = 10_000;
+/// Most shards of one type: several per master of a large cluster.
+pub const MAX_SHARDS: u16 = 256;
 
 impl Config {
     /// Parses and validates a `runner.toml` text; `origin` names it in errors.
@@ -306,8 +308,21 @@ impl Config {
         }
         self.telemetry.validate()?;
         self.defaults.validate("defaults")?;
-        for name in self.types.keys() {
-            self.policy(name).validate(&format!("types.\"{name}\""))?;
+        for (name, tc) in &self.types {
+            let policy = self.policy(name);
+            policy.validate(&format!("types.\"{name}\""))?;
+            if let Some(n) = tc.shards {
+                if n == 0 || n > MAX_SHARDS {
+                    bail!("types.\"{name}\".shards must be between 1 and {MAX_SHARDS}");
+                }
+                // Each shard claims its part of max_running: none may get 0, which means no limit.
+                if policy.max_running > 0 && policy.max_running < u64::from(n) {
+                    bail!(
+                        "types.\"{name}\".max_running = {} is less than its {n} shards: each shard needs at least 1",
+                        policy.max_running
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -323,10 +338,15 @@ impl Config {
         policy.events.then_some(policy.events_maxlen)
     }
 
-    /// The effective policy of a type: its overrides on top of `[defaults]`.
+    /// How many shards the type is spread over (`[types.T] shards`, default 1); a shard name gives its type's.
+    pub fn shards(&self, task_type: &TaskType) -> u16 {
+        self.types.get(&task_type.base()).and_then(|t| t.shards).unwrap_or(1)
+    }
+
+    /// The effective policy of a type (or of a shard: its type's): its overrides on top of `[defaults]`.
     pub fn policy(&self, task_type: &TaskType) -> TypePolicy {
         let d = &self.defaults;
-        let Some(t) = self.types.get(task_type) else {
+        let Some(t) = self.types.get(&task_type.base()) else {
             return d.clone();
         };
         TypePolicy {
@@ -398,6 +418,27 @@ mod tests {
         assert_eq!(p.memory_limit, ByteSize::mib(32));
         assert_eq!(c.types[&t].config["url"], "http://x");
         assert_eq!(c.policy(&"other".parse().unwrap()).max_attempts, 3);
+    }
+
+    #[test]
+    fn shards_are_validated() {
+        let c = Config::parse("[types.hot]\nshards = 3\nmax_running = 7\nrate = \"30/s\"\n", "runner.toml").unwrap();
+        let hot: TaskType = "hot".parse().unwrap();
+        assert_eq!((c.shards(&hot), c.shards(&hot.shard(2)), c.shards(&"cold".parse().unwrap())), (3, 3, 1));
+        assert_eq!(c.policy(&hot.shard(2)), c.policy(&hot), "a shard has its type's policy");
+        let p = c.policy(&hot);
+        let parts: Vec<_> = (0..3).map(|i| p.shard_limits(i, 3)).collect();
+        assert_eq!(parts.iter().map(|(m, _)| m).sum::<u64>(), 7, "max_running splits without loss: {parts:?}");
+        assert_eq!(parts.iter().map(|(_, r)| r.unwrap().per_second()).sum::<f64>(), 30.0);
+        assert_eq!(p.shard_limits(0, 1), (7, p.rate), "one shard keeps the whole limit");
+        for (text, error) in [
+            ("shards = 0", "shards must be between 1 and 256"),
+            ("shards = 257", "shards must be between 1 and 256"),
+            ("shards = 4\nmax_running = 3", "max_running = 3 is less than its 4 shards"),
+        ] {
+            let e = format!("{:#}", Config::parse(&format!("[types.hot]\n{text}\n"), "runner.toml").unwrap_err());
+            assert!(e.contains(error), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -152,6 +152,10 @@ pub struct TypeConfig {
     pub may_schedule: Option<Vec<TaskType>>,
     /// See [`TypePolicy::may_replace`].
     pub may_replace: Option<Vec<TaskType>>,
+    /// Spread the type over this many shards, each with keys of its own hash tag (`{T}`, `{T#1}`, ...),
+    /// so a hot type uses several Redis Cluster masters; an id's shard is `CLUSTER KEYSLOT <id>` mod
+    /// `shards` (docs/scaling.md). Default 1: one slot, as every type has.
+    pub shards: Option<u16>,
     /// Values the plugin reads through its `config` import: strings, or secrets
     /// from the host's environment (`{ env = "NAME" }`) or a file (`{ file = "path" }`).
     #[serde(default)]
@@ -211,6 +215,19 @@ impl TryFrom<String> for Rate {
 }
 
 impl TypePolicy {
+    /// Shard `shard`'s part of the type's `max_running` and `rate`, so that its
+    /// `shards` shards, each claimed on its own, never exceed them together:
+    /// max_running split as evenly as whole tasks allow (config validation
+    /// sees that each part is at least 1), the rate into equal parts.
+    pub fn shard_limits(&self, shard: u16, shards: u16) -> (u64, Option<Rate>) {
+        let n = u64::from(shards.max(1));
+        let max_running = match self.max_running {
+            0 => 0,
+            m => m / n + u64::from(u64::from(shard) < m % n),
+        };
+        (max_running, self.rate.map(|r| Rate { count: r.count, per: r.per * u32::from(shards.max(1)) }))
+    }
+
     pub(super) fn validate(&self, table: &str) -> Result<()> {
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             bail!("{table}.concurrency must be between 1 and {MAX_CONCURRENCY}");

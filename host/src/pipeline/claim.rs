@@ -57,13 +57,16 @@ impl Runner {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
+            // A shard claims its part of the type's throttles, so the shards together keep them.
+            let (max_running, rate) =
+                entry.policy.shard_limits(task_type.shard_index(), self.store.shard_count(&task_type));
             let limits = ClaimLimits {
                 max_tasks: permits.len(),
                 lease: self.lease,
                 max_payload_bytes: entry.policy.max_payload.as_u64(),
                 max_id_bytes: MAX_ID_BYTES,
-                max_running: entry.policy.max_running,
-                rate: entry.policy.rate,
+                max_running,
+                rate,
                 fair_by: entry.policy.fair_by.clone(),
             };
             let claim = match self.store.claim(&task_type, &limits).await {

@@ -48,13 +48,41 @@ pub struct Parts {
     pub cancels: mpsc::UnboundedReceiver<CancelRequest>,
 }
 
-/// A type's state, with its settler running.
-fn start_type(runner: &Runner, task_type: &TaskType, concurrency: usize) -> Arc<TypeState> {
-    let (state, queue) = TypeState::new(task_type, concurrency, claim::claim_size(runner.batch_size, concurrency));
+/// A type's (or a shard's) state, with its settler running.
+fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, concurrency: usize) -> Arc<TypeState> {
+    let (state, queue) = TypeState::new(task_type, slots, claim::claim_size(runner.batch_size, concurrency));
     let state = Arc::new(state);
     let settler = runner.clone().settler(task_type.clone(), state.in_flight.clone(), state.metrics.clone(), queue);
     state.set_settler(tokio::spawn(settler));
     state
+}
+
+/// Shards past their type's `shards` that still have keys: `shards` was
+/// lowered. Their tasks are claimed and run as before (see docs/scaling.md,
+/// "Resharding") until the next start finds them gone.
+async fn shards_to_drain(store: &Store) -> Vec<TaskType> {
+    let found = async {
+        let mut old = Vec::new();
+        for q in store.known_queues().await? {
+            if q.shard_index() >= store.shard_count(&q.base()) && store.has_work(&q).await? {
+                old.push(q);
+            }
+        }
+        anyhow::Ok(old)
+    };
+    match found.await {
+        Ok(old) => {
+            if !old.is_empty() {
+                let names: Vec<String> = old.iter().map(ToString::to_string).collect();
+                info!(shards = %names.join(", "), "shards beyond their type's `shards` still hold keys: draining them");
+            }
+            old
+        }
+        Err(e) => {
+            warn!("cannot list the shards present, so no shard left by a lowered `shards` is drained: {e:#}");
+            Vec::new()
+        }
+    }
 }
 
 /// Runs every type's claim loop until `shutdown` is cancelled, then drains:
@@ -80,18 +108,29 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
     };
     let workers = TaskTracker::new();
     let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();
+    let draining = shards_to_drain(&runner.store).await;
     let mut versions = runner.registry.subscribe();
     loop {
-        // Start a worker for every type that gained a plugin.
+        // Start a worker for every type (every shard of a sharded type) that gained a plugin.
         for task_type in runner.registry.types() {
-            if states.get(&task_type).is_some_and(|s| !s.stopped.load(Ordering::Relaxed)) {
-                continue;
-            }
             let concurrency = runner.registry.config().policy(&task_type).concurrency;
-            let state = start_type(&runner, &task_type, concurrency);
-            states.insert(task_type.clone(), state.clone());
-            let r = runner.clone();
-            workers.spawn(async move { r.type_worker(task_type, state).await });
+            let mut shards = runner.store.shards_of(&task_type);
+            shards.extend(draining.iter().filter(|s| s.base() == task_type).cloned());
+            let live = |states: &HashMap<TaskType, Arc<TypeState>>, s: &TaskType| {
+                states.get(s).filter(|s| !s.stopped.load(Ordering::Relaxed)).map(|s| s.semaphore.clone())
+            };
+            // The shards of a type share its slots: `concurrency` holds for the type.
+            let slots =
+                shards.iter().find_map(|s| live(&states, s)).unwrap_or_else(|| Arc::new(Semaphore::new(concurrency)));
+            for shard in shards {
+                if live(&states, &shard).is_some() {
+                    continue;
+                }
+                let state = start_type(&runner, &shard, slots.clone(), concurrency);
+                states.insert(shard.clone(), state.clone());
+                let r = runner.clone();
+                workers.spawn(async move { r.type_worker(shard, state).await });
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,

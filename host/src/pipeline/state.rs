@@ -57,7 +57,8 @@ pub(crate) type InFlight = Arc<Mutex<HashMap<Lease, InFlightRun>>>;
 /// The global and per-type concurrency slots one task holds until it is settled.
 pub(crate) type Permits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
-/// Per task type: its concurrency limit, running tasks and settle queue.
+/// Per task type, or per shard of a sharded type: its concurrency slots
+/// (shared by a type's shards), running tasks and settle queue.
 pub(crate) struct TypeState {
     pub(crate) semaphore: Arc<Semaphore>,
     /// Most tasks one claim takes: see [`claim_size`](super::claim::claim_size).
@@ -71,16 +72,16 @@ pub(crate) struct TypeState {
 }
 
 impl TypeState {
-    /// A type's state with `concurrency` slots and claims of `claim_size`,
-    /// and the receiving end of its settle queue (for its settler).
+    /// A type's (or a shard's) state with the type's `slots` and claims of
+    /// `claim_size`, and the receiving end of its settle queue (for its settler).
     pub(crate) fn new(
         task_type: &TaskType,
-        concurrency: usize,
+        slots: Arc<Semaphore>,
         claim_size: usize,
     ) -> (TypeState, mpsc::UnboundedReceiver<Finished>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = TypeState {
-            semaphore: Arc::new(Semaphore::new(concurrency)),
+            semaphore: slots,
             claim_size,
             in_flight: InFlight::default(),
             settle_tx: Mutex::new(Some(tx)),

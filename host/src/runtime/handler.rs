@@ -371,7 +371,8 @@ impl Handler {
         let meta = Arc::new(RunMeta {
             plugin: self.plugin_name.clone(),
             plugin_hash: self.component.hash().to_owned(),
-            task_type: task.task_type.clone(),
+            // A shard's tasks are its type's: grants and logs name the type.
+            task_type: task.task_type.base(),
             task_id: clean_id(&task.id),
             attempt: task.attempt,
         });
@@ -465,7 +466,7 @@ fn panic_message(stderr: &str) -> Option<String> {
 fn wit_task(task: &ClaimedTask) -> wit_types::Task {
     wit_types::Task {
         id: task.id.clone(),
-        task_type: task.task_type.to_string(),
+        task_type: task.task_type.base().to_string(),
         payload: task.payload.clone(),
         attempt: task.attempt,
         due_ms: u64::try_from(task.due_ms).unwrap_or(0),

@@ -334,9 +334,11 @@ impl Store {
         children: &[(u64, &FollowUp, Option<Vec<u8>>)],
     ) -> Result<Vec<i64>, (TaskType, anyhow::Error)> {
         let mut results = Vec::with_capacity(children.len());
-        let of_one_type = children.chunk_by(|a, b| a.1.task_type == b.1.task_type);
-        for batch in of_one_type.flat_map(|run| run.chunks(CHILDREN_PER_CALL)) {
-            let t = &batch[0].1.task_type;
+        // One call per run of children in the same slot: of one type, or of one shard of a sharded type.
+        let shard = |c: &(u64, &FollowUp, Option<Vec<u8>>)| self.shard_for(&c.1.task_type, &c.1.id);
+        let of_one_shard = children.chunk_by(|a, b| shard(a) == shard(b));
+        for batch in of_one_shard.flat_map(|run| run.chunks(CHILDREN_PER_CALL)) {
+            let t = &shard(&batch[0]);
             let k = self.keys(t);
             let mut inv = self.scripts.group_child.prepare_invoke();
             inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);

@@ -95,7 +95,23 @@ pub struct TaskView {
 impl Store {
     /// Where task `id` of `t` is and what Redis holds about it, read in one
     /// snapshot by a read-only script; [`TaskState::Unknown`] when it is nowhere.
+    /// Of a sharded type, the shard it is in (its own first, then the others).
     pub async fn show(&self, t: &TaskType, id: &[u8]) -> Result<TaskView> {
+        let mut shards = self.lookup_order(t, id).into_iter();
+        let mut view = self.show_in(&shards.next().unwrap_or_else(|| t.clone()), id).await?;
+        for shard in shards {
+            if view.state != TaskState::Unknown {
+                break;
+            }
+            view = self.show_in(&shard, id).await?;
+        }
+        if view.state == TaskState::Unknown {
+            view.task_type = self.shard_for(t, id);
+        }
+        Ok(view)
+    }
+
+    async fn show_in(&self, t: &TaskType, id: &[u8]) -> Result<TaskView> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let value: Value = self
@@ -124,6 +140,15 @@ impl Store {
     /// in `due` moves; returns its new due time, or `None` when it is not
     /// scheduled (running, dead or gone: nothing is written).
     pub async fn reschedule(&self, t: &TaskType, id: &[u8], postpone: Option<Duration>) -> Result<Option<i64>> {
+        for shard in self.lookup_order(t, id) {
+            if let Some(due) = self.reschedule_in(&shard, id, postpone).await? {
+                return Ok(Some(due));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn reschedule_in(&self, t: &TaskType, id: &[u8], postpone: Option<Duration>) -> Result<Option<i64>> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let mut inv = self.scripts.reschedule.key(&k.due);

@@ -47,6 +47,33 @@ pub struct TypeStats {
     pub paused: Option<Paused>,
 }
 
+impl TypeStats {
+    /// Adds the stats of another shard of the same type.
+    fn add(&mut self, shard: &TaskType, other: TypeStats) {
+        for (sum, n) in [
+            (&mut self.due_now, other.due_now),
+            (&mut self.scheduled_later, other.scheduled_later),
+            (&mut self.in_flight, other.in_flight),
+            (&mut self.dead, other.dead),
+            (&mut self.succeeded, other.succeeded),
+            (&mut self.failed, other.failed),
+            (&mut self.retried, other.retried),
+            (&mut self.dead_total, other.dead_total),
+            (&mut self.cancelled, other.cancelled),
+            (&mut self.groups_open, other.groups_open),
+            (&mut self.groups_completed, other.groups_completed),
+            (&mut self.groups_failed, other.groups_failed),
+        ] {
+            *sum += n;
+        }
+        self.oldest_due_age_ms = self.oldest_due_age_ms.max(other.oldest_due_age_ms);
+        if self.fault.is_none() {
+            self.fault = other.fault.map(|f| format!("shard {shard}: {f}"));
+        }
+        self.paused = self.paused.or(other.paused);
+    }
+}
+
 /// A paused type: until resumed, or for this many more ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -80,8 +107,17 @@ pub(super) fn serialize_lossy<S: serde::Serializer>(id: &[u8], s: S) -> Result<S
 }
 
 impl Store {
-    /// Queue sizes and counters of type `t`, and what is wrong with its keys, if anything.
+    /// Queue sizes and counters of type `t` (summed over its shards), and what is wrong with its keys, if anything.
     pub async fn stats(&self, t: &TaskType) -> Result<TypeStats> {
+        let mut shards = self.shards_of(t).into_iter();
+        let mut stats = self.stats_in(&shards.next().unwrap_or_else(|| t.clone())).await?;
+        for shard in shards {
+            stats.add(&shard, self.stats_in(&shard).await?);
+        }
+        Ok(stats)
+    }
+
+    async fn stats_in(&self, t: &TaskType) -> Result<TypeStats> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let v: Vec<Value> = self
@@ -153,19 +189,33 @@ impl Store {
     /// How many tasks of `t` fall due in each of `buckets` consecutive windows of
     /// `width_ms` starting at `from_ms` (one ZCOUNT per window, pipelined).
     pub async fn due_buckets(&self, t: &TaskType, from_ms: i64, width_ms: i64, buckets: usize) -> Result<Vec<u64>> {
-        let k = self.keys(t);
-        let mut pipe = redis::pipe();
-        for b in 0..buckets as i64 {
-            let lo = from_ms + b * width_ms;
-            pipe.cmd("ZCOUNT").arg(&k.due).arg(lo).arg(format!("({}", lo + width_ms));
+        let mut total = vec![0u64; buckets];
+        for shard in self.shards_of(t) {
+            let k = self.keys(&shard);
+            let mut pipe = redis::pipe();
+            for b in 0..buckets as i64 {
+                let lo = from_ms + b * width_ms;
+                pipe.cmd("ZCOUNT").arg(&k.due).arg(lo).arg(format!("({}", lo + width_ms));
+            }
+            let mut conn = self.conn.clone();
+            let counts: Vec<u64> =
+                pipe.query_async(&mut conn).await.with_context(|| format!("cannot count due {shard} tasks"))?;
+            total.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
         }
-        let mut conn = self.conn.clone();
-        pipe.query_async(&mut conn).await.with_context(|| format!("cannot count due {t} tasks"))
+        Ok(total)
     }
 
-    /// Every task type that has keys under this prefix, sorted.
-    /// SCAN sees the keys of one node only, so in a cluster every master is scanned.
+    /// Every task type that has keys under this prefix (in any of its shards), sorted.
     pub async fn known_types(&self) -> Result<Vec<TaskType>> {
+        let mut types: Vec<TaskType> = self.known_queues().await?.iter().map(TaskType::base).collect();
+        types.sort();
+        types.dedup();
+        Ok(types)
+    }
+
+    /// Every type and every shard (`T#i`) that has keys under this prefix, sorted.
+    /// SCAN sees the keys of one node only, so in a cluster every master is scanned.
+    pub async fn known_queues(&self) -> Result<Vec<TaskType>> {
         let pattern = format!("{}:{{*}}:*", glob_escape(&self.prefix));
         let head = format!("{}:{{", self.prefix);
         let mut types = Vec::new();
@@ -188,8 +238,28 @@ impl Store {
         Ok(types)
     }
 
-    /// Up to `limit` dead-lettered tasks of type `t`, oldest death first.
+    /// Whether `t` (a type or one shard) has tasks scheduled or leased, or follow-ups to deliver.
+    pub async fn has_work(&self, t: &TaskType) -> Result<bool> {
+        let k = self.keys(t);
+        let mut pipe = redis::pipe();
+        pipe.zcard(&k.due).zcard(&k.claims).hlen(&k.outbox);
+        let mut conn = self.conn.clone();
+        let counts: Vec<u64> = pipe.query_async(&mut conn).await.with_context(|| format!("cannot count {t} tasks"))?;
+        Ok(counts.iter().any(|&n| n > 0))
+    }
+
+    /// Up to `limit` dead-lettered tasks of type `t` (over its shards), oldest death first.
     pub async fn dead_list(&self, t: &TaskType, limit: usize) -> Result<Vec<DeadTask>> {
+        let mut all = Vec::new();
+        for shard in self.shards_of(t) {
+            all.extend(self.dead_list_in(&shard, limit).await?);
+        }
+        all.sort_by_key(|d| d.died_ms);
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    async fn dead_list_in(&self, t: &TaskType, limit: usize) -> Result<Vec<DeadTask>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -228,20 +298,32 @@ impl Store {
         Ok(out)
     }
 
-    /// Requeues dead tasks (all when `ids` is None), due now with attempts reset; returns how many.
+    /// Requeues dead tasks (all when `ids` is None; of every shard), due now with attempts reset; returns how many.
     pub async fn dead_requeue(&self, t: &TaskType, ids: Option<&[Vec<u8>]>) -> Result<u64> {
-        let k = self.keys(t);
-        let keys = [&k.dead, &k.attempts, &k.errors, &k.due];
-        self.dead_op(&self.scripts.dead_requeue, &keys, ids)
-            .await
-            .with_context(|| format!("cannot requeue dead {t} tasks"))
+        let mut total = 0;
+        for shard in self.shards_of(t) {
+            let k = self.keys(&shard);
+            let keys = [&k.dead, &k.attempts, &k.errors, &k.due];
+            total += self
+                .dead_op(&self.scripts.dead_requeue, &keys, ids)
+                .await
+                .with_context(|| format!("cannot requeue dead {shard} tasks"))?;
+        }
+        Ok(total)
     }
 
-    /// Deletes dead tasks for good (all when `ids` is None); returns how many.
+    /// Deletes dead tasks for good (all when `ids` is None; of every shard); returns how many.
     pub async fn dead_purge(&self, t: &TaskType, ids: Option<&[Vec<u8>]>) -> Result<u64> {
-        let k = self.keys(t);
-        let keys = [&k.dead, &k.attempts, &k.errors, &k.due, &k.payload];
-        self.dead_op(&self.scripts.dead_purge, &keys, ids).await.with_context(|| format!("cannot purge dead {t} tasks"))
+        let mut total = 0;
+        for shard in self.shards_of(t) {
+            let k = self.keys(&shard);
+            let keys = [&k.dead, &k.attempts, &k.errors, &k.due, &k.payload];
+            total += self
+                .dead_op(&self.scripts.dead_purge, &keys, ids)
+                .await
+                .with_context(|| format!("cannot purge dead {shard} tasks"))?;
+        }
+        Ok(total)
     }
 
     async fn dead_op(&self, script: &Script, keys: &[&String], ids: Option<&[Vec<u8>]>) -> Result<u64> {
@@ -308,7 +390,7 @@ async fn scan_types(
                 continue;
             }
             if let Ok(name) = std::str::from_utf8(&rest[..end])
-                && let Ok(t) = name.parse::<TaskType>()
+                && let Ok(t) = TaskType::parse_queue(name)
             {
                 types.push(t);
             }

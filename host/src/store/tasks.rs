@@ -128,6 +128,7 @@ impl Store {
         payload: Option<&[u8]>,
         mode: ScheduleMode,
     ) -> Result<bool> {
+        let t = &self.shard_for(t, id);
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let payload = payload.unwrap_or_default();
@@ -167,9 +168,17 @@ impl Store {
         Ok(u32::try_from(acked).unwrap_or(0))
     }
 
-    /// Pauses type `t` on every host, for `length` or until resumed; returns
+    /// Pauses type `t` (every shard) on every host, for `length` or until resumed; returns
     /// when the pause ends (ms since the epoch), `None` for "until resumed".
     pub async fn pause(&self, t: &TaskType, length: Option<Duration>) -> Result<Option<i64>> {
+        let mut ends = None;
+        for shard in self.shards_of(t) {
+            ends = self.pause_in(&shard, length).await?;
+        }
+        Ok(ends)
+    }
+
+    async fn pause_in(&self, t: &TaskType, length: Option<Duration>) -> Result<Option<i64>> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let ends: i64 = self
@@ -184,8 +193,16 @@ impl Store {
         Ok((ends > 0).then_some(ends))
     }
 
-    /// Resumes a paused type; false when it was not paused.
+    /// Resumes a paused type (every shard); false when it was not paused.
     pub async fn resume(&self, t: &TaskType) -> Result<bool> {
+        let mut resumed = false;
+        for shard in self.shards_of(t) {
+            resumed |= self.resume_in(&shard).await?;
+        }
+        Ok(resumed)
+    }
+
+    async fn resume_in(&self, t: &TaskType) -> Result<bool> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let resumed: i64 = self
@@ -210,7 +227,18 @@ impl Store {
     }
 
     /// Cancels a task: removes it when scheduled; when running, asks its host to stop it.
+    /// Of a sharded type, in the shard it is in (its own first, then the others).
     pub async fn cancel(&self, t: &TaskType, id: &[u8]) -> Result<Cancelled> {
+        for shard in self.lookup_order(t, id) {
+            match self.cancel_in(&shard, id).await? {
+                Cancelled::Unknown => continue,
+                found => return Ok(found),
+            }
+        }
+        Ok(Cancelled::Unknown)
+    }
+
+    async fn cancel_in(&self, t: &TaskType, id: &[u8]) -> Result<Cancelled> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let reply: Vec<String> = self
@@ -534,7 +562,8 @@ impl Store {
         f: FollowUp,
         flushed: &mut OutboxFlush,
     ) -> Result<bool> {
-        let tk = self.keys(&f.task_type);
+        // Into the shard of the target type that holds the follow-up's id.
+        let tk = self.keys(&self.shard_for(&f.task_type, &f.id));
         let mut conn = self.conn.clone();
         let delivered: Result<i64> = self
             .scripts

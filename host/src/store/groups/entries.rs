@@ -21,7 +21,9 @@ pub(in crate::store) struct Report {
 /// `<outcome>\n<callback type>\n<group id>\n<id>` (the prelude's report_ended).
 pub(in crate::store) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
     let child_type = entry_id.split(|&b| b == b':').next().unwrap_or_default();
-    let child_type: TaskType = std::str::from_utf8(child_type).context("report entry id is not text")?.parse()?;
+    // A shard's entries carry its name (`T#2:...`), so they never collide with another shard's; the group knows the type.
+    let child_type =
+        TaskType::parse_queue(std::str::from_utf8(child_type).context("report entry id is not text")?)?.base();
     let mut parts = data.splitn(5, |&b| b == b'\n');
     let mut text = |what: &str| -> Result<&str> {
         let part = parts.next().ok_or_else(|| anyhow!("group report has no {what}"))?;
