@@ -23,6 +23,7 @@ use hourglass::task_type::TaskType;
 use crate::recorder::{HOSTILE, Recorder, now_us};
 use crate::redis_ops;
 
+mod backlog_scale;
 mod groups;
 
 /// Key prefix of everything the benchmark writes, so it never touches real tasks.
@@ -45,18 +46,21 @@ pub struct BenchArgs {
     /// Start a private redis-server (no persistence, unix socket in a temp dir) and remove it afterwards.
     #[arg(long)]
     pub spawn_redis: bool,
-    /// Tasks of a burst [default: 200000].
+    /// Tasks of a burst [default: 200000; `backlog-scale`'s drain: 1000000].
     #[arg(long, value_name = "N")]
     pub tasks: Option<u64>,
-    /// Tasks per second of `steady` and `reload` [default: 1000, and 20000 as a second `steady` run].
+    /// Tasks per second of `steady`, `reload` and `backlog-scale`'s stream [default: 1000, and 20000 as a second `steady` run].
     #[arg(long, value_name = "R")]
     pub rate: Option<u64>,
-    /// Length of `steady` and `reload`: seconds or `20s` [default: 20 s, `reload` 6 s].
+    /// Length of `steady`, `reload` and `backlog-scale`'s stream: seconds or `20s` [default: 20 s, `reload` 6 s].
     #[arg(long, value_name = "S", value_parser = parse_seconds)]
     pub duration: Option<Duration>,
-    /// Far-future tasks in the due set during `backlog` [default: 10000000].
+    /// Far-future tasks in the due set during `backlog` and `backlog-scale` [default: 10000000].
     #[arg(long, value_name = "N")]
     pub backlog: Option<u64>,
+    /// Bytes of the payload `backlog-scale` gives each waiting task, measured apart (0: none) [default: 100].
+    #[arg(long, value_name = "N")]
+    pub payload_bytes: Option<usize>,
     /// ZADDs of `footprint`'s Redis measurement [default: 1000000].
     #[arg(long, value_name = "N")]
     pub footprint_tasks: Option<u64>,
@@ -85,6 +89,10 @@ pub struct BenchArgs {
     /// Task types the tasks are spread over, all served by `noop`; on a cluster their keys are spread over the masters.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub types: u16,
+    /// Shards of each bench type (`[types.T] shards`): on a cluster, the bench picks type names whose
+    /// shards land on different masters.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub shards: u16,
     /// Start a private 3-master Redis Cluster (loopback ports, no persistence) and remove it afterwards.
     #[arg(long, conflicts_with = "spawn_redis")]
     pub spawn_cluster: bool,
@@ -110,7 +118,11 @@ pub enum Scenario {
     Hostile,
     /// A burst whose every task is a workflow group's child, beside the plain burst: cost per child in Redis time and bytes.
     Groups,
-    /// Every scenario in turn.
+    /// N tasks waiting (10 M unless --backlog): Redis bytes per task, load time, the lateness of a stream
+    /// falling due beside them and the claim cost, each against an empty queue, and a drain of 1 M due at one
+    /// instant. Not part of `all`: the default run takes minutes and about 3 GB of Redis memory.
+    BacklogScale,
+    /// Every scenario in turn (but `backlog-scale`).
     All,
 }
 
@@ -334,6 +346,32 @@ impl Burst {
     }
 }
 
+/// The lateness (start − due) of every task a run started, sorted, µs.
+struct Lateness(Vec<i64>);
+
+impl Lateness {
+    fn of(recorder: &Recorder) -> Lateness {
+        let mut us: Vec<i64> = recorder
+            .lateness_us
+            .iter()
+            .zip(&recorder.starts)
+            .filter(|(_, s)| s.load(Ordering::Relaxed) > 0)
+            .map(|(l, _)| l.load(Ordering::Relaxed))
+            .collect();
+        us.sort_unstable();
+        Lateness(us)
+    }
+
+    /// The `p`th percentile in ms (nearest rank), or null when nothing started.
+    fn ms(&self, p: f64) -> Value {
+        if self.0.is_empty() {
+            return Value::Null;
+        }
+        let i = ((p / 100.0) * self.0.len() as f64).ceil() as usize;
+        json!(round3(self.0[i.clamp(1, self.0.len()) - 1] as f64 / 1000.0))
+    }
+}
+
 /// CPU time (user + system) this process has used so far, µs, from
 /// `/proc/self/stat` (in USER_HZ ticks, which Linux fixes at 100 per second).
 fn process_cpu_us() -> f64 {
@@ -410,7 +448,13 @@ impl Bench {
         let prefix: KeyPrefix = PREFIX.parse().map_err(anyhow::Error::msg)?;
         let store = Store::connect(&url, &prefix).await?;
         let progress = std::io::stderr().is_terminal();
-        let task_types = bench_types(&store, usize::from(args.types)).await?;
+        let task_types = bench_types(&store, usize::from(args.types), args.shards).await?;
+        // The bench writes each task into its shard, as an application would.
+        let mut sharded = Config::default();
+        for t in &task_types {
+            sharded.types.insert(t.clone(), TypeConfig { shards: Some(args.shards), ..TypeConfig::default() });
+        }
+        let store = store.with_shards(&sharded);
         let bench = Bench { args, base_config, url, plugin, store, task_types, work: TempDir::new("host")?, progress };
         bench.clear().await?;
         Ok(bench)
@@ -438,6 +482,9 @@ impl Bench {
         }
         if matches!(s, Scenario::Groups | Scenario::All) {
             self.groups().await?;
+        }
+        if s == Scenario::BacklogScale {
+            self.backlog_scale().await?;
         }
         Ok(())
     }
@@ -484,6 +531,7 @@ impl Bench {
         m.insert("batch_size".into(), json!(self.batch_size()));
         m.insert("hosts".into(), json!(self.args.hosts));
         m.insert("types".into(), json!(self.task_types.len()));
+        m.insert("shards".into(), json!(self.args.shards));
         m.insert("redis".into(), json!(if self.store.target().is_cluster() { "cluster" } else { "single" }));
         m.insert("load_average".into(), json!(load_average()));
         m
@@ -491,8 +539,8 @@ impl Bench {
 
     /// Deletes every key of the benchmark types (one command per type: one slot each).
     async fn clear(&self) -> Result<()> {
-        for t in &self.task_types {
-            redis_ops::unlink(&self.store, &self.all_keys(t)).await?;
+        for s in self.task_types.iter().flat_map(|t| self.store.shards_of(t)) {
+            redis_ops::unlink(&self.store, &self.all_keys(&s)).await?;
         }
         redis_ops::unlink(&self.store, &[format!("{PREFIX}:{{footprint}}:due")]).await
     }
@@ -539,6 +587,7 @@ impl Bench {
             concurrency: Some(self.type_concurrency()),
             instance_reuse: self.args.reuse,
             plugin: Some(PathBuf::from(format!("{TYPE}.wasm"))),
+            shards: Some(self.args.shards),
             ..TypeConfig::default()
         };
         config.types = self.task_types.iter().map(|t| (t.clone(), type_config.clone())).collect();
@@ -593,7 +642,18 @@ impl Bench {
         for (k, t) in self.task_types.iter().enumerate() {
             let first = range.start + (k as u64 + types - range.start % types) % types;
             let ids = (first..range.end).step_by(types as usize);
-            self.write_ids_to(&self.store.keys(t).due, ids, &due).await?;
+            let shards = self.store.shards_of(t);
+            if shards.len() == 1 {
+                self.write_ids_to(&self.store.keys(t).due, ids, &due).await?;
+                continue;
+            }
+            let mut per_shard = vec![Vec::new(); shards.len()];
+            for i in ids {
+                per_shard[usize::from(self.store.shard_for(t, task_id(i).as_bytes()).shard_index())].push(i);
+            }
+            for (shard, ids) in shards.iter().zip(per_shard) {
+                self.write_ids_to(&self.store.keys(shard).due, ids.into_iter(), &due).await?;
+            }
         }
         Ok(())
     }
@@ -771,21 +831,8 @@ impl Bench {
         host.stop().await?;
         self.clear().await?;
         let (lost, doubled) = recorder.lost_doubled();
-        let mut lateness: Vec<i64> = recorder
-            .lateness_us
-            .iter()
-            .zip(&recorder.starts)
-            .filter(|(_, s)| s.load(Ordering::Relaxed) > 0)
-            .map(|(l, _)| l.load(Ordering::Relaxed))
-            .collect();
-        lateness.sort_unstable();
-        let pct = |p: f64| -> Value {
-            if lateness.is_empty() {
-                return Value::Null;
-            }
-            let i = ((p / 100.0) * lateness.len() as f64).ceil() as usize;
-            json!(round3(lateness[i.clamp(1, lateness.len()) - 1] as f64 / 1000.0))
-        };
+        let pct = Lateness::of(&recorder);
+        let pct = |p: f64| pct.ms(p);
         let mut m = self.common();
         m.insert("scenario".into(), json!("steady"));
         m.insert("rate".into(), json!(rate));
@@ -825,8 +872,8 @@ impl Bench {
         let Burst { rate: full_rate, lost: lost_b, doubled: doubled_b, .. } = self.one_burst(n, &recorder).await?;
         host.stop().await?;
         let mut left = 0u64;
-        for t in &self.task_types {
-            left += redis_ops::zcard(&self.store, &self.store.keys(t).due).await?;
+        for s in self.task_types.iter().flat_map(|t| self.store.shards_of(t)) {
+            left += redis_ops::zcard(&self.store, &self.store.keys(&s).due).await?;
         }
         self.clear().await?;
 
@@ -1068,7 +1115,7 @@ fn append_custom_section(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
 /// The benchmark's task types: `noop`, `noop-1`, `noop-2`, … On a cluster the
 /// names are picked so that the types' keys spread evenly over the masters
 /// (each type's keys share one slot, so one type alone loads one master).
-async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
+async fn bench_types(store: &Store, n: usize, shards: u16) -> Result<Vec<TaskType>> {
     let name = |i: usize| if i == 0 { TYPE.to_owned() } else { format!("{TYPE}-{i}") };
     if !store.target().is_cluster() {
         return (0..n).map(|i| Ok(name(i).parse::<TaskType>()?)).collect();
@@ -1078,7 +1125,9 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
     if masters.is_empty() {
         bail!("CLUSTER NODES lists no master serving slots");
     }
-    let per_master = n.div_ceil(masters.len());
+    // Every shard of every type counts: a type is taken when each of its shards lands on a master
+    // that has room, so the slots (and the work) spread evenly.
+    let per_master = (n * usize::from(shards)).div_ceil(masters.len());
     let mut load = vec![0usize; masters.len()];
     let mut chosen = Vec::with_capacity(n);
     for i in 0..100_000 {
@@ -1086,14 +1135,22 @@ async fn bench_types(store: &Store, n: usize) -> Result<Vec<TaskType>> {
             break;
         }
         let t: TaskType = name(i).parse()?;
-        let slot = redis_ops::keyslot(store, &store.keys(&t).due).await?;
-        let Some(m) = masters.iter().position(|ranges| ranges.iter().any(|r| r.contains(&slot))) else {
-            continue;
-        };
-        if load[m] < per_master {
-            load[m] += 1;
+        let mut wanted = load.clone();
+        let mut fits = true;
+        for s in 0..shards {
+            let slot = redis_ops::keyslot(store, &store.keys(&t.shard(s)).due).await?;
+            match masters.iter().position(|ranges| ranges.iter().any(|r| r.contains(&slot))) {
+                Some(m) if wanted[m] < per_master => wanted[m] += 1,
+                _ => fits = false,
+            }
+        }
+        if fits {
+            load = wanted;
             chosen.push(t);
         }
+    }
+    if chosen.len() < n {
+        bail!("found no {n} type names whose {shards} shards spread evenly over the masters");
     }
     Ok(chosen)
 }

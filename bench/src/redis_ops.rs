@@ -111,26 +111,71 @@ pub(crate) async fn zcard(store: &Store, key: &str) -> Result<u64> {
 pub(crate) async fn add_due(
     store: &Store,
     key: &str,
-    mut entries: impl Iterator<Item = (i64, String)>,
+    entries: impl Iterator<Item = (i64, String)>,
     chunk: usize,
     pipeline: usize,
+) -> Result<()> {
+    write_chunked(store, entries, chunk, pipeline, |pipe, members| {
+        pipe.zadd_multiple(key, members).ignore();
+    })
+    .await
+}
+
+/// Writes payloads (multi-field `HSET`s of `chunk` fields, pipelined `pipeline` at a time).
+pub(crate) async fn add_payloads(
+    store: &Store,
+    key: &str,
+    entries: impl Iterator<Item = (String, Vec<u8>)>,
+    chunk: usize,
+    pipeline: usize,
+) -> Result<()> {
+    write_chunked(store, entries, chunk, pipeline, |pipe, fields| {
+        pipe.hset_multiple(key, fields).ignore();
+    })
+    .await
+}
+
+/// Sends `entries` as commands of `chunk` entries each (made by `command`), `pipeline` commands per round trip.
+async fn write_chunked<T>(
+    store: &Store,
+    mut entries: impl Iterator<Item = T>,
+    chunk: usize,
+    pipeline: usize,
+    command: impl Fn(&mut redis::Pipeline, &[T]),
 ) -> Result<()> {
     let mut conn = store.connection();
     loop {
         let mut pipe = redis::pipe();
         let mut commands = 0;
         while commands < pipeline {
-            let members: Vec<(i64, String)> = entries.by_ref().take(chunk).collect();
+            let members: Vec<T> = entries.by_ref().take(chunk).collect();
             if members.is_empty() {
                 break;
             }
-            pipe.zadd_multiple(key, &members).ignore();
+            command(&mut pipe, &members);
             commands += 1;
         }
         if commands == 0 {
             return Ok(());
         }
         let () = pipe.query_async(&mut conn).await.context("cannot write tasks")?;
+    }
+}
+
+/// `used_memory` of the one server, bytes, once what `UNLINK` handed to the
+/// background has been freed (`lazyfree_pending_objects` 0, or 30 s): the
+/// benchmark clears big sets right before it measures.
+pub(crate) async fn used_memory(store: &Store) -> Result<i64> {
+    let field = |info: &str, name: &str| -> Option<i64> {
+        info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let info = store.info("memory").await?;
+        if field(&info, "lazyfree_pending_objects:") == Some(0) || std::time::Instant::now() > deadline {
+            return field(&info, "used_memory:").context("INFO memory has no used_memory");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 

@@ -95,13 +95,15 @@ fn burst_on_three_hosts_and_four_types_shares_the_work() {
 #[test]
 fn burst_on_a_spawned_cluster_runs_every_task_once() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"));
-    cmd.args(["burst", "--tasks", "3000", "--types", "3", "--spawn-cluster", "--json", "--plugin"]).arg(plugin("noop"));
+    // Two types of three shards each: six slots, two on each master.
+    let args = ["burst", "--tasks", "3000", "--types", "2", "--shards", "3", "--spawn-cluster", "--json", "--plugin"];
+    cmd.args(args).arg(plugin("noop"));
     let out = cmd.env_remove("HOURGLASS_REDIS_URL").env("HOURGLASS_LOG", "warn").output().expect("run hourglass-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     let run: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     assert_eq!(run["redis"], "cluster");
-    assert_eq!(run["types"], 3);
+    assert_eq!((run["types"].as_u64(), run["shards"].as_u64()), (Some(2), Some(3)));
     assert_clean(&run, &["tasks_per_s"]);
     assert_costs(&run);
 }
@@ -147,6 +149,50 @@ fn backlog_leaves_far_future_tasks_alone() {
     let runs = bench(Some(&redis), &["backlog", "--tasks", "2000", "--backlog", "20000"]);
     assert_clean(&runs[0], &["empty_tasks_per_s", "backlog_tasks_per_s", "ratio"]);
     assert_eq!(runs[0]["backlog_untouched"], true);
+}
+
+#[test]
+fn backlog_scale_measures_both_queues_and_leaves_the_backlog_alone() {
+    let redis = RedisServer::start();
+    let args = [
+        "backlog-scale",
+        "--backlog",
+        "20000",
+        "--tasks",
+        "3000",
+        "--rate",
+        "300",
+        "--duration",
+        "2",
+        "--payload-bytes",
+        "100",
+    ];
+    let runs = bench(Some(&redis), &args);
+    let run = &runs[0];
+    assert_eq!(run["scenario"], "backlog-scale");
+    assert_clean(
+        run,
+        &[
+            "load_seconds",
+            "empty_lateness_p99_ms",
+            "backlog_lateness_p99_ms",
+            "lateness_p99_ratio",
+            "claim_cost_ratio",
+            "drain_tasks_per_s",
+            "drain_host_rss_peak_mib",
+        ],
+    );
+    assert_eq!(run["backlog_untouched"], true, "{run}");
+    let bare = run["redis_bytes_per_task"].as_f64().unwrap();
+    let with_payload = run["redis_bytes_per_task_with_payload"].as_f64().unwrap();
+    // A sorted-set member costs more than its 16-byte id; a 100-byte payload at least its bytes.
+    assert!(bare > 16.0, "{run}");
+    assert!(with_payload >= bare + 100.0, "{run}");
+    for f in ["empty_claim_redis_us_per_task", "backlog_claim_redis_us_per_task"] {
+        assert!(run[f].as_f64().is_some_and(|v| v > 0.0), "{f} not measured: {run}");
+    }
+    // The drain's tasks were in Redis beside the backlog at some point.
+    assert!(run["drain_redis_peak_mib"].as_f64().unwrap() > 0.0, "{run}");
 }
 
 #[test]

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use hourglass::clock::now_ms;
 use hourglass::group::{Callback, FireWhen, GroupId, GroupRef};
-use hourglass::store::{NewChild, Sealed, Store};
+use hourglass::store::{NewChild, Sealed};
 use hourglass::task_type::TaskType;
 
 use super::{Bench, Burst, PREFIX, STALL, round3, task_id};
@@ -25,23 +25,6 @@ use crate::redis_ops;
 const DONE: &str = "bench.done";
 /// Children per group.
 const GROUP_SIZE: u64 = 1000;
-
-/// `used_memory` of the one server, bytes, once what `UNLINK` handed to the
-/// background has been freed (`lazyfree_pending_objects` 0): the bench
-/// clears a big set right before measuring.
-async fn used_memory(store: &Store) -> Result<i64> {
-    let field = |info: &str, name: &str| -> Option<i64> {
-        info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
-    };
-    let deadline = Instant::now() + STALL;
-    loop {
-        let info = store.info("memory").await?;
-        if field(&info, "lazyfree_pending_objects:") == Some(0) || Instant::now() > deadline {
-            return field(&info, "used_memory:").ok_or_else(|| anyhow::anyhow!("INFO memory has no used_memory"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn group_ref(done: &TaskType, g: u64) -> Result<GroupRef> {
     Ok(GroupRef { callback_type: done.clone(), id: format!("g{g}").parse::<GroupId>()? })
@@ -76,13 +59,13 @@ impl Bench {
 
         // 2. Redis bytes of a waiting plain task, then of a waiting child.
         self.progress_line(&format!("groups: writing {n} plain tasks"));
-        let before = used_memory(&self.store).await?;
+        let before = redis_ops::used_memory(&self.store).await?;
         self.write_tasks(0..n, |_| far).await?;
-        let plain_bytes = (used_memory(&self.store).await? - before) as f64 / n as f64;
+        let plain_bytes = (redis_ops::used_memory(&self.store).await? - before) as f64 / n as f64;
         self.clear().await?;
 
         let groups = n.div_ceil(GROUP_SIZE);
-        let before = used_memory(&self.store).await?;
+        let before = redis_ops::used_memory(&self.store).await?;
         let work_before = redis_ops::server_work(&self.store).await?;
         let add_started = Instant::now();
         for g in 0..groups {
@@ -104,7 +87,7 @@ impl Bench {
         }
         let add_seconds = add_started.elapsed().as_secs_f64();
         let work_after = redis_ops::server_work(&self.store).await?;
-        let child_bytes = (used_memory(&self.store).await? - before) as f64 / n as f64;
+        let child_bytes = (redis_ops::used_memory(&self.store).await? - before) as f64 / n as f64;
         self.progress_done();
 
         // 3. The same burst, every task a child: all fall due at one instant.
@@ -139,7 +122,7 @@ impl Bench {
             }
         }
         // What an ended child leaves behind for a day: its report's delivery marker.
-        let ended_bytes = (used_memory(&self.store).await? - before) as f64 / n as f64;
+        let ended_bytes = (redis_ops::used_memory(&self.store).await? - before) as f64 / n as f64;
         self.clear().await?;
         self.clear_groups(&done).await?;
 
