@@ -331,6 +331,8 @@ struct Burst {
     redis_us_per_task: f64,
     /// CPU of the Redis servers per acked task (scripts, network, event loop).
     redis_cpu_us_per_task: f64,
+    /// CPU of the busiest master per acked task: one core's worth of it caps throughput.
+    busiest_master_cpu_us_per_task: f64,
     /// Scripts run per acked task.
     scripts_per_task: f64,
     /// CPU of this process (the host under test, plus the bench's own few ms) per acked task.
@@ -341,6 +343,7 @@ impl Burst {
     fn costs(&self, m: &mut serde_json::Map<String, Value>) {
         m.insert("redis_us_per_task".into(), json!(round3(self.redis_us_per_task)));
         m.insert("redis_cpu_us_per_task".into(), json!(round3(self.redis_cpu_us_per_task)));
+        m.insert("busiest_master_cpu_us_per_task".into(), json!(round3(self.busiest_master_cpu_us_per_task)));
         m.insert("scripts_per_task".into(), json!(round3(self.scripts_per_task)));
         m.insert("host_cpu_us_per_task".into(), json!(round3(self.host_cpu_us_per_task)));
     }
@@ -731,6 +734,13 @@ impl Bench {
             doubled,
             redis_us_per_task: per_task(server_after.script_us - server_before.script_us),
             redis_cpu_us_per_task: per_task(server_after.cpu_us - server_before.cpu_us),
+            busiest_master_cpu_us_per_task: per_task(
+                server_after
+                    .cpu_us_by_master
+                    .iter()
+                    .map(|(addr, after)| after - server_before.cpu_us_by_master.get(addr).copied().unwrap_or(0.0))
+                    .fold(0.0, f64::max),
+            ),
             scripts_per_task: per_task((server_after.script_calls - server_before.script_calls) as f64),
             host_cpu_us_per_task: per_task(cpu_after - cpu_before),
         })

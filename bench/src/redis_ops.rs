@@ -4,8 +4,10 @@ use anyhow::{Context, Result};
 use hourglass::store::Store;
 
 /// What the servers have done so far, summed over every master: for the benchmark's per-task costs.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ServerWork {
+    /// CPU of each master by address, µs: how evenly the work spreads over a cluster.
+    pub(crate) cpu_us_by_master: std::collections::BTreeMap<String, f64>,
     /// Time spent in scripts (`EVALSHA`, with the commands they call), from `INFO commandstats`, µs.
     pub(crate) script_us: f64,
     /// Scripts run.
@@ -58,6 +60,7 @@ pub(crate) async fn server_work(store: &Store) -> Result<ServerWork> {
     let mut work = ServerWork::default();
     for node in store.nodes().await?.into_iter().filter(|n| n.master) {
         let mut conn = node.connection().await?;
+        let cpu_before = work.cpu_us;
         for section in ["commandstats", "cpu"] {
             let info: String = redis::cmd("INFO")
                 .arg(section)
@@ -66,6 +69,7 @@ pub(crate) async fn server_work(store: &Store) -> Result<ServerWork> {
                 .with_context(|| format!("cannot read INFO {section}"))?;
             add_server_work(&mut work, &info);
         }
+        work.cpu_us_by_master.insert(node.addr.clone(), work.cpu_us - cpu_before);
     }
     Ok(work)
 }

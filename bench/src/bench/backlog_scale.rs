@@ -2,8 +2,9 @@
 //!
 //! One server, one type. In turn: a stream of tasks falling due on an empty
 //! queue (lateness), the claim cost of a small set; then N tasks loaded
-//! over a day-long window (load time, Redis bytes per task, then again with
-//! a payload each); the same stream beside them; the claim cost again; and
+//! over a day-long window (load time, Redis bytes per task, the claim cost,
+//! then bytes again with a payload each); the same stream beside them; the
+//! claim cost again (the claims now read a payload hash of N entries); and
 //! one instant at which a million tasks fall due at once (drain throughput,
 //! Redis and host memory at its peak). The backlog must come out untouched.
 
@@ -71,6 +72,8 @@ impl Bench {
         let load_seconds = loading.elapsed().as_secs_f64();
         let loaded = redis_ops::used_memory(&self.store).await?;
         let bytes_per_task = (loaded - before) as f64 / backlog.max(1) as f64;
+        // Claims beside the big due set alone, then (below) with its payloads in the hash claims read.
+        let claim_backlog = self.claim_cost().await?;
         let with_payload = if payload_bytes > 0 {
             self.progress_line(&format!("backlog-scale: a {payload_bytes}-byte payload for each"));
             let payload = vec![b'x'; payload_bytes];
@@ -84,7 +87,7 @@ impl Bench {
         self.progress_done();
 
         let beside = self.stream(rate, duration).await?;
-        let claim_backlog = self.claim_cost().await?;
+        let claim_payloads = if payload_bytes > 0 { json!(round3(self.claim_cost().await?)) } else { Value::Null };
         let drained = self.drain(drain).await?;
         let left = redis_ops::zcard(&self.store, &k.due).await?;
         self.clear().await?;
@@ -113,6 +116,11 @@ impl Bench {
         m.insert("empty_claim_redis_us_per_task".into(), json!(round3(claim_empty)));
         m.insert("backlog_claim_redis_us_per_task".into(), json!(round3(claim_backlog)));
         m.insert("claim_cost_ratio".into(), json!(round3(claim_backlog / claim_empty)));
+        m.insert("backlog_payloads_claim_redis_us_per_task".into(), claim_payloads.clone());
+        m.insert(
+            "claim_cost_ratio_with_payloads".into(),
+            claim_payloads.as_f64().map_or(Value::Null, |c| json!(round3(c / claim_empty))),
+        );
         m.insert("drain_tasks".into(), json!(drain));
         m.insert("drain_tasks_per_s".into(), json!(drained.burst.rate.round()));
         m.insert("drain_redis_peak_mib".into(), mib(Some(drained.redis_peak_bytes.max(0) as u64 / 1024)));
