@@ -39,6 +39,11 @@ pub async fn run(
     // Many hosts share one Redis: each beats under its id and records it with its leases.
     let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
     let store = store.with_holder(&host_id).with_shards(&config);
+    if !store.target().is_cluster() {
+        for (t, n) in config.types.iter().filter_map(|(t, tc)| tc.shards.filter(|&n| n > 1).map(|n| (t, n))) {
+            warn!(task_type = %t, shards = n, "shards on one Redis server: its shards share that server's one core, so they only add work (shards are for a Redis Cluster)");
+        }
+    }
     let traces = crate::traces::start(&config.telemetry, &host_id)?;
     // Histograms buffer every sample until upkeep folds them into buckets:
     // it runs for as long as the host does (through the drain), admin server or not.
