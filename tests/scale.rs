@@ -679,6 +679,30 @@ fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
     assert!(cstat(&mut conn, "hot") >= before + 2, "the occurrences ran in shard 0");
 }
 
+/// Lowering `shards` (3 to 2) strands nothing: a host finds the shard past
+/// the new N that still holds tasks and drains it beside the others.
+#[test]
+fn a_shard_left_by_a_lowered_shards_is_drained() {
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    let now = now_ms();
+    for i in 0..40 {
+        let shard = i % 3;
+        let t = if shard == 0 { "hot".to_owned() } else { format!("hot#{shard}") };
+        let _: () = conn.zadd(format!("hourglass:{{{t}}}:due"), format!("r-{i}"), now).unwrap();
+    }
+    let host = Host::start(&redis, &[("hot", plugin("noop"))], "[types.hot]\nshards = 2\n");
+    host.wait_log("draining them", LONG);
+    let done = |conn: &mut redis::Connection| -> i64 {
+        ["hot", "hot#1", "hot#2"].iter().map(|t| stat(conn, t, "succeeded")).sum()
+    };
+    wait_for("every task, the drained shard's too", LONG, || (done(&mut conn) == 40).then_some(()));
+    assert!(host.log().contains("hot#2"), "the log names the drained shard:\n{}", host.log());
+    let ran = runs(&[&host], "hot");
+    assert_eq!(ran.len(), 40);
+    assert!(ran.values().all(|&n| n == 1), "a task ran twice");
+}
+
 /// A workflow group whose callback type and children's types live on three
 /// different masters, driven by the CLI: each child's end crosses to the
 /// group's slot through the outbox, and the callback fires once.

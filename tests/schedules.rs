@@ -408,6 +408,42 @@ fn max_running_holds_over_three_hosts() {
     drop(hosts);
 }
 
+/// A sharded type's `max_running` holds over its shards together: each of
+/// the 3 shards claims at most its part (1 of 3), while all three run at once.
+#[test]
+fn max_running_holds_over_the_shards_of_a_type() {
+    let redis = RedisServer::start();
+    let meter = ConcurrencyMeter::start(Duration::from_millis(200));
+    let config = |i: usize| {
+        format!(
+            "[runner]\nhost_id = \"h{i}\"\n[types.partner]\nshards = 3\nmax_running = 3\nconcurrency = 8\n\
+             allowed_outbound_hosts = [\"http://127.0.0.1:{}\"]\n",
+            meter.port
+        )
+    };
+    let hosts: Vec<Host> =
+        (1..=2).map(|i| Host::start(&redis, &[("partner", test_plugin("chaos"))], &config(i))).collect();
+    let mut conn = redis.client();
+    let now = now_ms();
+    let mut pipe = redis::pipe();
+    let mut shards_used = HashSet::new();
+    for i in 0..30 {
+        let id = format!("p{i}");
+        let shard = hourglass::task_type::shard_of(id.as_bytes(), 3);
+        shards_used.insert(shard);
+        let t = if shard == 0 { "partner".to_owned() } else { format!("partner#{shard}") };
+        pipe.hset(key(&t, "payload"), &id, format!("http-get:http://127.0.0.1:{}/x", meter.port)).ignore();
+        pipe.zadd(key(&t, "due"), &id, now).ignore();
+    }
+    assert_eq!(shards_used.len(), 3, "the ids fall in every shard");
+    let _: () = pipe.query(&mut conn).unwrap();
+    wait_for("all 30 served", LONG, || (meter.served.load(Ordering::SeqCst) >= 30).then_some(()));
+    let peak = meter.peak.load(Ordering::SeqCst);
+    assert!(peak <= 3, "{peak} requests in flight at once under max_running = 3 over 3 shards");
+    assert!(peak >= 2, "the shards never ran two at once ({peak}): the limit, not the test, should be what holds them");
+    drop(hosts);
+}
+
 #[test]
 fn a_rate_shared_by_three_hosts_is_never_exceeded() {
     let redis = RedisServer::start();
