@@ -444,6 +444,48 @@ fn max_running_holds_over_the_shards_of_a_type() {
     drop(hosts);
 }
 
+/// Checks the start times of `n` tasks run under `rate` per second with
+/// `burst` tokens at most (over every claimer): a rate limit can only slow
+/// things down, so these bounds hold on any machine, however loaded.
+fn assert_rate_held(mut starts: Vec<i64>, n: usize, rate: f64, burst: f64) {
+    starts.sort();
+    assert_eq!(starts.len(), n);
+    // The first `burst` from a full bucket, the rest at the rate (5% for the gap between a claim and its start).
+    let least = ((n as f64 - burst) / rate * 1000.0 * 0.95) as i64;
+    let span = starts[n - 1] - starts[0];
+    assert!(span >= least, "{n} tasks started within {span} ms: faster than {rate}/s");
+    // No one-second window holds more than the rate plus the burst, with 5% for that gap.
+    let most = ((rate + burst) * 1.05) as usize;
+    for (i, &start) in starts.iter().enumerate() {
+        let in_window = starts[i..].iter().take_while(|&&s| s < start + 1000).count();
+        assert!(in_window <= most, "{in_window} tasks started in the second after {start}");
+    }
+}
+
+/// A sharded type's rate holds over its shards together: each claims a third.
+#[test]
+fn a_rate_holds_over_the_shards_of_a_type() {
+    let redis = RedisServer::start();
+    let config = "[types.rated]\nshards = 3\nrate = \"90/s\"\nevents = true\nevents_maxlen = 100000\n";
+    let hosts: Vec<Host> = (1..=2).map(|_| Host::start(&redis, &[("rated", plugin("noop"))], config)).collect();
+    let mut conn = redis.client();
+    let now = now_ms();
+    let mut pipe = redis::pipe();
+    let shard = |i: u16| if i == 0 { "rated".to_owned() } else { format!("rated#{i}") };
+    for i in 0..450 {
+        let id = format!("r{i:04}");
+        pipe.zadd(key(&shard(hourglass::task_type::shard_of(id.as_bytes(), 3)), "due"), id, now).ignore();
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    let done = |conn: &mut redis::Connection| -> i64 { (0..3).map(|i| stat(conn, &shard(i), "succeeded")).sum() };
+    wait_for("all 450 done", LONG, || (done(&mut conn) == 450).then_some(()));
+    let starts: Vec<i64> =
+        (0..3).flat_map(|i| succeeded_events(&mut conn, &shard(i))).map(|(_, started)| started).collect();
+    // Each shard's bucket holds 1.5 (its 30/s over 20): 4.5 at once over the three.
+    assert_rate_held(starts, 450, 90.0, 4.5);
+    drop(hosts);
+}
+
 #[test]
 fn a_rate_shared_by_three_hosts_is_never_exceeded() {
     let redis = RedisServer::start();
@@ -461,20 +503,8 @@ fn a_rate_shared_by_three_hosts_is_never_exceeded() {
     }
     let _: () = pipe.query(&mut conn).unwrap();
     wait_for("all 2000 done", LONG, || (stat(&mut conn, "rated", "succeeded") == 2000).then_some(()));
-    let mut starts: Vec<i64> = succeeded_events(&mut conn, "rated").into_iter().map(|(_, started)| started).collect();
-    starts.sort();
-    assert_eq!(starts.len(), 2000);
-    // A rate limit can only slow things down, so these bounds hold on any
-    // machine, however loaded: 2000 at 200/s, the first 10 from a full bucket,
-    // take at least 9.95 s of claiming.
-    let span = starts[1999] - starts[0];
-    assert!(span >= 9_450, "2000 tasks started within {span} ms: faster than 200/s");
-    // And no one-second window holds more than the rate plus one burst (10),
-    // with 5% for the gap between a claim and its handler's start.
-    for (i, &start) in starts.iter().enumerate() {
-        let in_window = starts[i..].iter().take_while(|&&s| s < start + 1000).count();
-        assert!(in_window <= 220, "{in_window} tasks started in the second after {start}");
-    }
+    let starts: Vec<i64> = succeeded_events(&mut conn, "rated").into_iter().map(|(_, started)| started).collect();
+    assert_rate_held(starts, 2000, 200.0, 10.0);
     let ran: Vec<usize> = hosts.iter().map(|h| h.log().matches("task_type=rated").count()).collect();
     assert!(ran.iter().filter(|n| **n > 0).count() >= 2, "one host did all the work: {ran:?}");
 }
