@@ -636,6 +636,10 @@ fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
         assert!(score.is_some(), "{id} is not in shard {shard}");
         let shown: serde_json::Value = serde_json::from_str(&cli(&["show", "hot", id, "--json"])).unwrap();
         assert_eq!(shown["state"], "scheduled", "{shown}");
+        if shard > 0 {
+            let text = cli(&["show", "hot", id]);
+            assert!(text.contains(&format!("shard: {shard} (keys {{hot#{shard}}})")), "{text}");
+        }
     }
     let stats: serde_json::Value = serde_json::from_str(&cli(&["stats", "--json"])).unwrap();
     let hot = &stats["hot"];

@@ -49,6 +49,9 @@ pub fn headline(v: &TaskView) -> String {
 /// The lines after the headline: what else is known (as label, text).
 pub fn details(v: &TaskView) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
+    if v.task_type.shard_index() > 0 {
+        out.push(("shard", format!("{} (keys {{{}}})", v.task_type.shard_index(), v.task_type)));
+    }
     if v.state == TaskState::Running
         && let Some(due) = v.due_ms
     {
