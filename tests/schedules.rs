@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hourglass::config::Rate;
-use hourglass::store::ClaimLimits;
+use hourglass::store::{Cancelled, ClaimLimits, ScheduleMode, TaskState};
 use hourglass::task::ClaimedTask;
 use hourglass::task::{Outcome, Settlement};
 use redis::Commands;
@@ -406,6 +406,50 @@ fn max_running_holds_over_three_hosts() {
     assert!(peak <= 3, "{peak} requests in flight at once under max_running = 3");
     assert!(peak >= 2, "the hosts never ran two at once ({peak}): the limit, not the test, should be what holds them");
     drop(hosts);
+}
+
+/// A sharded type's tasks are routed by id and found again by id: `schedule`
+/// writes into the id's shard (`CLUSTER KEYSLOT` mod N, the server's own
+/// hash); `show`, postpone, run-now and `cancel` reach it there, even for a
+/// task a client put in another shard; `stats` sums the shards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_types_tasks_are_routed_and_found_by_id() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let config = hourglass::config::Config::parse("[types.hot]\nshards = 3\n", "runner.toml").unwrap();
+    let s = store(&server).await.with_shards(&config);
+    let t = ty("hot");
+    let shard_key = |i: u16| if i == 0 { key("hot", "due") } else { key(&format!("hot#{i}"), "due") };
+    let far = redis_now(&mut c) + 3_600_000;
+    let mut seen = HashSet::new();
+    for i in 0..12 {
+        let id = format!("o-{i}");
+        assert!(s.schedule(&t, id.as_bytes(), far, Some(b"x"), ScheduleMode::Upsert).await.unwrap());
+        let shard = hourglass::task_type::shard_of(id.as_bytes(), 3);
+        seen.insert(shard);
+        let score: Option<f64> = c.zscore(shard_key(shard), &id).unwrap();
+        assert_eq!(score, Some(far as f64), "{id} is not in shard {shard}");
+        let view = s.show(&t, id.as_bytes()).await.unwrap();
+        assert_eq!((view.state, view.task_type.shard_index()), (TaskState::Scheduled, shard), "{id}");
+    }
+    assert_eq!(seen.len(), 3, "the ids fall in every shard");
+    assert_eq!(s.stats(&t).await.unwrap().scheduled_later, 12);
+    // Postpone and run-now move the task in its shard.
+    let later = s.reschedule(&t, b"o-1", Some(Duration::from_secs(60))).await.unwrap().unwrap();
+    assert_eq!(later, far + 60_000);
+    let now = s.reschedule(&t, b"o-2", None).await.unwrap().unwrap();
+    let o2: Option<f64> = c.zscore(shard_key(hourglass::task_type::shard_of(b"o-2", 3)), "o-2").unwrap();
+    assert_eq!(o2, Some(now as f64));
+    // A client that wrote into the wrong shard: the task is still found, and cancelled.
+    let wrong = (hourglass::task_type::shard_of(b"stray", 3) + 1) % 3;
+    let _: () = c.zadd(shard_key(wrong), "stray", far).unwrap();
+    assert_eq!(s.show(&t, b"stray").await.unwrap().state, TaskState::Scheduled);
+    assert!(matches!(s.cancel(&t, b"stray").await.unwrap(), Cancelled::Scheduled));
+    for i in 0..12 {
+        assert!(matches!(s.cancel(&t, format!("o-{i}").as_bytes()).await.unwrap(), Cancelled::Scheduled));
+    }
+    assert!(matches!(s.cancel(&t, b"o-0").await.unwrap(), Cancelled::Unknown));
+    assert_eq!(s.stats(&t).await.unwrap().scheduled_later + s.stats(&t).await.unwrap().due_now, 0);
 }
 
 /// A sharded type's `max_running` holds over its shards together: each of
