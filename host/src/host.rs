@@ -40,7 +40,7 @@ pub async fn run(
     let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
     let store = store.with_holder(&host_id).with_shards(&config);
     if !store.target().is_cluster() {
-        for (t, n) in config.types.iter().filter_map(|(t, tc)| tc.shards.filter(|&n| n > 1).map(|n| (t, n))) {
+        for (t, n) in config.sharded_types() {
             warn!(task_type = %t, shards = n, "shards on one Redis server: its shards share that server's one core, so they only add work (shards are for a Redis Cluster)");
         }
     }

@@ -164,8 +164,7 @@ impl Store {
     /// This store, spreading each type of `config` that has `shards = N` over
     /// its N shards (see [`Store::shard_for`]).
     pub fn with_shards(mut self, config: &Config) -> Store {
-        let sharded = config.types.iter().filter_map(|(t, tc)| tc.shards.filter(|&n| n > 1).map(|n| (t.clone(), n)));
-        self.shards = Arc::new(sharded.collect());
+        self.shards = Arc::new(config.sharded_types().map(|(t, n)| (t.clone(), n)).collect());
         self
     }
 

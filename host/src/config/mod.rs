@@ -338,6 +338,11 @@ impl Config {
         policy.events.then_some(policy.events_maxlen)
     }
 
+    /// The types with more than one shard, and how many.
+    pub fn sharded_types(&self) -> impl Iterator<Item = (&TaskType, u16)> {
+        self.types.iter().filter_map(|(t, tc)| tc.shards.filter(|&n| n > 1).map(|n| (t, n)))
+    }
+
     /// How many shards the type is spread over (`[types.T] shards`, default 1); a shard name gives its type's.
     pub fn shards(&self, task_type: &TaskType) -> u16 {
         self.types.get(&task_type.base()).and_then(|t| t.shards).unwrap_or(1)

@@ -59,11 +59,12 @@ fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, conc
 
 /// Shards past their type's `shards` that still have keys: `shards` was
 /// lowered. Their tasks are claimed and run as before (see docs/scaling.md,
-/// "Resharding") until the next start finds them gone.
-async fn shards_to_drain(store: &Store) -> Vec<TaskType> {
+/// "Resharding") until the next start finds them gone. It SCANs the whole
+/// keyspace, so it runs beside the claim loops, never before them.
+async fn shards_to_drain(store: Store) -> Vec<TaskType> {
     let found = async {
         let mut old = Vec::new();
-        for q in store.known_queues().await? {
+        for q in store.known_shards().await? {
             if q.shard_index() >= store.shard_count(&q.base()) && store.has_work(&q).await? {
                 old.push(q);
             }
@@ -108,7 +109,8 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
     };
     let workers = TaskTracker::new();
     let mut states: HashMap<TaskType, Arc<TypeState>> = HashMap::new();
-    let draining = shards_to_drain(&runner.store).await;
+    let mut draining: Vec<TaskType> = Vec::new();
+    let mut drain_scan = Some(tokio::spawn(shards_to_drain(runner.store.clone())));
     let mut versions = runner.registry.subscribe();
     loop {
         // Start a worker for every type (every shard of a sharded type) that gained a plugin.
@@ -140,7 +142,14 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
                     info!(task_type = %request.task_type, task_id = %crate::logging::clean_id(&request.id), "cancel asked: stopping the run");
                 }
             }
+            found = async { drain_scan.as_mut().expect("guarded").await }, if drain_scan.is_some() => {
+                drain_scan = None;
+                draining = found.unwrap_or_default();
+            }
         }
+    }
+    if let Some(scan) = drain_scan {
+        scan.abort();
     }
 
     let grace = runner.registry.config().runner.grace_period;

@@ -207,16 +207,22 @@ impl Store {
 
     /// Every task type that has keys under this prefix (in any of its shards), sorted.
     pub async fn known_types(&self) -> Result<Vec<TaskType>> {
-        let mut types: Vec<TaskType> = self.known_queues().await?.iter().map(TaskType::base).collect();
+        let mut types: Vec<TaskType> = self.scan_queues("*").await?.iter().map(TaskType::base).collect();
         types.sort();
         types.dedup();
         Ok(types)
     }
 
-    /// Every type and every shard (`T#i`) that has keys under this prefix, sorted.
-    /// SCAN sees the keys of one node only, so in a cluster every master is scanned.
-    pub async fn known_queues(&self) -> Result<Vec<TaskType>> {
-        let pattern = format!("{}:{{*}}:*", glob_escape(&self.prefix));
+    /// Every shard (`T#i`, i > 0) that has keys under this prefix, sorted.
+    pub async fn known_shards(&self) -> Result<Vec<TaskType>> {
+        self.scan_queues("*#*").await
+    }
+
+    /// Every type or shard whose hash tag matches `tags` (a glob) and that has
+    /// keys under this prefix, sorted. SCAN sees the keys of one node only, so
+    /// in a cluster every master is scanned.
+    async fn scan_queues(&self, tags: &str) -> Result<Vec<TaskType>> {
+        let pattern = format!("{}:{{{tags}}}:*", glob_escape(&self.prefix));
         let head = format!("{}:{{", self.prefix);
         let mut types = Vec::new();
         if self.target.is_cluster() {
