@@ -170,17 +170,24 @@ async fn write_chunked<T>(
 /// background has been freed (`lazyfree_pending_objects` 0, or 30 s): the
 /// benchmark clears big sets right before it measures.
 pub(crate) async fn used_memory(store: &Store) -> Result<i64> {
-    let field = |info: &str, name: &str| -> Option<i64> {
-        info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let info = store.info("memory").await?;
-        if field(&info, "lazyfree_pending_objects:") == Some(0) || std::time::Instant::now() > deadline {
-            return field(&info, "used_memory:").context("INFO memory has no used_memory");
+        if info_field(&info, "lazyfree_pending_objects:") == Some(0) || std::time::Instant::now() > deadline {
+            return info_field(&info, "used_memory:").context("INFO memory has no used_memory");
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// `used_memory` of the one server now, bytes (what is being freed included).
+pub(crate) async fn used_memory_now(store: &Store) -> Result<i64> {
+    info_field(&store.info("memory").await?, "used_memory:").context("INFO memory has no used_memory")
+}
+
+/// The number after `name` (`used_memory:`) in `INFO` text.
+fn info_field(info: &str, name: &str) -> Option<i64> {
+    info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]

@@ -180,12 +180,7 @@ impl Bench {
             let (store, peak, rss_peak) = (self.store.clone(), peak.clone(), rss_peak.clone());
             tokio::spawn(async move {
                 loop {
-                    if let Ok(info) = store.info("memory").await
-                        && let Some(used) = info
-                            .lines()
-                            .find_map(|l| l.strip_prefix("used_memory:"))
-                            .and_then(|v| v.trim().parse::<i64>().ok())
-                    {
+                    if let Ok(used) = redis_ops::used_memory_now(&store).await {
                         peak.fetch_max(used, Ordering::Relaxed);
                     }
                     rss_peak.fetch_max(proc_status_kib("VmRSS:").unwrap_or(0), Ordering::Relaxed);
