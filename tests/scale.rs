@@ -572,22 +572,27 @@ fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
     }
 }
 
-/// The due set of shard `shard` of `task_type`, as an application names it.
-fn shard_due(task_type: &str, shard: u16) -> String {
-    match shard {
-        0 => format!("hourglass:{{{task_type}}}:due"),
-        i => format!("hourglass:{{{task_type}#{i}}}:due"),
-    }
+/// The hash tags of the `n` shards of `task_type`, shard 0 first.
+fn tags(task_type: &str, n: u16) -> Vec<String> {
+    hourglass::task_type::shard_tags(&task_type.parse().unwrap(), n).iter().map(ToString::to_string).collect()
 }
 
-/// `shards = 3` spreads one type over three hash tags: clients pick the shard
-/// with `CLUSTER KEYSLOT <id>` mod 3 (the server's own hash, as docs/scaling.md
-/// tells them), two hosts claim every shard, and the CLI finds each task in its
-/// shard: schedule, show, cancel; pause and resume hold for every shard; a
-/// recurring schedule of the type fires (in shard 0) and its runs count.
+/// `shards = 3` spreads one type over three hash tags, on three masters even
+/// for a name whose `{hot}`, `{hot#1}`, `{hot#2}` share one: clients pick the
+/// shard with `CLUSTER KEYSLOT <id>` mod 3 (the server's own hash, as
+/// docs/scaling.md tells them), two hosts claim every shard, and the CLI
+/// finds each task in its shard: schedule, show, cancel; pause and resume
+/// hold for every shard; a recurring schedule of the type fires (in shard 0)
+/// and its runs count.
 #[test]
 fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
     let cluster = Cluster::start();
+    let tags = tags("hot", 3);
+    let due = |shard: u16| format!("hourglass:{{{}}}:due", tags[usize::from(shard)]);
+    // Where the server puts them: three masters, shard 0 keeps `{hot}`.
+    assert_eq!(tags[0], "hot");
+    let masters: HashSet<u16> = (0..3).map(|i| cluster.master_of(&due(i))).collect();
+    assert_eq!(masters.len(), 3, "the shards {tags:?} share a master");
     let plugins = [("hot", plugin("noop"))];
     let config = "[types.hot]\nshards = 3\nmax_running = 6\n";
     let hosts: Vec<Host> = (1..=2)
@@ -607,12 +612,11 @@ fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
         let id = format!("o-{i}");
         let shard = shard_of(&mut conn, &id);
         per_shard[usize::from(shard)] += 1;
-        let _: () = conn.zadd(shard_due("hot", shard), &id, now + i64::from(i)).unwrap();
+        let _: () = conn.zadd(due(shard), &id, now + i64::from(i)).unwrap();
     }
     assert!(per_shard.iter().all(|&n| n > 50), "ids spread over the shards: {per_shard:?}");
-    let succeeded = |conn: &mut redis::cluster::ClusterConnection| -> Vec<i64> {
-        ["hot", "hot#1", "hot#2"].iter().map(|t| cstat(conn, t)).collect()
-    };
+    let succeeded =
+        |conn: &mut redis::cluster::ClusterConnection| -> Vec<i64> { tags.iter().map(|t| cstat(conn, t)).collect() };
     wait_for("every task", LONG, || (succeeded(&mut conn).iter().sum::<i64>() == 300).then_some(()));
     let by_shard = succeeded(&mut conn);
     assert_eq!(by_shard, per_shard.map(|n| n as i64).to_vec(), "each shard ran its own tasks");
@@ -632,14 +636,13 @@ fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
     for id in &later {
         cli(&["schedule", "hot", id, "--in", "1h", "--payload", "p"]);
         let shard = shard_of(&mut conn, id);
-        let score: Option<f64> = conn.zscore(shard_due("hot", shard), id).unwrap();
+        let score: Option<f64> = conn.zscore(due(shard), id).unwrap();
         assert!(score.is_some(), "{id} is not in shard {shard}");
         let shown: serde_json::Value = serde_json::from_str(&cli(&["show", "hot", id, "--json"])).unwrap();
-        assert_eq!(shown["state"], "scheduled", "{shown}");
-        if shard > 0 {
-            let text = cli(&["show", "hot", id]);
-            assert!(text.contains(&format!("shard: {shard} (keys {{hot#{shard}}})")), "{text}");
-        }
+        assert_eq!((&shown["state"], &shown["shard"]), (&"scheduled".into(), &shard.into()), "{shown}");
+        let text = cli(&["show", "hot", id]);
+        let tag = &tags[usize::from(shard)];
+        assert!(text.contains(&format!("shard: {shard} (keys {{{tag}}})")), "{text}");
     }
     let stats: serde_json::Value = serde_json::from_str(&cli(&["stats", "--json"])).unwrap();
     let hot = &stats["hot"];
@@ -647,21 +650,21 @@ fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
     for id in &later {
         assert!(cli(&["cancel", "hot", id]).contains("cancelled"), "{id}");
         let shard = shard_of(&mut conn, id);
-        let score: Option<f64> = conn.zscore(shard_due("hot", shard), id).unwrap();
+        let score: Option<f64> = conn.zscore(due(shard), id).unwrap();
         assert!(score.is_none(), "{id} still scheduled");
     }
 
     // A pause holds on every shard; tasks written meanwhile wait, then run on resume.
     cli(&["pause", "hot"]);
     for shard in 0..3u16 {
-        let key = shard_due("hot", shard).replace(":due", ":paused");
+        let key = due(shard).replace(":due", ":paused");
         let paused: bool = conn.exists(&key).unwrap();
         assert!(paused, "{key} not set");
     }
     for i in 0..30 {
         let id = format!("p-{i}");
         let shard = shard_of(&mut conn, &id);
-        let _: () = conn.zadd(shard_due("hot", shard), &id, now_ms()).unwrap();
+        let _: () = conn.zadd(due(shard), &id, now_ms()).unwrap();
     }
     for host in &hosts {
         host.wait_log("type paused", LONG);
@@ -683,28 +686,71 @@ fn cluster_sharded_type_runs_every_shard_and_the_cli_finds_each_task() {
     assert!(cstat(&mut conn, "hot") >= before + 2, "the occurrences ran in shard 0");
 }
 
-/// Lowering `shards` (3 to 2) strands nothing: a host finds the shard past
-/// the new N that still holds tasks and drains it beside the others.
+/// Lowering `shards` (3 to 2) strands nothing: a host finds the shards that
+/// are not among the 2 current ones and still hold tasks, and drains them
+/// beside the others.
 #[test]
 fn a_shard_left_by_a_lowered_shards_is_drained() {
     let redis = RedisServer::start();
     let mut conn = redis.client();
+    let (three, two) = (tags("hot", 3), tags("hot", 2));
+    let left: Vec<&String> = three.iter().filter(|t| !two.contains(t)).collect();
+    assert!(!left.is_empty(), "{three:?} {two:?}");
     let now = now_ms();
     for i in 0..40 {
-        let shard = i % 3;
-        let t = if shard == 0 { "hot".to_owned() } else { format!("hot#{shard}") };
-        let _: () = conn.zadd(format!("hourglass:{{{t}}}:due"), format!("r-{i}"), now).unwrap();
+        let _: () = conn.zadd(format!("hourglass:{{{}}}:due", three[i % 3]), format!("r-{i}"), now).unwrap();
     }
     let host = Host::start(&redis, &[("hot", plugin("noop"))], "[types.hot]\nshards = 2\n");
     host.wait_log("draining them", LONG);
-    let done = |conn: &mut redis::Connection| -> i64 {
-        ["hot", "hot#1", "hot#2"].iter().map(|t| stat(conn, t, "succeeded")).sum()
-    };
+    let done = |conn: &mut redis::Connection| -> i64 { three.iter().map(|t| stat(conn, t, "succeeded")).sum() };
     wait_for("every task, the drained shard's too", LONG, || (done(&mut conn) == 40).then_some(()));
-    assert!(host.log().contains("hot#2"), "the log names the drained shard:\n{}", host.log());
+    for t in left {
+        assert!(host.log().contains(t.as_str()), "the log names the drained shard {t}:\n{}", host.log());
+    }
     let ran = runs(&[&host], "hot");
     assert_eq!(ran.len(), 40);
     assert!(ran.values().all(|&n| n == 1), "a task ran twice");
+}
+
+/// Tasks that an earlier version (or a client not yet updated) put in the old
+/// tags of `shards = 3` (`{hot#1}`, `{hot#2}`: shard i in `T#i`) still run,
+/// once each, on a host with the current tags (`{hot#3}`, `{hot#4}`): it
+/// drains the old tags beside its shards; `show` and `cancel` find a task
+/// there.
+#[test]
+fn tasks_in_the_old_shard_tags_run_once_after_an_upgrade() {
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    let current = tags("hot", 3);
+    assert!(!current.contains(&"hot#1".into()) && !current.contains(&"hot#2".into()), "{current:?}");
+    let old = |id: &str| match hourglass::task_type::shard_of(id.as_bytes(), 3) {
+        0 => "hot".to_owned(),
+        i => format!("hot#{i}"),
+    };
+    let now = now_ms();
+    for i in 0..60 {
+        let id = format!("m-{i}");
+        let _: () = conn.zadd(format!("hourglass:{{{}}}:due", old(&id)), &id, now).unwrap();
+    }
+    let later = ["later-0", "later-1", "later-2", "later-3"].into_iter().find(|id| old(id) != "hot").unwrap();
+    let _: () = conn.zadd(format!("hourglass:{{{}}}:due", old(later)), later, now + 3_600_000).unwrap();
+    let host = Host::start(&redis, &[("hot", plugin("noop"))], "[types.hot]\nshards = 3\n");
+    host.wait_log("draining them", LONG);
+    let all: Vec<String> = current.iter().cloned().chain(["hot#1".into(), "hot#2".into()]).collect();
+    let done = |conn: &mut redis::Connection| -> i64 { all.iter().map(|t| stat(conn, t, "succeeded")).sum() };
+    wait_for("every task of the old tags", LONG, || (done(&mut conn) == 60).then_some(()));
+    assert!(stat(&mut conn, "hot#1", "succeeded") + stat(&mut conn, "hot#2", "succeeded") > 0, "nothing was drained");
+    let ran = runs(&[&host], "hot");
+    assert_eq!(ran.len(), 60);
+    assert!(ran.values().all(|&n| n == 1), "a task ran twice");
+    // The CLI finds the task still waiting in an old tag, and cancels it there.
+    let toml = host.dir.path().join("runner.toml");
+    let (ok, out, err) = hourglass(&toml, &["show", "hot", later], &[]);
+    assert!(ok && out.contains("scheduled") && out.contains(&format!("keys {{{}}}", old(later))), "{out}{err}");
+    let (ok, out, err) = hourglass(&toml, &["cancel", "hot", later], &[]);
+    assert!(ok && out.contains("cancelled"), "{out}{err}");
+    let left: Option<f64> = conn.zscore(format!("hourglass:{{{}}}:due", old(later)), later).unwrap();
+    assert_eq!(left, None);
 }
 
 /// A workflow group whose callback type and children's types live on three

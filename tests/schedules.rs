@@ -419,7 +419,8 @@ async fn a_sharded_types_tasks_are_routed_and_found_by_id() {
     let config = hourglass::config::Config::parse("[types.hot]\nshards = 3\n", "runner.toml").unwrap();
     let s = store(&server).await.with_shards(&config);
     let t = ty("hot");
-    let shard_key = |i: u16| if i == 0 { key("hot", "due") } else { key(&format!("hot#{i}"), "due") };
+    let tags = hourglass::task_type::shard_tags(&t, 3);
+    let shard_key = |i: u16| key(tags[usize::from(i)].as_str(), "due");
     let far = redis_now(&mut c) + 3_600_000;
     let mut seen = HashSet::new();
     for i in 0..12 {
@@ -430,7 +431,8 @@ async fn a_sharded_types_tasks_are_routed_and_found_by_id() {
         let score: Option<f64> = c.zscore(shard_key(shard), &id).unwrap();
         assert_eq!(score, Some(far as f64), "{id} is not in shard {shard}");
         let view = s.show(&t, id.as_bytes()).await.unwrap();
-        assert_eq!((view.state, view.task_type.shard_index()), (TaskState::Scheduled, shard), "{id}");
+        assert_eq!((view.state, view.shard), (TaskState::Scheduled, Some(shard)), "{id}");
+        assert_eq!(view.task_type, tags[usize::from(shard)], "{id}");
     }
     assert_eq!(seen.len(), 3, "the ids fall in every shard");
     assert_eq!(s.stats(&t).await.unwrap().scheduled_later, 12);
@@ -445,6 +447,12 @@ async fn a_sharded_types_tasks_are_routed_and_found_by_id() {
     let _: () = c.zadd(shard_key(wrong), "stray", far).unwrap();
     assert_eq!(s.show(&t, b"stray").await.unwrap().state, TaskState::Scheduled);
     assert!(matches!(s.cancel(&t, b"stray").await.unwrap(), Cancelled::Scheduled));
+    // A task in a tag of the earlier layout (shard i in `hot#i`), none of the current ones.
+    assert!(!tags.contains(&ty("hot").shard(1)), "{tags:?}");
+    let _: () = c.zadd(key("hot#1", "due"), "old", far).unwrap();
+    let view = s.show(&t, b"old").await.unwrap();
+    assert_eq!((view.state, view.shard, view.task_type.as_str()), (TaskState::Scheduled, None, "hot#1"));
+    assert!(matches!(s.cancel(&t, b"old").await.unwrap(), Cancelled::Scheduled));
     for i in 0..12 {
         assert!(matches!(s.cancel(&t, format!("o-{i}").as_bytes()).await.unwrap(), Cancelled::Scheduled));
     }
@@ -475,7 +483,7 @@ fn max_running_holds_over_the_shards_of_a_type() {
         let id = format!("p{i}");
         let shard = hourglass::task_type::shard_of(id.as_bytes(), 3);
         shards_used.insert(shard);
-        let t = if shard == 0 { "partner".to_owned() } else { format!("partner#{shard}") };
+        let t = hourglass::task_type::shard_tag(&ty("partner"), id.as_bytes(), 3).to_string();
         pipe.hset(key(&t, "payload"), &id, format!("http-get:http://127.0.0.1:{}/x", meter.port)).ignore();
         pipe.zadd(key(&t, "due"), &id, now).ignore();
     }
@@ -515,7 +523,8 @@ fn a_rate_holds_over_the_shards_of_a_type() {
     let mut conn = redis.client();
     let now = now_ms();
     let mut pipe = redis::pipe();
-    let shard = |i: u16| if i == 0 { "rated".to_owned() } else { format!("rated#{i}") };
+    let tags = hourglass::task_type::shard_tags(&"rated".parse().unwrap(), 3);
+    let shard = |i: u16| tags[usize::from(i)].to_string();
     for i in 0..450 {
         let id = format!("r{i:04}");
         pipe.zadd(key(&shard(hourglass::task_type::shard_of(id.as_bytes(), 3)), "due"), id, now).ignore();

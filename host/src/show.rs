@@ -49,8 +49,13 @@ pub fn headline(v: &TaskView) -> String {
 /// The lines after the headline: what else is known (as label, text).
 pub fn details(v: &TaskView) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    if v.task_type.shard_index() > 0 {
-        out.push(("shard", format!("{} (keys {{{}}})", v.task_type.shard_index(), v.task_type)));
+    match v.shard {
+        Some(i) => out.push(("shard", format!("{i} (keys {{{}}})", v.task_type))),
+        None if v.task_type.tag_number() > 0 => out.push((
+            "shard",
+            format!("none of the current ones (keys {{{}}}): a tag the hosts drain, see docs/scaling.md", v.task_type),
+        )),
+        None => {}
     }
     if v.state == TaskState::Running
         && let Some(due) = v.due_ms

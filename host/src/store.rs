@@ -74,7 +74,7 @@ pub use tasks::{Cancelled, ClaimLimits, Extended, OutboxFlush, ScheduleMode, dec
 
 use crate::config::{Config, KeyPrefix};
 use crate::target::Target;
-use crate::task_type::TaskType;
+use crate::task_type::{TaskType, shard_tags};
 use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT, why_no_answer};
 use scripts::Scripts;
 
@@ -92,8 +92,8 @@ pub struct Store {
     target: Arc<Target>,
     /// Host id recorded with every lease this store claims ("" = none).
     holder: Arc<str>,
-    /// Shard counts of the sharded types (`[types.T] shards`); absent: one.
-    shards: Arc<HashMap<TaskType, u16>>,
+    /// The shards (their tags, shard 0 first) of the sharded types (`[types.T] shards`); absent: one.
+    shards: Arc<HashMap<TaskType, Arc<[TaskType]>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -162,40 +162,67 @@ impl Store {
     }
 
     /// This store, spreading each type of `config` that has `shards = N` over
-    /// its N shards (see [`Store::shard_for`]).
+    /// its N shards (see [`Store::shard_for`]). Their tags are computed here,
+    /// once, so routing a task costs one map lookup.
     pub fn with_shards(mut self, config: &Config) -> Store {
-        self.shards = Arc::new(config.sharded_types().map(|(t, n)| (t.clone(), n)).collect());
+        self.shards = Arc::new(config.sharded_types().map(|(t, n)| (t.clone(), shard_tags(t, n))).collect());
         self
     }
 
     /// How many shards type `t` has (1 unless `[types.T] shards` says more).
     pub fn shard_count(&self, t: &TaskType) -> u16 {
-        self.shards.get(&t.base()).copied().unwrap_or(1)
+        self.tags_of(t).map_or(1, |tags| tags.len() as u16)
+    }
+
+    /// The current shards of `t`'s type, shard 0 first; `None` when it has one.
+    fn tags_of(&self, t: &TaskType) -> Option<&Arc<[TaskType]>> {
+        // A type's own name needs no copy to look up; only a shard's does.
+        if t.tag_number() == 0 { self.shards.get(t) } else { self.shards.get(&t.base()) }
     }
 
     /// Every shard of `t`, shard 0 (the type itself) first; a shard name is its own only shard.
     pub fn shards_of(&self, t: &TaskType) -> Vec<TaskType> {
-        if t.shard_index() > 0 {
+        if t.tag_number() > 0 {
             return vec![t.clone()];
         }
-        (0..self.shard_count(t)).map(|i| t.shard(i)).collect()
+        self.tags_of(t).map_or_else(|| vec![t.clone()], |tags| tags.to_vec())
     }
 
-    /// The shard of `t` that holds task `id`: [`shard_of`](crate::task_type::shard_of)
+    /// The shard of `t` that holds task `id`: its tag from
+    /// [`shard_tags`], at the index [`shard_of`](crate::task_type::shard_of)
     /// its id; `t` itself when it has one shard or is a shard name.
     pub fn shard_for(&self, t: &TaskType, id: &[u8]) -> TaskType {
-        if t.shard_index() > 0 {
+        if t.tag_number() > 0 {
             return t.clone();
         }
-        t.shard(crate::task_type::shard_of(id, self.shard_count(t)))
+        match self.tags_of(t) {
+            Some(tags) => tags[usize::from(crate::task_type::shard_of(id, tags.len() as u16))].clone(),
+            None => t.clone(),
+        }
+    }
+
+    /// Which shard (0 to N-1) of its type `t` is; `None` for a tag that is
+    /// none of the type's current shards (left by a lowered `shards` or by
+    /// the tags of an earlier version, `T#1` to `T#N-1`).
+    pub fn shard_index(&self, t: &TaskType) -> Option<u16> {
+        match self.tags_of(t) {
+            Some(tags) => tags.iter().position(|s| s == t).map(|i| i as u16),
+            None => (t.tag_number() == 0).then_some(0),
+        }
     }
 
     /// Where to look for task `id` of `t`: its own shard, then the others
-    /// (where its recurring occurrences and group callbacks are, in shard 0).
+    /// (where its recurring occurrences and group callbacks are, in shard 0),
+    /// then the tags earlier versions gave the same N shards (`T#1` to
+    /// `T#N-1`) that are not current, whose tasks the hosts drain.
     pub(crate) fn lookup_order(&self, t: &TaskType, id: &[u8]) -> Vec<TaskType> {
         let own = self.shard_for(t, id);
         let mut order = vec![own.clone()];
-        order.extend(self.shards_of(t).into_iter().filter(|s| *s != own));
+        if t.tag_number() == 0 {
+            let current = self.shards_of(t);
+            order.extend(current.iter().filter(|s| **s != own).cloned());
+            order.extend((1..self.shard_count(t)).map(|k| t.shard(k)).filter(|s| !current.contains(s)));
+        }
         order
     }
 

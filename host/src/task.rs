@@ -243,7 +243,7 @@ mod tests {
         let r = CancelRequest::parse(b"order.timeout\n42\na\nb\xff").unwrap();
         assert_eq!((r.task_type.as_str(), r.token, r.id.as_slice()), ("order.timeout", 42, &b"a\nb\xff"[..]));
         assert!(CancelRequest::parse(b"Bad Type\n1\nx").is_none());
-        assert_eq!(CancelRequest::parse(b"t#3\n1\nx").unwrap().task_type.shard_index(), 3);
+        assert_eq!(CancelRequest::parse(b"t#3\n1\nx").unwrap().task_type.tag_number(), 3);
         assert!(CancelRequest::parse(b"t\nnot-a-number\nx").is_none());
         assert!(CancelRequest::parse(b"t\n1").is_none());
     }

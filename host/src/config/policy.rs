@@ -152,7 +152,7 @@ pub struct TypeConfig {
     pub may_schedule: Option<Vec<TaskType>>,
     /// See [`TypePolicy::may_replace`].
     pub may_replace: Option<Vec<TaskType>>,
-    /// Spread the type over this many shards, each with keys of its own hash tag (`{T}`, `{T#1}`, ...),
+    /// Spread the type over this many shards, each with keys of its own hash tag (`{T}`, `{T#k}`, ...),
     /// so a hot type uses several Redis Cluster masters; an id's shard is `CLUSTER KEYSLOT <id>` mod
     /// `shards` (docs/scaling.md). Default 1: one slot, as every type has.
     pub shards: Option<u16>,

@@ -37,6 +37,8 @@ impl Runner {
         let heartbeat = tokio::spawn(self.clone().heartbeat(task_type.clone(), state.clone()));
         let mut backoff = Duration::from_millis(50);
         let mut was_paused = false;
+        // A tag being drained (none of the current shards) takes the smallest part, as shard N would.
+        let shard = self.store.shard_index(&task_type).unwrap_or_else(|| self.store.shard_count(&task_type));
         loop {
             if self.stop_claiming.is_cancelled() {
                 break;
@@ -58,8 +60,7 @@ impl Runner {
             notified.as_mut().enable();
 
             // A shard claims its part of the type's throttles, so the shards together keep them.
-            let (max_running, rate) =
-                entry.policy.shard_limits(task_type.shard_index(), self.store.shard_count(&task_type));
+            let (max_running, rate) = entry.policy.shard_limits(shard, self.store.shard_count(&task_type));
             let limits = ClaimLimits {
                 max_tasks: permits.len(),
                 lease: self.lease,

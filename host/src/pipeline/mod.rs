@@ -57,15 +57,16 @@ fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, conc
     state
 }
 
-/// Shards past their type's `shards` that still have keys: `shards` was
-/// lowered. Their tasks are claimed and run as before (see docs/scaling.md,
+/// Shard tags (`T#k`) that are none of their type's current shards and
+/// still have work: `shards` was lowered, or an earlier version put shard `i`
+/// in `T#i`. Their tasks are claimed and run as before (see docs/scaling.md,
 /// "Resharding") until the next start finds them gone. It SCANs the whole
 /// keyspace, so it runs beside the claim loops, never before them.
 async fn shards_to_drain(store: Store) -> Vec<TaskType> {
     let found = async {
         let mut old = Vec::new();
         for q in store.known_shards().await? {
-            if q.shard_index() >= store.shard_count(&q.base()) && store.has_work(&q).await? {
+            if store.shard_index(&q).is_none() && store.has_work(&q).await? {
                 old.push(q);
             }
         }
@@ -75,12 +76,15 @@ async fn shards_to_drain(store: Store) -> Vec<TaskType> {
         Ok(old) => {
             if !old.is_empty() {
                 let names: Vec<String> = old.iter().map(ToString::to_string).collect();
-                info!(shards = %names.join(", "), "shards beyond their type's `shards` still hold keys: draining them");
+                let shards = names.join(", ");
+                info!(%shards, "shards that are none of their type's current ones still hold keys: draining them");
             }
             old
         }
         Err(e) => {
-            warn!("cannot list the shards present, so no shard left by a lowered `shards` is drained: {e:#}");
+            warn!(
+                "cannot list the shards present, so no shard left by a lowered `shards` or old tags is drained: {e:#}"
+            );
             Vec::new()
         }
     }

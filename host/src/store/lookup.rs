@@ -64,8 +64,13 @@ pub struct PayloadPreview {
 /// Everything Redis knows about one task, read in one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TaskView {
-    /// Its type.
+    /// Its type: of a sharded type, the shard it is in (named by its hash tag, `hot#3`).
     pub task_type: TaskType,
+    /// Of a sharded type, the index (0 to N-1) of its shard; absent for a type
+    /// with one shard, and for a task in a tag that is none of the current
+    /// shards (left by a lower `shards` or an earlier version's tags).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u16>,
     /// Its id as (lossy) UTF-8 text; `id_hex` has the exact bytes.
     #[serde(serialize_with = "super::queues::serialize_lossy")]
     pub id: Vec<u8>,
@@ -107,6 +112,9 @@ impl Store {
         }
         if view.state == TaskState::Unknown {
             view.task_type = self.shard_for(t, id);
+        }
+        if self.shard_count(t) > 1 {
+            view.shard = self.shard_index(&view.task_type);
         }
         Ok(view)
     }
@@ -205,6 +213,7 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
     let payload = head.map(|head| preview(&head, payload_len));
     Ok(TaskView {
         task_type: t.clone(),
+        shard: None,
         id: id.to_vec(),
         id_hex: hex::encode(id),
         now_ms,
