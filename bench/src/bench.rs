@@ -17,8 +17,8 @@ use hourglass::clock::now_ms;
 use hourglass::config::{Config, KeyPrefix, TypeConfig};
 use hourglass::host;
 use hourglass::redis_server::{RedisServer, ServerSpec};
-use hourglass::store::{ScheduleMode, Store};
-use hourglass::task_type::TaskType;
+use hourglass::store::{ClusterNode, ScheduleMode, Store};
+use hourglass::task_type::{TaskType, key_slot, shard_of};
 
 use crate::recorder::{HOSTILE, Recorder, now_us};
 use crate::redis_ops;
@@ -89,8 +89,8 @@ pub struct BenchArgs {
     /// Task types the tasks are spread over, all served by `noop`; on a cluster their keys are spread over the masters.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub types: u16,
-    /// Shards of each bench type (`[types.T] shards`): on a cluster, the bench picks type names whose
-    /// shards land on different masters.
+    /// Shards of each bench type (`[types.T] shards`); their tags land on different masters of an
+    /// evenly split cluster by themselves (the report's `placement` says where each landed).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub shards: u16,
     /// Start a private 3-master Redis Cluster (loopback ports, no persistence) and remove it afterwards.
@@ -442,6 +442,8 @@ struct Bench {
     store: Store,
     /// The types tasks are spread over: task `i` is of type `i % len`.
     task_types: Vec<TaskType>,
+    /// Where each type's shards landed (see [`placement`]), for the report.
+    placement: Value,
     work: TempDir,
     progress: bool,
 }
@@ -458,7 +460,9 @@ impl Bench {
             sharded.types.insert(t.clone(), TypeConfig { shards: Some(args.shards), ..TypeConfig::default() });
         }
         let store = store.with_shards(&sharded);
-        let bench = Bench { args, base_config, url, plugin, store, task_types, work: TempDir::new("host")?, progress };
+        let placement = placement(&store, &task_types).await?;
+        let work = TempDir::new("host")?;
+        let bench = Bench { args, base_config, url, plugin, store, task_types, placement, work, progress };
         bench.clear().await?;
         Ok(bench)
     }
@@ -535,6 +539,8 @@ impl Bench {
         m.insert("hosts".into(), json!(self.args.hosts));
         m.insert("types".into(), json!(self.task_types.len()));
         m.insert("shards".into(), json!(self.args.shards));
+        m.insert("type_names".into(), json!(self.task_types.iter().map(ToString::to_string).collect::<Vec<_>>()));
+        m.insert("placement".into(), self.placement.clone());
         m.insert("redis".into(), json!(if self.store.target().is_cluster() { "cluster" } else { "single" }));
         m.insert("load_average".into(), json!(load_average()));
         m
@@ -652,7 +658,7 @@ impl Bench {
             }
             let mut per_shard = vec![Vec::new(); shards.len()];
             for i in ids {
-                per_shard[usize::from(self.store.shard_for(t, task_id(i).as_bytes()).shard_index())].push(i);
+                per_shard[usize::from(shard_of(task_id(i).as_bytes(), shards.len() as u16))].push(i);
             }
             for (shard, ids) in shards.iter().zip(per_shard) {
                 self.write_ids_to(&self.store.keys(shard).due, ids.into_iter(), &due).await?;
@@ -1122,22 +1128,18 @@ fn append_custom_section(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
     bytes.extend_from_slice(&body);
 }
 
-/// The benchmark's task types: `noop`, `noop-1`, `noop-2`, … On a cluster the
-/// names are picked so that the types' keys spread evenly over the masters
-/// (each type's keys share one slot, so one type alone loads one master).
+/// The benchmark's task types: `noop`, `noop-1`, `noop-2`, … On a cluster,
+/// types of one shard are picked so that their keys spread evenly over the
+/// masters (each type's keys share one slot, so one type alone loads one
+/// master); sharded types keep the first names, as their shards' tags
+/// spread over the masters by themselves (`task_type::shard_tags`).
 async fn bench_types(store: &Store, n: usize, shards: u16) -> Result<Vec<TaskType>> {
     let name = |i: usize| if i == 0 { TYPE.to_owned() } else { format!("{TYPE}-{i}") };
-    if !store.target().is_cluster() {
+    if !store.target().is_cluster() || shards > 1 {
         return (0..n).map(|i| Ok(name(i).parse::<TaskType>()?)).collect();
     }
-    let masters: Vec<_> =
-        store.cluster_nodes().await?.into_iter().filter(|n| n.master && !n.slots.is_empty()).map(|n| n.slots).collect();
-    if masters.is_empty() {
-        bail!("CLUSTER NODES lists no master serving slots");
-    }
-    // Every shard of every type counts: a type is taken when each of its shards lands on a master
-    // that has room, so the slots (and the work) spread evenly.
-    let per_master = (n * usize::from(shards)).div_ceil(masters.len());
+    let masters = masters(store).await?;
+    let per_master = n.div_ceil(masters.len());
     let mut load = vec![0usize; masters.len()];
     let mut chosen = Vec::with_capacity(n);
     for i in 0..100_000 {
@@ -1145,22 +1147,49 @@ async fn bench_types(store: &Store, n: usize, shards: u16) -> Result<Vec<TaskTyp
             break;
         }
         let t: TaskType = name(i).parse()?;
-        let mut wanted = load.clone();
-        let mut fits = true;
-        for s in 0..shards {
-            let slot = redis_ops::keyslot(store, &store.keys(&t.shard(s)).due).await?;
-            match masters.iter().position(|ranges| ranges.iter().any(|r| r.contains(&slot))) {
-                Some(m) if wanted[m] < per_master => wanted[m] += 1,
-                _ => fits = false,
-            }
+        let slot = redis_ops::keyslot(store, &store.keys(&t).due).await?;
+        match masters.iter().position(|m| m.slots.iter().any(|r| r.contains(&slot))) {
+            Some(m) if load[m] < per_master => load[m] += 1,
+            _ => continue,
         }
-        if fits {
-            load = wanted;
-            chosen.push(t);
-        }
+        chosen.push(t);
     }
     if chosen.len() < n {
-        bail!("found no {n} type names whose {shards} shards spread evenly over the masters");
+        bail!("found no {n} type names that spread evenly over the masters");
     }
     Ok(chosen)
+}
+
+/// The masters that serve slots, from `CLUSTER NODES`.
+async fn masters(store: &Store) -> Result<Vec<ClusterNode>> {
+    let masters: Vec<_> =
+        store.cluster_nodes().await?.into_iter().filter(|n| n.master && !n.slots.is_empty()).collect();
+    if masters.is_empty() {
+        bail!("CLUSTER NODES lists no master serving slots");
+    }
+    Ok(masters)
+}
+
+/// For the report: each type's shards (shard 0 first), their slots and, on a
+/// cluster, the master that serves each (`host:port`).
+async fn placement(store: &Store, types: &[TaskType]) -> Result<Value> {
+    let cluster = store.target().is_cluster();
+    let masters = if cluster { masters(store).await? } else { Vec::new() };
+    let mut out = serde_json::Map::new();
+    for t in types {
+        let mut shards = Vec::new();
+        for s in store.shards_of(t) {
+            // The server's own hash where there is a cluster to ask.
+            let slot = if cluster {
+                redis_ops::keyslot(store, &store.keys(&s).due).await?
+            } else {
+                key_slot(s.as_str().as_bytes())
+            };
+            let master = masters.iter().find(|m| m.slots.iter().any(|r| r.contains(&slot)));
+            let master = master.map(|m| format!("{}:{}", m.host, m.port));
+            shards.push(json!({ "tag": s.to_string(), "slot": slot, "master": master }));
+        }
+        out.insert(t.to_string(), Value::Array(shards));
+    }
+    Ok(Value::Object(out))
 }
