@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// The allocator of the host it measures (see the host's main.rs).
@@ -36,18 +36,18 @@ struct Cli {
     args: bench::BenchArgs,
 }
 
-/// `hourglass-bench compile-worker --out FILE`: the in-process hosts compile
+/// `hourglass-bench compile-worker --out FILE --threads N`: the in-process hosts compile
 /// plugins by running this binary as their compile worker (docs/sandbox.md).
 #[derive(Debug, Parser)]
 struct Worker {
-    #[arg(long, value_name = "FILE")]
-    out: PathBuf,
+    #[command(flatten)]
+    args: hourglass::runtime::WorkerArgs,
 }
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "compile-worker") {
         let worker = Worker::parse_from(std::env::args_os().skip(1));
-        return hourglass::runtime::compile_worker(&worker.out);
+        return hourglass::runtime::compile_worker(&worker.args);
     }
     let cli = Cli::parse();
     let args = cli.args;
@@ -59,7 +59,12 @@ fn main() -> ExitCode {
     };
     let result = config.and_then(|config| {
         let url = cli.redis.clone().unwrap_or_else(|| config.redis.url.clone());
-        tokio::runtime::Runtime::new()?.block_on(bench::run(args, config, url))
+        // The hosts run on this runtime, as `hourglass run`'s do on theirs.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(bench::host_threads(&args, &config))
+            .enable_all()
+            .build()?;
+        runtime.block_on(bench::run(args, config, url))
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -73,11 +78,28 @@ fn main() -> ExitCode {
 /// Log lines by `HOURGLASS_LOG` (default `warn`), and every task event to the recorder.
 fn init_logging() {
     let filter = std::env::var("HOURGLASS_LOG").unwrap_or_else(|_| "warn".into());
-    let lines = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("warn")));
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let lines_level = filter.max_level_hint();
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
     let tasks = recorder::TaskEvents.with_filter(
         tracing_subscriber::filter::Targets::new().with_target(recorder::TASK_EVENTS, tracing::Level::TRACE),
     );
-    tracing_subscriber::registry().with(lines).with(tasks).init();
+    // Not `.init()`: it would let the `log` records of every crate through
+    // at the most verbose level any layer listens to, which is trace (the
+    // task events), and wasmtime writes trace records on every
+    // instantiation: the bench would charge their filtering to each task,
+    // which a host logging at `info` does not pay. `log` records get the
+    // line filter's level instead.
+    let log_level = match lines_level {
+        Some(level) if level >= LevelFilter::TRACE => tracing_log::log::LevelFilter::Trace,
+        Some(level) if level >= LevelFilter::DEBUG => tracing_log::log::LevelFilter::Debug,
+        Some(level) if level >= LevelFilter::INFO => tracing_log::log::LevelFilter::Info,
+        Some(level) if level >= LevelFilter::WARN => tracing_log::log::LevelFilter::Warn,
+        _ => tracing_log::log::LevelFilter::Error,
+    };
+    let subscriber = tracing_subscriber::registry().with(lines).with(tasks);
+    tracing::subscriber::set_global_default(subscriber).expect("logging is set up once");
+    if let Err(e) = tracing_log::LogTracer::builder().with_max_level(log_level).init() {
+        eprintln!("warning: log records of dependencies are not shown: {e}");
+    }
 }
