@@ -262,6 +262,54 @@ fn an_interpreter_compiles_in_a_worker_and_the_host_stays_near_idle() {
     );
 }
 
+/// The default compile limits mean the same on any machine (issue 35: on 16
+/// cores the default 1 GiB refused `noop.wasm`). The compile worker runs as
+/// a 64-core machine would start it: rayon's default thread count is the
+/// core count (`RAYON_NUM_THREADS` stands in for it) and jemalloc makes four
+/// arenas per core (`narenas:256`). Under the default `compile_memory_limit`
+/// (the host sets it as `RLIMIT_AS`, as `prlimit` does here) every example
+/// plugin compiles, because the worker keeps to `compile_threads`. The
+/// control: the same worker told to use 64 threads, what it did on 64 cores
+/// before, is refused for `noop.wasm` at the same limit.
+#[test]
+fn every_example_compiles_under_the_default_limits_as_on_a_64_core_machine() {
+    let limit = hourglass::config::RunnerConfig::default().compile_memory_limit.as_u64();
+    let dir = tempfile::tempdir().unwrap();
+    let compile = |wasm: &std::path::Path, threads: Option<&str>| {
+        let out = dir.path().join("out.cwasm");
+        let _ = std::fs::remove_file(&out);
+        let mut command = std::process::Command::new("prlimit");
+        command.arg(format!("--as={limit}")).arg("--").arg(support::hourglass_bin());
+        command
+            .args(["compile-worker", "--out", "out.cwasm"])
+            .args(threads.map(|n| ["--threads", n]).into_iter().flatten());
+        let done = command
+            .current_dir(dir.path())
+            .env_clear()
+            .env("RAYON_NUM_THREADS", "64")
+            .env("_RJEM_MALLOC_CONF", "narenas:256,retain:false")
+            .stdin(std::fs::File::open(wasm).unwrap())
+            .output()
+            .expect("run prlimit (util-linux)");
+        let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+        (done.status.success() && out.exists(), stderr)
+    };
+    let mut examples: Vec<_> =
+        ["noop", "order.timeout", "webhook", "device.offline", "device.alert", "flaky"].map(plugin).to_vec();
+    examples.extend(["py.echo", "js.echo"].map(polyglot_plugin));
+    for wasm in &examples {
+        let (compiled, stderr) = compile(wasm, None);
+        assert!(compiled, "{} was not compiled under {limit} bytes of address space: {stderr}", wasm.display());
+    }
+    let (compiled, stderr) = compile(&plugin("noop"), Some("64"));
+    assert!(!compiled, "64 compile threads fit in {limit} bytes too: this test no longer shows the many-core case");
+    // Out of address space in an allocation, or in starting a thread.
+    assert!(
+        stderr.contains("memory allocation") || stderr.contains("cannot start the compile threads"),
+        "refused for another reason: {stderr}"
+    );
+}
+
 /// A valid component built to blow up the compiler (one function of 20,000
 /// locals shuffled 120,000 times: 705 MiB and 11 s unbounded) dropped into a
 /// running host: the compile worker is stopped at `compile_memory_limit`,

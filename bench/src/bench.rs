@@ -96,6 +96,14 @@ pub struct BenchArgs {
     /// Start a private 3-master Redis Cluster (loopback ports, no persistence) and remove it afterwards.
     #[arg(long, conflicts_with = "spawn_redis")]
     pub spawn_cluster: bool,
+    /// Threads that run handlers in each host (`[runner] worker_threads`) [default: the config's, else
+    /// the machine's cores up to 8].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub worker_threads: Option<u16>,
+    /// Threads of the runtime the hosts' own work (claims, settles, Redis) runs on [default: the config's
+    /// `[runner] host_threads`, else the machine's cores up to 4].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub host_threads: Option<u16>,
     /// Print one JSON object per scenario run instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -131,6 +139,11 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
         return if secs > 0.0 { Ok(Duration::from_secs_f64(secs)) } else { Err("must be more than 0".into()) };
     }
     humantime::parse_duration(s).map_err(|e| format!("not seconds or a duration (like 20 or 20s): {e}"))
+}
+
+/// Threads of the runtime the in-process hosts run on: `--host-threads`, else the config's.
+pub fn host_threads(args: &BenchArgs, config: &Config) -> usize {
+    args.host_threads.map_or_else(|| config.runner.host_threads(), usize::from)
 }
 
 /// Runs `hourglass bench`; `redis_url` is `--redis` or the config's.
@@ -337,6 +350,8 @@ struct Burst {
     scripts_per_task: f64,
     /// CPU of this process (the host under test, plus the bench's own few ms) per acked task.
     host_cpu_us_per_task: f64,
+    /// Context switches of the host's threads per task.
+    context_switches_per_task: f64,
 }
 
 impl Burst {
@@ -346,6 +361,7 @@ impl Burst {
         m.insert("busiest_master_cpu_us_per_task".into(), json!(round3(self.busiest_master_cpu_us_per_task)));
         m.insert("scripts_per_task".into(), json!(round3(self.scripts_per_task)));
         m.insert("host_cpu_us_per_task".into(), json!(round3(self.host_cpu_us_per_task)));
+        m.insert("context_switches_per_task".into(), json!(round3(self.context_switches_per_task)));
     }
 }
 
@@ -385,6 +401,25 @@ fn process_cpu_us() -> f64 {
     // utime and stime are fields 14 and 15 of the line: 11 and 12 counted from 0 after the name.
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
     (ticks(11) + ticks(12)) * 10_000.0
+}
+
+/// Context switches of this process's live threads so far (`/proc/self/task/*/status`):
+/// a thread parked for want of work and woken again costs two, so their count per
+/// task shows what idle threads cost, which CPU time on a busy machine hides.
+fn context_switches() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return f64::NAN };
+    let mut n = 0u64;
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+        for line in status.lines() {
+            if let Some(v) =
+                line.strip_prefix("voluntary_ctxt_switches:").or(line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                n += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    n as f64
 }
 
 /// `/proc/loadavg`'s 1-minute figure: other work on the machine skews the numbers.
@@ -530,8 +565,16 @@ impl Bench {
         self.args.batch_size.unwrap_or(self.base_config.runner.batch_size)
     }
 
+    /// Each host's handler threads: `--worker-threads`, else the config's, else the default.
+    fn worker_threads(&self) -> usize {
+        self.args.worker_threads.map_or_else(|| self.base_config.runner.worker_threads(), usize::from)
+    }
+
     fn common(&self) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
+        m.insert("worker_threads".into(), json!(self.worker_threads()));
+        m.insert("host_threads".into(), json!(host_threads(&self.args, &self.base_config)));
+        m.insert("cores".into(), json!(std::thread::available_parallelism().map_or(0, |n| n.get())));
         m.insert("instance_reuse".into(), json!(self.args.reuse.unwrap_or(0)));
         m.insert("concurrency".into(), json!(self.concurrency()));
         m.insert("type_concurrency".into(), json!(self.type_concurrency()));
@@ -592,6 +635,7 @@ impl Bench {
         config.runner.grace_period = Duration::from_secs(5);
         config.runner.concurrency = self.concurrency();
         config.runner.batch_size = self.batch_size();
+        config.runner.worker_threads = Some(self.worker_threads());
         let type_config = TypeConfig {
             concurrency: Some(self.type_concurrency()),
             instance_reuse: self.args.reuse,
@@ -725,9 +769,9 @@ impl Bench {
         }
         // From here on the servers and this process do the drain's work (and little else).
         let server_before = redis_ops::server_work(&self.store).await?;
-        let cpu_before = process_cpu_us();
+        let (cpu_before, switches_before) = (process_cpu_us(), context_switches());
         self.wait_acked(recorder, n, "burst").await;
-        let cpu_after = process_cpu_us();
+        let (cpu_after, switches_after) = (process_cpu_us(), context_switches());
         let server_after = redis_ops::server_work(&self.store).await?;
         let (lost, doubled) = recorder.lost_doubled();
         let seconds = (recorder.last_ack_us.load(Ordering::Relaxed) - due * 1000) as f64 / 1e6;
@@ -749,6 +793,7 @@ impl Bench {
             ),
             scripts_per_task: per_task((server_after.script_calls - server_before.script_calls) as f64),
             host_cpu_us_per_task: per_task(cpu_after - cpu_before),
+            context_switches_per_task: per_task(switches_after - switches_before),
         })
     }
 

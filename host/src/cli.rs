@@ -114,11 +114,7 @@ pub enum Command {
     },
     /// Internal: compile the component on stdin into FILE under the limits the host set (docs/sandbox.md).
     #[command(hide = true)]
-    CompileWorker {
-        /// Where the compiled artifact goes (temp file + rename).
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-    },
+    CompileWorker(crate::runtime::WorkerArgs),
 }
 
 /// `hourglass run`.
@@ -357,17 +353,16 @@ impl Cli {
 
     /// The output file when this process is a compile worker (`hourglass
     /// compile-worker`): it runs before logging, the async runtime and config.
-    pub fn compile_worker(&self) -> Option<&Path> {
+    pub fn compile_worker(&self) -> Option<&crate::runtime::WorkerArgs> {
         match &self.command {
-            Command::CompileWorker { out } => Some(out),
+            Command::CompileWorker(args) => Some(args),
             _ => None,
         }
     }
 }
 
-/// Runs the parsed command; returns the process exit code.
-pub async fn execute(cli: Cli) -> Result<ExitCode> {
-    let config = cli.load_config()?;
+/// Runs the parsed command with its config ([`Cli::load_config`]); returns the process exit code.
+pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
     let redis_override = cli.redis.clone();
     let config_path = cli.config_path();
     match cli.command {
@@ -378,7 +373,7 @@ pub async fn execute(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
         // main.rs runs the worker before any of this; here for completeness.
-        Command::CompileWorker { out } => Ok(crate::runtime::compile_worker(&out)),
+        Command::CompileWorker(args) => Ok(crate::runtime::compile_worker(&args)),
         Command::Bench { args } => Err(run_bench(config_path.as_deref(), redis_override.as_deref(), &args)),
         Command::Schedule(args) => {
             let payload = match (&args.payload, &args.payload_file) {

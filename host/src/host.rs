@@ -32,6 +32,7 @@ pub async fn run(
         max_memory: largest_memory.as_u64(),
         compiler: crate::runtime::Compiler::this_binary(),
         compile_limits: crate::runtime::CompileLimits::from(&config.runner),
+        worker_threads: config.runner.worker_threads(),
     })
     .context("cannot start the Wasm runtime")?;
 

@@ -15,8 +15,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse_or_exit();
     // A child the host started to compile one plugin under limits: no
     // logging, threads or config of its own (docs/sandbox.md).
-    if let Some(out) = cli.compile_worker() {
-        return hourglass::runtime::compile_worker(out);
+    if let Some(args) = cli.compile_worker() {
+        return hourglass::runtime::compile_worker(args);
     }
     hourglass::logging::init(cli.log_format);
     // jemalloc returns freed memory to the system only when the arena that
@@ -26,14 +26,27 @@ fn main() -> ExitCode {
     if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
         tracing::warn!("jemalloc's background purging is off ({e}): memory freed after a compile may stay resident");
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let config = match cli.load_config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The host's own work (claims, settles, Redis) on `host_threads`;
+    // handlers run on a runtime of their own (`worker_threads`).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runner.host_threads())
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::execute(cli)) {
+    match runtime.block_on(cli::execute(cli, config)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -36,7 +36,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use check::{CheckReport, CompileReport};
-pub use compile::{CompileLimits, CompileStats, Compiler, Refused, is_refused, worker as compile_worker};
+pub use compile::{CompileLimits, CompileStats, Compiler, Refused, WorkerArgs, is_refused, worker as compile_worker};
 pub use handler::{Failure, Handler, Limits, TaskRun};
 pub use state::{HostBudget, LOG_CAP, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
 
@@ -96,6 +96,8 @@ pub struct RuntimeOptions {
     pub compiler: Compiler,
     /// What one compile may take (applied to a child; the size limit applies to both).
     pub compile_limits: CompileLimits,
+    /// Threads of the executor that runs handlers (`worker_threads`).
+    pub worker_threads: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -106,6 +108,7 @@ impl Default for RuntimeOptions {
             max_memory: ByteSize::mib(64).as_u64(),
             compiler: Compiler::InProcess,
             compile_limits: CompileLimits::default(),
+            worker_threads: crate::config::RunnerConfig::default().worker_threads(),
         }
     }
 }
@@ -211,7 +214,7 @@ impl Runtime {
             .context("cannot link wasi:http")?;
 
         let executor = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cores())
+            .worker_threads(opts.worker_threads.max(1))
             .thread_name("hourglass-run")
             .enable_all()
             .build()
@@ -387,11 +390,6 @@ pub(crate) fn engine_config() -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
     config
-}
-
-/// The machine's cores: the guest executor's threads.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// The `hourglass:plugin` interfaces (not the world's wasi:http import,

@@ -196,7 +196,38 @@ pub struct RunnerConfig {
     /// Most CPU time (over all its threads) the child process that compiles one plugin may use; past it the plugin is refused.
     #[serde(with = "humantime_serde")]
     pub compile_timeout: Duration,
+    /// Threads one compile uses (and allocator arenas it may fill): fixed, not the machine's core count, so
+    /// `compile_memory_limit` means the same on 1 core and on 64.
+    pub compile_threads: usize,
+    /// Threads that run handlers [default: the machine's cores, at most 8 (docs/operations.md, "Threads")].
+    pub worker_threads: Option<usize>,
+    /// Threads of the host's own work: claims, settles, Redis, the admin server [default: the machine's cores, at most 4].
+    pub host_threads: Option<usize>,
 }
+
+impl RunnerConfig {
+    /// Threads that run handlers: `worker_threads`, else the machine's cores up to [`MAX_DEFAULT_WORKER_THREADS`].
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads.unwrap_or_else(|| cores().min(MAX_DEFAULT_WORKER_THREADS))
+    }
+
+    /// Threads of the host's own runtime: `host_threads`, else the machine's cores up to [`MAX_DEFAULT_HOST_THREADS`].
+    pub fn host_threads(&self) -> usize {
+        self.host_threads.unwrap_or_else(|| cores().min(MAX_DEFAULT_HOST_THREADS))
+    }
+}
+
+/// The cores this process may use (cgroup quota and affinity included).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Default thread counts stop growing with the machine here: more threads
+/// than the work keeps busy cost CPU per task in wake-ups (BENCHMARKS.md,
+/// "Host CPU by thread count"); `worker_threads` raises them.
+pub const MAX_DEFAULT_WORKER_THREADS: usize = 8;
+/// See [`MAX_DEFAULT_WORKER_THREADS`].
+pub const MAX_DEFAULT_HOST_THREADS: usize = 4;
 
 impl Default for RunnerConfig {
     fn default() -> Self {
@@ -213,6 +244,9 @@ impl Default for RunnerConfig {
             max_plugin_size: ByteSize::mib(64),
             compile_memory_limit: ByteSize::mib(DEFAULT_COMPILE_MEMORY_MIB),
             compile_timeout: Duration::from_secs(DEFAULT_COMPILE_SECS),
+            compile_threads: DEFAULT_COMPILE_THREADS,
+            worker_threads: None,
+            host_threads: None,
         }
     }
 }
@@ -223,6 +257,11 @@ impl Default for RunnerConfig {
 /// slower machines.
 const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
 const DEFAULT_COMPILE_SECS: u64 = 120;
+/// Compile threads: the figures above were measured with two, and a compile
+/// runs once per plugin version (then it is mapped from the cache).
+const DEFAULT_COMPILE_THREADS: usize = 2;
+/// Most threads of a compile or of the handler executor a config may ask for.
+pub const MAX_THREADS: usize = 256;
 
 /// The most a config may ask for, so a typo cannot make the host unusable.
 pub(crate) const MAX_CONCURRENCY: usize = 100_000;
@@ -296,6 +335,15 @@ impl Config {
         }
         if r.compile_timeout < Duration::from_secs(1) || r.compile_timeout > Duration::from_secs(3600) {
             bail!("runner.compile_timeout must be between 1s and 1h");
+        }
+        if r.compile_threads == 0 || r.compile_threads > MAX_THREADS {
+            bail!("runner.compile_threads must be between 1 and {MAX_THREADS}");
+        }
+        if r.worker_threads.is_some_and(|n| n == 0 || n > MAX_THREADS) {
+            bail!("runner.worker_threads must be between 1 and {MAX_THREADS}");
+        }
+        if r.host_threads.is_some_and(|n| n == 0 || n > MAX_THREADS) {
+            bail!("runner.host_threads must be between 1 and {MAX_THREADS}");
         }
         if let Some(id) = &r.host_id
             && (id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_whitespace() || c.is_control()))
@@ -519,6 +567,8 @@ mod tests {
             ("[runner]\ncompile_memory_limit = \"1MiB\"", "runner.compile_memory_limit"),
             ("[runner]\ncompile_timeout = \"0s\"", "runner.compile_timeout"),
             ("[runner]\nmax_plugin_size = \"2GiB\"", "runner.max_plugin_size"),
+            ("[runner]\ncompile_threads = 0", "runner.compile_threads"),
+            ("[runner]\nworker_threads = 1000", "runner.worker_threads"),
             ("[types.a]\nrate = \"0/s\"", "at least 1"),
             ("[schedules.digest]\ntype = \"digest.send\"\ncron = \"0 7 * *\"", "schedules.\"digest\""),
             ("[schedules.digest]\ntype = \"digest.send\"", "schedules.\"digest\""),

@@ -30,9 +30,11 @@ impl fmt::Display for CompileReport {
         match self.compiler {
             Compiler::Child { .. } => write!(
                 f,
-                "; limits {} (compile_memory_limit), {} of CPU (compile_timeout)",
+                "; limits {} (compile_memory_limit), {} of CPU (compile_timeout); {} thread{} (compile_threads)",
                 size(self.limits.memory),
-                humantime::format_duration(self.limits.cpu_time)
+                humantime::format_duration(self.limits.cpu_time),
+                self.limits.threads,
+                if self.limits.threads == 1 { "" } else { "s" }
             ),
             Compiler::InProcess => write!(f, "; compiled in process, without limits"),
         }

@@ -54,6 +54,8 @@ pub struct CompileLimits {
     pub memory: u64,
     /// CPU time of the compiling process, all threads together (`compile_timeout`).
     pub cpu_time: Duration,
+    /// Threads (and allocator arenas) of the compiling process (`compile_threads`).
+    pub threads: usize,
 }
 
 impl Default for CompileLimits {
@@ -69,6 +71,7 @@ impl From<&crate::config::RunnerConfig> for CompileLimits {
             max_plugin_size: r.max_plugin_size.as_u64(),
             memory: r.compile_memory_limit.as_u64(),
             cpu_time: r.compile_timeout,
+            threads: r.compile_threads,
         }
     }
 }
@@ -211,11 +214,15 @@ pub(crate) fn in_child(
         .arg("compile-worker")
         .arg("--out")
         .arg(name)
+        .arg("--threads")
+        .arg(limits.threads.to_string())
         .current_dir(dir)
         .env_clear()
-        // jemalloc unmaps what it frees rather than keeping the address
-        // space: the limit is on address space, so less of it goes to waste.
-        .env("_RJEM_MALLOC_CONF", "retain:false")
+        // The limit is on address space, so what takes it must not grow with
+        // the machine: jemalloc would make 4 arenas per core, each keeping
+        // what its threads freed, and unmap nothing (retain). One arena per
+        // compile thread and the main one, and freed memory unmapped.
+        .env("_RJEM_MALLOC_CONF", format!("narenas:{},retain:false", limits.threads + 1))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -358,15 +365,36 @@ fn cpu_time(usage: &libc::rusage) -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-/// `hourglass compile-worker --out FILE`: the child's side. Reads a
-/// component from stdin, compiles it with the host's engine settings and
-/// writes the artifact to FILE (in the current folder: the cache folder) by
-/// temp file and rename, so a host never maps half a file.
+/// The arguments of `hourglass compile-worker` (and of the bench's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// Where the compiled artifact goes (temp file + rename).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Compile threads (`compile_threads`): never the machine's core count.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+}
+
+/// `hourglass compile-worker --out FILE --threads N`: the child's side. Reads a
+/// component from stdin, compiles it with the host's engine settings on N
+/// threads and writes the artifact to FILE (in the current folder: the cache
+/// folder) by temp file and rename, so a host never maps half a file.
 ///
 /// Exit 0 when written, 2 when the input is not a valid component (the
 /// error on stderr, one line), 3 on an I/O error.
-pub fn worker(out: &Path) -> ExitCode {
+pub fn worker(args: &WorkerArgs) -> ExitCode {
+    let out = args.out.as_path();
     deny_network_and_tracing();
+    // wasmtime compiles functions in parallel on rayon's global pool, which
+    // would otherwise have one thread per core (or RAYON_NUM_THREADS): each
+    // thread holds a function's compile state at once, so the memory a
+    // compile takes would grow with the machine (issue 35: 16 cores
+    // refused noop.wasm at 1 GiB). A fixed count keeps the limit's meaning.
+    if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(usize::from(args.threads)).build_global() {
+        eprintln!("cannot start the compile threads: {e}");
+        return ExitCode::from(EXIT_IO as u8);
+    }
     let mut bytes = Vec::new();
     if let Err(e) = std::io::stdin().lock().read_to_end(&mut bytes) {
         eprintln!("cannot read the plugin from stdin: {e}");
