@@ -7,7 +7,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use redis::Commands;
-use support::{Host, RedisServer, leases, now_ms, plugin, stat, test_plugin, wait_for, zcard};
+use support::{Host, RedisServer, admin_addr, get, leases, now_ms, plugin, stat, test_plugin, wait_for, zcard};
 
 const LONG: Duration = Duration::from_secs(90);
 
@@ -99,4 +99,65 @@ fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task()
     let out = hourglass(&redis, &["cancel", "job", "nothing"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("job/nothing is neither scheduled nor running"));
+}
+
+/// A host stops a run whose lease it lost, and writes nothing for it. The
+/// lease is taken away in Redis as a reap does (no claim holds the task any
+/// more) while the handler spins towards a deadline an hour away. The next
+/// renewal learns it: the run ends where it is, its slot comes back (with
+/// `concurrency = 1` the next task can run only then), one line names it,
+/// `hourglass_runs_abandoned_total` counts it, and no outcome is written for
+/// it (nothing fenced, nothing failed).
+#[test]
+fn a_run_whose_lease_was_lost_is_stopped_and_writes_nothing() {
+    let redis = RedisServer::start();
+    let config = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
+                  [runner]\nlease = \"3s\"\n[types.job]\ntimeout = \"1h\"\nconcurrency = 1\n";
+    let host = Host::start(&redis, &[("job", test_plugin("chaos"))], config);
+    let mut conn = redis.client();
+    let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
+    let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
+    wait_for("the loop to run", LONG, || leases(&mut conn, "job").remove("spin"));
+
+    let _: () =
+        redis::cmd("DEL").arg("hourglass:{job}:claimed").arg("hourglass:{job}:claims").query(&mut conn).unwrap();
+    host.wait_log("lease lost while running", LONG);
+    let _: () = conn.zadd("hourglass:{job}:due", "next", now_ms()).unwrap();
+    wait_for("the next task, in the slot the stopped run freed", LONG, || {
+        (stat(&mut conn, "job", "succeeded") == 1).then_some(())
+    });
+
+    let metrics = get(&admin_addr(&host), "/metrics").body;
+    assert!(metrics.contains("hourglass_runs_abandoned_total{type=\"job\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("hourglass_tasks_fenced_total{type=\"job\"} 0")
+            || !metrics.contains("hourglass_tasks_fenced_total{type=\"job\"}"),
+        "{metrics}"
+    );
+    assert_eq!((stat(&mut conn, "job", "failed"), stat(&mut conn, "job", "cancelled")), (0, 0));
+    let log = host.log();
+    assert_eq!(log.matches("lease lost while running").count(), 1, "{log}");
+    assert!(log.contains("ids=spin"), "{log}");
+}
+
+/// Redis stops answering for longer than the lease (every client paused):
+/// the host cannot renew, and stops the run before the lease runs out rather
+/// than let it go on while another host may take the task. When Redis
+/// answers again the task's lease has lapsed and it runs again, as at-least-once says.
+#[test]
+fn a_run_is_stopped_when_no_renewal_reaches_redis_before_its_lease_runs_out() {
+    let redis = RedisServer::start();
+    let config = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
+                  [runner]\nlease = \"3s\"\n[types.job]\ntimeout = \"1h\"\n";
+    let host = Host::start(&redis, &[("job", test_plugin("chaos"))], config);
+    let mut conn = redis.client();
+    let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
+    let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
+    wait_for("the loop to run", LONG, || leases(&mut conn, "job").remove("spin"));
+
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(6000).arg("ALL").query(&mut conn).unwrap();
+    host.wait_log("no lease renewal reached Redis in time", LONG);
+    let metrics = get(&admin_addr(&host), "/metrics").body;
+    assert!(metrics.contains("hourglass_runs_abandoned_total{type=\"job\"} 1"), "{metrics}");
+    assert!(host.log().contains("ids=spin"), "{}", host.log());
 }

@@ -72,6 +72,10 @@ fn describe() {
     describe_counter!("hourglass_tasks_fenced_total", "Outcomes ignored because the lease had been lost.");
     describe_counter!("hourglass_tasks_cancelled_total", "Running tasks stopped by hourglass cancel.");
     describe_counter!(
+        "hourglass_runs_abandoned_total",
+        "Runs stopped because this host lost their lease (reaped, or not renewed in time); nothing was settled."
+    );
+    describe_counter!(
         "hourglass_followups_refused_total",
         "Follow-ups a handler asked for into a type runner.toml does not grant it (may_schedule)."
     );
@@ -129,6 +133,7 @@ pub struct TypeMetrics {
     dead: Counter,
     fenced: Counter,
     cancelled: Counter,
+    abandoned: Counter,
     in_flight: Gauge,
     lateness: Histogram,
     duration: Histogram,
@@ -147,6 +152,7 @@ impl TypeMetrics {
             dead: counter!("hourglass_tasks_dead_total", "type" => t.clone()),
             fenced: counter!("hourglass_tasks_fenced_total", "type" => t.clone()),
             cancelled: counter!("hourglass_tasks_cancelled_total", "type" => t.clone()),
+            abandoned: counter!("hourglass_runs_abandoned_total", "type" => t.clone()),
             in_flight: gauge!("hourglass_tasks_in_flight", "type" => t.clone()),
             lateness: histogram!("hourglass_task_lateness_seconds", "type" => t.clone()),
             duration: histogram!("hourglass_task_duration_seconds", "type" => t.clone()),
@@ -177,6 +183,11 @@ impl TypeMetrics {
                 );
             }
         }
+    }
+
+    /// A run stopped because its lease was lost.
+    pub fn abandoned(&self) {
+        self.abandoned.increment(1);
     }
 
     /// Whether the type is paused, as the last claim found it.

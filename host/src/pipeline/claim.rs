@@ -1,5 +1,6 @@
 //! Claim: a type's loop that takes due tasks under a lease as slots free up, sleeps until the next is due, and renews leases.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ impl Runner {
     pub(crate) async fn type_worker(self, task_type: TaskType, state: Arc<TypeState>) {
         let wakeup = self.wakeups.of(&task_type);
         let heartbeat = tokio::spawn(self.clone().heartbeat(task_type.clone(), state.clone()));
+        let lease_watch = tokio::spawn(self.clone().lease_watch(task_type.clone(), state.clone()));
         let mut backoff = Duration::from_millis(50);
         let mut was_paused = false;
         // A tag being drained (none of the current shards) takes the smallest part, as shard N would.
@@ -135,6 +137,7 @@ impl Runner {
             }
         }
         heartbeat.abort();
+        lease_watch.abort();
         if !self.stop_claiming.is_cancelled() {
             state.stopped.store(true, Ordering::Relaxed);
         }
@@ -168,9 +171,10 @@ impl Runner {
         out
     }
 
-    /// Extends the leases of tasks that run long, so they are not re-delivered.
-    /// It also moves on follow-ups left in the type's outbox by a host that
-    /// died between its ack and the delivery (at start, then every tick).
+    /// Extends the leases of tasks that run long, so they are not re-delivered,
+    /// and stops the runs whose leases a renewal finds reaped. It also moves
+    /// on follow-ups left in the type's outbox by a host that died between
+    /// its ack and the delivery (at start, then every tick).
     async fn heartbeat(self, task_type: TaskType, state: Arc<TypeState>) {
         let every = self.lease / 3;
         loop {
@@ -179,9 +183,12 @@ impl Runner {
                 info!(task_type = %task_type, delivered = moved, "delivered follow-ups left in the outbox");
             }
             tokio::time::sleep(every).await;
+            // Every run older than half a tick is renewed each tick, so a lease
+            // renewed in time is at most about one tick old: far from the
+            // point where `lease_watch` stops its run.
             let due: Vec<Lease> = {
                 let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-                map.iter().filter(|(_, run)| run.renewed.elapsed() >= every).map(|(k, _)| k.clone()).collect()
+                map.iter().filter(|(_, run)| run.renewed.elapsed() >= every / 2).map(|(k, _)| k.clone()).collect()
             };
             if due.is_empty() {
                 continue;
@@ -189,6 +196,7 @@ impl Runner {
             match self.store.extend(&task_type, &due, self.lease.as_millis() as u64).await {
                 Ok(extended) => {
                     self.health.succeeded(&task_type, "extend");
+                    let mut lost: BTreeMap<u64, Vec<String>> = BTreeMap::new();
                     let mut map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                     for (key, extended) in due.iter().zip(extended) {
                         match (extended, map.get_mut(key)) {
@@ -198,16 +206,49 @@ impl Runner {
                                 run.renewed = Instant::now();
                                 run.stop.cancel();
                             }
-                            (Extended::Lost, _) => {
-                                warn!(task_type = %task_type, task_id = %clean_id(&key.id), "lease lost while running")
+                            (Extended::Lost, Some(run)) => {
+                                run.lost.cancel();
+                                lost.entry(key.claim).or_default().push(clean_id(&key.id));
                             }
                             (_, None) => {}
                         }
+                    }
+                    for (claim, ids) in lost {
+                        warn!(task_type = %task_type, claim, tasks = ids.len(), ids = %ids.join(" "),
+                            "lease lost while running (reaped: another host may run these tasks): their runs are stopped");
                     }
                 }
                 Err(e) => {
                     self.health.failed(&task_type, "extend", &e);
                 }
+            }
+        }
+    }
+
+    /// Stops the runs whose leases are about to run out unrenewed (Redis
+    /// unreachable or stalled): a sixth of the lease before Redis would let
+    /// another host take the task, so the run does not go on beside the next
+    /// one. It makes no Redis call, so a Redis that does not answer cannot
+    /// hold it back; the task runs again once its lease lapses.
+    async fn lease_watch(self, task_type: TaskType, state: Arc<TypeState>) {
+        let stop_after = self.lease - self.lease / 6;
+        let mut tick = tokio::time::interval(self.lease / 12);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let mut expiring = Vec::new();
+            {
+                let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                for (key, run) in map.iter() {
+                    if run.renewed.elapsed() >= stop_after && !run.lost.is_cancelled() {
+                        run.lost.cancel();
+                        expiring.push(clean_id(&key.id));
+                    }
+                }
+            }
+            if !expiring.is_empty() {
+                warn!(task_type = %task_type, tasks = expiring.len(), ids = %expiring.join(" "),
+                    "no lease renewal reached Redis in time: the runs of these tasks are stopped before their leases run out (they run again once the leases lapse)");
             }
         }
     }

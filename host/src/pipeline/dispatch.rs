@@ -30,9 +30,9 @@ impl Runner {
         {
             let mut in_flight = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             for (task, _) in &tasks {
-                let stop = CancellationToken::new();
-                in_flight.insert(task.lease(), InFlightRun { renewed: now, stop: stop.clone() });
-                stops.push(stop);
+                let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
+                in_flight.insert(task.lease(), InFlightRun { renewed: now, stop: stop.clone(), lost: lost.clone() });
+                stops.push((stop, lost));
             }
         }
         for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
@@ -46,11 +46,12 @@ impl Runner {
         let unreported = Arc::new(AtomicUsize::new(tasks.len()));
         let executor = self.runtime.executor();
         let trace = crate::traces::batch(&self.store, tasks.iter().map(|(t, _)| t));
-        for ((task, permits), stop) in tasks.into_iter().zip(stops) {
+        for ((task, permits), (stop, lost)) in tasks.into_iter().zip(stops) {
             let run = Run {
                 task,
                 permits,
                 stop,
+                lost,
                 entry: entry.clone(),
                 state: state.clone(),
                 unreported: unreported.clone(),
@@ -68,6 +69,8 @@ struct Run {
     permits: Permits,
     /// Cancelled by `hourglass cancel`.
     stop: CancellationToken,
+    /// Cancelled when the lease is lost: see [`InFlightRun::lost`](super::state::InFlightRun).
+    lost: CancellationToken,
     entry: Arc<Entry>,
     state: Arc<TypeState>,
     unreported: Arc<AtomicUsize>,
@@ -105,6 +108,13 @@ impl Run {
             // Shutdown past the grace period: the run is dropped, which ends it
             // wherever it is; its lease is handed back, no outcome is written.
             _ = self.runner.abort.cancelled() => None,
+            // The lease is lost: dropped the same way (outbound HTTP in flight
+            // too); no outcome is written, the task is another host's now.
+            _ = self.lost.cancelled() => {
+                self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
+                self.state.metrics.abandoned();
+                None
+            }
             // `hourglass cancel`: dropped the same way, and settled as cancelled.
             _ = self.stop.cancelled() => Some(None),
             run = run => Some(Some(run.unwrap_or_else(|_| TaskRun {

@@ -49,6 +49,10 @@ pub(crate) struct InFlightRun {
     pub(crate) renewed: Instant,
     /// Cancelled by `hourglass cancel` (through Redis): the run ends as cancelled.
     pub(crate) stop: CancellationToken,
+    /// Cancelled when this host no longer holds the lease (reaped, or not
+    /// renewed in time): the run ends where it is and nothing is settled,
+    /// since the task is, or soon will be, another host's to run.
+    pub(crate) lost: CancellationToken,
 }
 
 /// Claimed tasks of one type by (id, lease token).
