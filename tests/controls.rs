@@ -111,13 +111,7 @@ fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task()
 #[test]
 fn a_run_whose_lease_was_lost_is_stopped_and_writes_nothing() {
     let redis = RedisServer::start();
-    let config = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
-                  [runner]\nlease = \"3s\"\n[types.job]\ntimeout = \"1h\"\nconcurrency = 1\n";
-    let host = Host::start(&redis, &[("job", test_plugin("chaos"))], config);
-    let mut conn = redis.client();
-    let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
-    let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
-    wait_for("the loop to run", LONG, || leases(&mut conn, "job").remove("spin"));
+    let (host, mut conn) = spinning(&redis, "concurrency = 1\n");
 
     let _: () =
         redis::cmd("DEL").arg("hourglass:{job}:claimed").arg("hourglass:{job}:claims").query(&mut conn).unwrap();
@@ -142,22 +136,31 @@ fn a_run_whose_lease_was_lost_is_stopped_and_writes_nothing() {
 
 /// Redis stops answering for longer than the lease (every client paused):
 /// the host cannot renew, and stops the run before the lease runs out rather
-/// than let it go on while another host may take the task. When Redis
-/// answers again the task's lease has lapsed and it runs again, as at-least-once says.
+/// than let it go on while another host may take the task (which then runs
+/// again once the lease lapses, as at-least-once says).
 #[test]
 fn a_run_is_stopped_when_no_renewal_reaches_redis_before_its_lease_runs_out() {
     let redis = RedisServer::start();
-    let config = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
-                  [runner]\nlease = \"3s\"\n[types.job]\ntimeout = \"1h\"\n";
-    let host = Host::start(&redis, &[("job", test_plugin("chaos"))], config);
-    let mut conn = redis.client();
-    let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
-    let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
-    wait_for("the loop to run", LONG, || leases(&mut conn, "job").remove("spin"));
+    let (host, mut conn) = spinning(&redis, "");
 
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(6000).arg("ALL").query(&mut conn).unwrap();
     host.wait_log("no lease renewal reached Redis in time", LONG);
     let metrics = get(&admin_addr(&host), "/metrics").body;
     assert!(metrics.contains("hourglass_runs_abandoned_total{type=\"job\"} 1"), "{metrics}");
     assert!(host.log().contains("ids=spin"), "{}", host.log());
+}
+
+/// A host serving `job` (chaos) with a 3 s lease, the admin server on and
+/// `extra` in `[types.job]`, running task `spin`, whose handler loops towards
+/// a deadline an hour away; returns once `spin` is leased.
+fn spinning(redis: &RedisServer, extra: &str) -> (Host, redis::Connection) {
+    let config = format!(
+        "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n[runner]\nlease = \"3s\"\n[types.job]\ntimeout = \"1h\"\n{extra}"
+    );
+    let host = Host::start(redis, &[("job", test_plugin("chaos"))], &config);
+    let mut conn = redis.client();
+    let _: () = conn.hset("hourglass:{job}:payload", "spin", "loop").unwrap();
+    let _: () = conn.zadd("hourglass:{job}:due", "spin", now_ms()).unwrap();
+    wait_for("the loop to run", LONG, || leases(&mut conn, "job").remove("spin"));
+    (host, conn)
 }
