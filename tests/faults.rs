@@ -90,6 +90,17 @@ fn fenced(log: &str) -> HashSet<String> {
     log.lines().filter(|l| l.contains(FENCED)).map(task_id).collect()
 }
 
+/// Ids whose runs the host logging `log` stopped because it lost their
+/// leases (a renewal found them reaped, or none reached Redis in time): the
+/// `ids=a,b,c` of its "… are stopped" lines. Such a run writes no outcome.
+fn stopped(log: &str) -> HashSet<String> {
+    log.lines()
+        .filter(|l| l.contains("their runs are stopped") || l.contains("the runs of these tasks are stopped"))
+        .filter_map(|l| l.split(" ids=").nth(1).and_then(|r| r.split(' ').next()))
+        .flat_map(|ids| ids.split(',').map(str::to_owned))
+        .collect()
+}
+
 fn task_id(line: &str) -> String {
     line.split("task_id=").nth(1).and_then(|r| r.split(' ').next()).unwrap_or_default().to_owned()
 }
@@ -126,14 +137,16 @@ struct Report {
     lost: usize,
     twice: usize,
     held: usize,
+    /// Runs of tasks held at the fault that their host stopped (no outcome written).
+    stopped: usize,
     recovery_ms: i64,
 }
 
 impl Report {
     fn print(&self) {
         eprintln!(
-            "FAULT {}: scheduled {}, completed {}, lost {}, run twice {} (held by faulted host {}), recovery {} ms",
-            self.name, self.scheduled, self.completed, self.lost, self.twice, self.held, self.recovery_ms
+            "FAULT {}: scheduled {}, completed {}, lost {}, run twice {} (held by faulted host {}, stopped by it {}), recovery {} ms",
+            self.name, self.scheduled, self.completed, self.lost, self.twice, self.held, self.stopped, self.recovery_ms
         );
     }
 }
@@ -161,6 +174,15 @@ fn check(
         lost: lost.len(),
         twice: twice.len(),
         held: held.len(),
+        stopped: held
+            .iter()
+            // Listed as stopped, and its handler did not end after all (a run
+            // ending as it was stopped keeps its outcome, which is fenced).
+            .filter(|(id, holder)| {
+                logs.get(holder.as_str())
+                    .is_some_and(|l| stopped(l).contains(*id) && !crate::runs(&[l]).contains_key(*id))
+            })
+            .count(),
         recovery_ms,
     };
     report.print();
@@ -264,11 +286,18 @@ impl Drop for Wrapped {
 /// h1 and h2 run `n` tasks; while h1 holds leases, `cut` takes it away
 /// (SIGSTOP, or its network link down) until h2 has done everything, then
 /// `heal` gives it back and its late outcomes must be fenced.
-fn lose_h1_for_a_while(name: &str, redis: &RedisServer, h1: &Wrapped, cut: &dyn Fn(), heal: &dyn Fn()) {
-    let n = tasks();
+fn lose_h1_for_a_while(
+    name: &str,
+    redis: &RedisServer,
+    h1: &Wrapped,
+    cut: &dyn Fn(),
+    heal: &dyn Fn(),
+    run_ms: u64,
+) -> Report {
+    let n = tasks_of(run_ms);
     let h2 = Host::start(redis, &plugins(), &config("h2", n));
     let mut conn = redis.client();
-    schedule(&mut conn, n, 200);
+    schedule(&mut conn, n, run_ms);
     // Cut h1 off while it holds leases, in the thick of the work; try again
     // in the rare case its hands were empty at that moment.
     let (t0_ms, held) = loop {
@@ -303,20 +332,30 @@ fn lose_h1_for_a_while(name: &str, redis: &RedisServer, h1: &Wrapped, cut: &dyn 
     // fell due after it: recovery is about the lease plus one run.
     eprintln!("  ({name}: h1's claims reaped after {} ms, by polling)", reaped_ms.unwrap_or(-1));
     heal();
-    // Every task h1 held was taken over by h2: h1's late outcome must be fenced.
-    wait_for("h1's late outcomes fenced", LONG, || {
-        let fenced = fenced(&h1.log());
-        held.keys().all(|id| fenced.contains(id)).then_some(())
+    // Every task h1 held was taken over by h2: h1's late outcome must be
+    // fenced, unless h1 stopped the run when it learned the lease was gone.
+    // (A run stopped just as its handler ended keeps its outcome: then its
+    // success is in the log, and the fence is waited for.)
+    wait_for("h1's late outcomes fenced or its runs stopped", LONG, || {
+        let log = h1.log();
+        let (fenced, stopped, ran) = (fenced(&log), stopped(&log), runs(&[&log]));
+        held.keys().all(|id| fenced.contains(id) || (stopped.contains(id) && !ran.contains_key(id))).then_some(())
     });
     let logs = HashMap::from([("h1", h1.log()), ("h2", h2.log())]);
     let fenced_h1 = fenced(&logs["h1"]);
     let stray: Vec<&String> = fenced_h1.iter().filter(|id| !held.contains_key(*id)).collect();
     assert!(stray.is_empty(), "{name}: h1 was fenced on tasks it did not hold at the cut: {stray:?}");
-    check(name, &mut conn, n, &held, &logs, recovery_ms);
+    check(name, &mut conn, n, &held, &logs, recovery_ms)
+}
+
+/// The harness's tasks for runs of `run_ms`: runs longer than the lease get
+/// fewer tasks, so the test takes about as long.
+fn tasks_of(run_ms: u64) -> usize {
+    if run_ms > 1000 { 40 } else { tasks() }
 }
 
 /// h1 loses its leases by SIGSTOP, and SIGCONT brings it back.
-fn pause_h1_for_a_while(name: &str) {
+fn pause_h1_for_a_while(name: &str) -> Report {
     let redis = RedisServer::start();
     let h1 = Wrapped::start(&redis.url(), &config("h1", tasks()), &[], &[]);
     let cut = || {
@@ -324,7 +363,7 @@ fn pause_h1_for_a_while(name: &str) {
         h1.wait_stopped();
     };
     let heal = || h1.signal("CONT");
-    lose_h1_for_a_while(name, &redis, &h1, &cut, &heal);
+    lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, 200)
 }
 
 #[test]
@@ -389,12 +428,28 @@ impl Drop for Netns {
 
 #[test]
 fn a_host_cut_off_from_redis_loses_nothing_and_its_late_outcomes_are_fenced() {
+    partition_h1_for_a_while("host cut off from Redis (network partition)", 200);
+}
+
+/// Runs longer than the lease (3 s against 1 s): h1, cut off, cannot renew,
+/// so it stops its runs a sixth of the lease before their leases run out,
+/// and h2 runs those tasks once: what a handler would have done after the
+/// stop does not happen twice. Runs that ended before the stop are fenced.
+#[test]
+fn a_host_cut_off_from_redis_stops_its_runs_before_their_leases_run_out() {
+    let report = partition_h1_for_a_while("host cut off from Redis, runs of 3 s (network partition)", 3000);
+    assert!(report.stopped > 0, "h1 stopped none of the {} runs it held at the cut", report.held);
+}
+
+/// h1 reaches Redis only over a veth pair that `cut` takes down; without
+/// network namespaces (not root?), the same fault by SIGSTOP, said out loud.
+fn partition_h1_for_a_while(name: &str, run_ms: u64) -> Report {
     let net = match Netns::create() {
         Ok(net) => net,
         Err(why) => {
             // No network namespaces (not root?): the same fault by SIGSTOP, said out loud.
             eprintln!("no network partition possible ({why}): falling back to pausing the host");
-            return pause_h1_for_a_while("host cut off from Redis (fallback: SIGSTOP)");
+            return pause_h1_for_a_while(&format!("{name} (fallback: SIGSTOP)"));
         }
     };
     // Redis listens on the root side of the veth pair (h1's only way to it) and
@@ -403,10 +458,10 @@ fn a_host_cut_off_from_redis_loses_nothing_and_its_late_outcomes_are_fenced() {
     let redis =
         RedisServer::start_with(&["--port", &port.to_string(), "--bind", &net.root_addr, "--protected-mode", "no"]);
     let url = format!("redis://{}:{port}", net.root_addr);
-    let h1 = Wrapped::start(&url, &config("h1", tasks()), &["ip", "netns", "exec", &net.ns], &[]);
+    let h1 = Wrapped::start(&url, &config("h1", tasks_of(run_ms)), &["ip", "netns", "exec", &net.ns], &[]);
     let cut = || net.link("down");
     let heal = || net.link("up");
-    lose_h1_for_a_while("host cut off from Redis (network partition)", &redis, &h1, &cut, &heal);
+    lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, run_ms)
 }
 
 // ---------------------------------------------------------------- 3: Redis stalled
@@ -461,7 +516,11 @@ fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
     });
     let logs = logs();
     let fences = fenced(&logs["h1"]).len() + fenced(&logs["h2"]).len();
-    eprintln!("  (stall of {STALL_S}s: {} leased at the stall, {fences} late outcomes fenced)", held.len());
+    let stops = stopped(&logs["h1"]).len() + stopped(&logs["h2"]).len();
+    eprintln!(
+        "  (stall of {STALL_S}s: {} leased at the stall, {fences} late outcomes fenced, {stops} runs stopped)",
+        held.len()
+    );
     check(&format!("Redis stalled (DEBUG SLEEP {STALL_S}s) past the lease"), &mut conn, n, &held, &logs, recovery_ms);
 }
 

@@ -207,14 +207,15 @@ impl Runner {
                                 run.stop.cancel();
                             }
                             (Extended::Lost, Some(run)) => {
-                                run.lost.cancel();
-                                lost.entry(key.claim).or_default().push(clean_id(&key.id));
+                                if run.lose() {
+                                    lost.entry(key.claim).or_default().push(clean_id(&key.id));
+                                }
                             }
                             (_, None) => {}
                         }
                     }
                     for (claim, ids) in lost {
-                        warn!(task_type = %task_type, claim, tasks = ids.len(), ids = %ids.join(" "),
+                        warn!(task_type = %task_type, claim, tasks = ids.len(), ids = %ids.join(","),
                             "lease lost while running (reaped: another host may run these tasks): their runs are stopped");
                     }
                 }
@@ -240,14 +241,13 @@ impl Runner {
             {
                 let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for (key, run) in map.iter() {
-                    if run.renewed.elapsed() >= stop_after && !run.lost.is_cancelled() {
-                        run.lost.cancel();
+                    if run.renewed.elapsed() >= stop_after && !run.lost.is_cancelled() && run.lose() {
                         expiring.push(clean_id(&key.id));
                     }
                 }
             }
             if !expiring.is_empty() {
-                warn!(task_type = %task_type, tasks = expiring.len(), ids = %expiring.join(" "),
+                warn!(task_type = %task_type, tasks = expiring.len(), ids = %expiring.join(","),
                     "no lease renewal reached Redis in time: the runs of these tasks are stopped before their leases run out (they run again once the leases lapse)");
             }
         }

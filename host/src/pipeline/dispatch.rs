@@ -1,7 +1,7 @@
 //! Dispatch: run each claimed task in the sandbox, and decide what its result means (ack, retry, dead letter).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -30,9 +30,11 @@ impl Runner {
         {
             let mut in_flight = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             for (task, _) in &tasks {
-                let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
-                in_flight.insert(task.lease(), InFlightRun { renewed: now, stop: stop.clone(), lost: lost.clone() });
-                stops.push((stop, lost));
+                let (stop, lost, ended) = (CancellationToken::new(), CancellationToken::new(), Arc::default());
+                let run =
+                    InFlightRun { renewed: now, stop: stop.clone(), lost: lost.clone(), ended: Arc::clone(&ended) };
+                in_flight.insert(task.lease(), run);
+                stops.push((stop, lost, ended));
             }
         }
         for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
@@ -46,12 +48,13 @@ impl Runner {
         let unreported = Arc::new(AtomicUsize::new(tasks.len()));
         let executor = self.runtime.executor();
         let trace = crate::traces::batch(&self.store, tasks.iter().map(|(t, _)| t));
-        for ((task, permits), (stop, lost)) in tasks.into_iter().zip(stops) {
+        for ((task, permits), (stop, lost, ended)) in tasks.into_iter().zip(stops) {
             let run = Run {
                 task,
                 permits,
                 stop,
                 lost,
+                ended,
                 entry: entry.clone(),
                 state: state.clone(),
                 unreported: unreported.clone(),
@@ -71,6 +74,8 @@ struct Run {
     stop: CancellationToken,
     /// Cancelled when the lease is lost: see [`InFlightRun::lost`](super::state::InFlightRun).
     lost: CancellationToken,
+    /// Set once the handler is done.
+    ended: Arc<AtomicBool>,
     entry: Arc<Entry>,
     state: Arc<TypeState>,
     unreported: Arc<AtomicUsize>,
@@ -108,13 +113,6 @@ impl Run {
             // Shutdown past the grace period: the run is dropped, which ends it
             // wherever it is; its lease is handed back, no outcome is written.
             _ = self.runner.abort.cancelled() => None,
-            // The lease is lost: dropped the same way (outbound HTTP in flight
-            // too); no outcome is written, the task is another host's now.
-            _ = self.lost.cancelled() => {
-                self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
-                self.state.metrics.abandoned();
-                None
-            }
             // `hourglass cancel`: dropped the same way, and settled as cancelled.
             _ = self.stop.cancelled() => Some(None),
             run = run => Some(Some(run.unwrap_or_else(|_| TaskRun {
@@ -122,7 +120,17 @@ impl Run {
                 followups: Vec::new(),
                 groups: Vec::new(),
             }))),
+            // The lease is lost: dropped the same way (outbound HTTP in flight
+            // too); no outcome is written, the task is another host's now. A
+            // handler that is done by then keeps its outcome (fenced, or
+            // stored if the lease had not run out after all).
+            _ = self.lost.cancelled() => {
+                self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
+                self.state.metrics.abandoned();
+                None
+            }
         };
+        self.ended.store(true, Ordering::Release);
         drop(measured);
         let Some(run) = run else {
             if let Some(span) = span {

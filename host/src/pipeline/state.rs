@@ -53,6 +53,17 @@ pub(crate) struct InFlightRun {
     /// renewed in time): the run ends where it is and nothing is settled,
     /// since the task is, or soon will be, another host's to run.
     pub(crate) lost: CancellationToken,
+    /// Set when the handler is done (its outcome may still wait to be settled).
+    pub(crate) ended: Arc<AtomicBool>,
+}
+
+impl InFlightRun {
+    /// The lease is gone: stops the run; whether its handler was still going
+    /// (a handler that already ended has its outcome fenced instead).
+    pub(crate) fn lose(&self) -> bool {
+        self.lost.cancel();
+        !self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Claimed tasks of one type by (id, lease token).
