@@ -259,8 +259,8 @@ const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
 const DEFAULT_COMPILE_SECS: u64 = 120;
 /// Compile threads: the figures above were measured with two, and a compile
 /// runs once per plugin version (then it is mapped from the cache).
-const DEFAULT_COMPILE_THREADS: usize = 2;
-/// Most threads of a compile or of the handler executor a config may ask for.
+pub const DEFAULT_COMPILE_THREADS: usize = 2;
+/// Most threads of a compile, of the handler executor or of the host's runtime a config may ask for.
 pub const MAX_THREADS: usize = 256;
 
 /// The most a config may ask for, so a typo cannot make the host unusable.

@@ -372,7 +372,12 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Compile threads (`compile_threads`): never the machine's core count.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::config::DEFAULT_COMPILE_THREADS as u16,
+        value_parser = clap::value_parser!(u16).range(1..=crate::config::MAX_THREADS as i64)
+    )]
     pub threads: u16,
 }
 
