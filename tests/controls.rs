@@ -101,6 +101,44 @@ fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task()
     assert!(text(&out.stderr).contains("job/nothing is neither scheduled nor running"));
 }
 
+/// One run of an id at a time, as a user sees it: a task runs for 2 s; while
+/// it runs, a client `ZADD`s the same id due now (a retry button, a second
+/// producer). Two hosts with room to spare could start it at once; instead
+/// the new schedule waits, runs right after the first run ended, and runs
+/// exactly once. The events stream has both runs' start and finish times.
+#[test]
+fn a_task_scheduled_again_while_it_runs_runs_again_only_after_the_run_ended_and_once() {
+    let redis = RedisServer::start();
+    let config = |i: usize| format!("[runner]\nhost_id = \"h{i}\"\n[types.job]\nevents = true\n");
+    let hosts: Vec<Host> = (1..=2).map(|i| Host::start(&redis, &[("job", test_plugin("chaos"))], &config(i))).collect();
+    let mut conn = redis.client();
+    let _: () = conn.hset("hourglass:{job}:payload", "order-7", "sleep:2000").unwrap();
+    let _: () = conn.zadd("hourglass:{job}:due", "order-7", now_ms()).unwrap();
+    wait_for("the first run to start", LONG, || leases(&mut conn, "job").remove("order-7"));
+
+    // The client schedules the running id again, due now, as any Redis client can.
+    let _: () = conn.zadd("hourglass:{job}:due", "order-7", now_ms()).unwrap();
+    wait_for("both runs", LONG, || (stat(&mut conn, "job", "succeeded") == 2).then_some(()));
+    // Time for a third run to show up, if the schedule were kept twice.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(stat(&mut conn, "job", "succeeded"), 2, "the id ran more than twice");
+    assert_eq!(zcard(&mut conn, "hourglass:{job}:due"), 0);
+    assert_eq!(zcard(&mut conn, "hourglass:{job}:held"), 0, "a held schedule was left behind");
+
+    let events: redis::streams::StreamRangeReply = conn.xrange_all("hourglass:{job}:events").unwrap();
+    let field = |e: &redis::streams::StreamId, f: &str| -> i64 {
+        e.get::<String>(f).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("event without {f}: {e:?}"))
+    };
+    let runs: Vec<(i64, i64)> = events
+        .ids
+        .iter()
+        .filter(|e| e.get::<String>("id").as_deref() == Some("order-7"))
+        .map(|e| (field(e, "started_ms"), field(e, "finished_ms")))
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs[1].0 >= runs[0].1, "the second run started at {} before the first ended at {}", runs[1].0, runs[0].1);
+}
+
 /// A host stops a run whose lease it lost, and writes nothing for it. The
 /// lease is taken away in Redis as a reap does (no claim holds the task any
 /// more) while the handler spins towards a deadline an hour away. The next

@@ -23,6 +23,8 @@ mutants=(
   "a failed run whose cancel was asked is retried|settle.lua|s/  if kind ~= 'ack' and kind ~= 'cancel' and has_cancels and redis.call('HGET', cancels, id) == token then/  if false then/"
   "an ack drops the payload of a task scheduled again meanwhile|settle.lua|s/        if not due_score then drop_payload\[#drop_payload + 1\] = id end/        drop_payload[#drop_payload + 1] = id/"
   "release overwrites a client's new schedule|release.lua|s/each_chunk(back, function(...) redis.call('ZADD', due, 'NX', ...) end)/each_chunk(back, function(...) redis.call('ZADD', due, ...) end)/"
+  "a claim hands out an id whose earlier run still holds its lease|claim.lua|s/        local e = redis.call('ZSCORE', claims, holders\[j\])/        local e = false/"
+  "a schedule held for a run keeps the lease's end when the run settles|settle.lua|s/^if has_held then unhold(held, due, left) end/if false then unhold(held, due, left) end/"
 )
 
 backup=$(mktemp -d)

@@ -10,9 +10,9 @@
 //! ([`Store::with_manual_clock`]), so a lease expires exactly when the case
 //! steps past it. After every step the whole of the type's state in Redis
 //! must equal the model's, and three properties must hold: a task is
-//! leased at most once at a time and never both due and leased, unless a
-//! client scheduled it again while it ran (the documented exception); a
-//! fenced outcome changes nothing; no task is lost (each is due, leased,
+//! leased at most once at a time, without exception (a schedule a client
+//! writes while it runs waits for the run to end), and never both due and
+//! leased unless a client scheduled it so; a fenced outcome changes nothing; no task is lost (each is due, leased,
 //! dead, or ended by an ack, a cancel or a purge). A failure shrinks to a
 //! minimal sequence of steps and names the step and the difference.
 //!
@@ -168,6 +168,10 @@ struct State {
     live: BTreeMap<String, String>,
     /// The `leased` counter of `claimed` (tasks leased under claims).
     leased: i64,
+    /// id → the claim id its run is leased under.
+    running: BTreeMap<String, String>,
+    /// id → `<due the client gave>:<due while held>`, of schedules waiting for an earlier run.
+    held: BTreeMap<String, String>,
     /// The non-zero counters of the type's stats.
     stats: BTreeMap<String, i64>,
     seq: i64,
@@ -204,7 +208,10 @@ struct Coverage {
     dead_at_claim: usize,
     retried: usize,
     claims_while_paused: usize,
-    leased_twice: usize,
+    /// Due ids a claim held back because an earlier run of theirs still held its lease.
+    held_back: usize,
+    /// Held schedules that got their own due time back when the earlier run ended.
+    given_back: usize,
 }
 
 impl Coverage {
@@ -216,7 +223,8 @@ impl Coverage {
         self.dead_at_claim += o.dead_at_claim;
         self.retried += o.retried;
         self.claims_while_paused += o.claims_while_paused;
-        self.leased_twice += o.leased_twice;
+        self.held_back += o.held_back;
+        self.given_back += o.given_back;
     }
 
     /// The paths no run of the default size may miss.
@@ -230,6 +238,8 @@ impl Coverage {
             (self.dead_at_claim, "dead letters at claim"),
             (self.retried, "retries"),
             (self.claims_while_paused, "claims while paused"),
+            (self.held_back, "ids held back for their earlier run"),
+            (self.given_back, "held schedules given their time back"),
         ] {
             if n == 0 {
                 out.push(name);
@@ -247,7 +257,7 @@ struct Model {
     s: State,
     claims: BTreeMap<u64, ClaimRecord>,
     /// Ids a client scheduled while they were leased: the one case where a task may be
-    /// due and leased at once, or leased twice (docs/correctness.md).
+    /// due and leased at once (the new schedule waits for the run to end).
     scheduled_while_leased: BTreeSet<String>,
     /// Ids whose last end took them out for good (ack, cancel, purge): the only ones
     /// allowed to be neither due, nor leased, nor dead.
@@ -278,6 +288,7 @@ impl Model {
     /// Task `k` of claim `c` leaves it; the claim and its lease go with its last task.
     fn leave_claim(&mut self, c: u64, k: usize) {
         let key = c.to_string();
+        let id = self.claims[&c].ids[k].clone();
         let live = self.s.live.get_mut(&key).expect("a live claim");
         live.replace_range(k..=k, "0");
         self.s.leased -= 1;
@@ -285,6 +296,19 @@ impl Model {
             self.s.live.remove(&key);
             self.s.claims.remove(&key);
             self.claims.remove(&c);
+        }
+        self.s.running.remove(&id);
+        self.unhold(&id);
+    }
+
+    /// The run of `id` ended: a schedule held for it gets back the due time the client gave,
+    /// unless someone moved it since (the prelude's unhold).
+    fn unhold(&mut self, id: &str) {
+        let Some(entry) = self.s.held.remove(id) else { return };
+        let (original, bumped) = entry.split_once(':').expect("original:bumped");
+        if self.s.due.get(id).is_some_and(|&d| d.to_string() == bumped) {
+            self.s.due.insert(id.to_owned(), original.parse().unwrap());
+            self.covered.given_back += 1;
         }
     }
 
@@ -352,6 +376,10 @@ impl Model {
             }
         }
         self.covered.reaped += lost.len();
+        for (id, ..) in &lost {
+            self.s.running.remove(id);
+            self.unhold(id);
+        }
         let marks: Vec<Option<String>> = lost.iter().map(|(id, ..)| self.s.cancels.get(id).cloned()).collect();
         let mut back = Vec::new();
         for ((id, token, attempt, at), mark) in lost.into_iter().zip(marks) {
@@ -386,8 +414,26 @@ impl Model {
         rows.sort();
         rows.truncate(limit);
         let mut out = ModelClaim::default();
-        let mut kept = Vec::new();
+        // One run of an id at a time: one whose earlier run's claim still exists waits for its
+        // lease's end, and `held` keeps the time it had (or the one it had before, if untouched).
+        let mut free = Vec::new();
         for (due, id) in rows {
+            let until = self.s.running.get(&id).and_then(|c| self.s.claims.get(c)).copied();
+            let Some(until) = until else {
+                free.push((due, id));
+                continue;
+            };
+            let original = match self.s.held.get(&id).and_then(|e| e.split_once(':')) {
+                Some((o, b)) if b == due.to_string() => o.to_owned(),
+                _ => due.to_string(),
+            };
+            self.s.due.insert(id.clone(), until);
+            self.s.held.insert(id.clone(), format!("{original}:{until}"));
+            self.covered.held_back += 1;
+            out.held.push(id);
+        }
+        let mut kept = Vec::new();
+        for (due, id) in free {
             self.s.due.remove(&id);
             if self.s.dead.remove(&id).is_some() {
                 // A dead id a client scheduled again starts over.
@@ -424,10 +470,7 @@ impl Model {
             };
             for (k, (due, id)) in kept.into_iter().enumerate() {
                 let attempt = self.s.attempts.get(&id).map_or(0, |a| a.parse::<u32>().unwrap()) + 1;
-                if !self.leases_of(&id).is_empty() {
-                    self.covered.leased_twice += 1;
-                    out.overlaps.push(id.clone());
-                }
+                self.s.running.insert(id.clone(), first.to_string());
                 self.covered.handed_out += 1;
                 out.tasks.push((
                     id.clone(),
@@ -542,6 +585,7 @@ impl Model {
     fn cancel(&mut self, id: &str) -> CancelModel {
         if self.s.due.remove(id).is_some() {
             self.s.payload.remove(id);
+            self.s.held.remove(id);
             self.ended.insert(id.to_owned());
             return CancelModel::Scheduled;
         }
@@ -572,6 +616,9 @@ impl Model {
             } else {
                 self.s.due.insert(id.clone(), self.now);
                 self.ended.remove(id);
+                if !self.leases_of(id).is_empty() {
+                    self.scheduled_while_leased.insert(id.clone());
+                }
             }
         }
         chosen.len() as u64
@@ -588,11 +635,10 @@ impl Model {
             }
         }
         for (id, n) in &leased {
-            let allowed = self.scheduled_while_leased.contains(*id);
-            if *n > 1 && !allowed {
+            if *n > 1 {
                 return Err(format!("{id} is leased {n} times at once"));
             }
-            if real.due.contains_key(*id) && !allowed {
+            if real.due.contains_key(*id) && !self.scheduled_while_leased.contains(*id) {
                 return Err(format!("{id} is both due and leased"));
             }
         }
@@ -618,8 +664,8 @@ struct ModelClaim {
     tasks: Vec<(String, i64, Vec<u8>, u32, u64)>,
     dead: Vec<(String, String)>,
     paused: bool,
-    /// Ids handed out while another lease of theirs still holds (the documented exception).
-    overlaps: Vec<String>,
+    /// Due ids not handed out because an earlier run of theirs still holds its lease.
+    held: Vec<String>,
 }
 
 enum CancelModel {
@@ -664,6 +710,9 @@ async fn read_state(store: &Store, k: &Keys) -> anyhow::Result<State> {
         .xlen(&k.events)
         .query_async(&mut conn)
         .await?;
+    // A tuple reply has at most 12 parts: the run index apart (nothing runs between the reads).
+    let (running, held): (Pairs, Pairs) =
+        redis::pipe().hgetall(&k.running).hgetall(&k.held).query_async(&mut conn).await?;
     let scores = |v: Scores| v.into_iter().map(|(m, s)| (m, s as i64)).collect();
     let mut live = BTreeMap::new();
     let mut leased = 0;
@@ -684,6 +733,8 @@ async fn read_state(store: &Store, k: &Keys) -> anyhow::Result<State> {
         claims: scores(claims),
         live,
         leased,
+        running: running.into_iter().collect(),
+        held: held.into_iter().collect(),
         stats: stats.into_iter().map(|(f, v)| (f, v.parse().unwrap_or(i64::MIN))).filter(|(_, v)| *v != 0).collect(),
         seq: seq.unwrap_or(0),
         paused,
@@ -701,7 +752,9 @@ fn difference(model: &State, real: &State) -> String {
             }
         )*};
     }
-    field!(due, payload, dead, attempts, errors, cancels, claims, live, leased, stats, seq, paused, events);
+    field!(
+        due, payload, dead, attempts, errors, cancels, claims, live, leased, running, held, stats, seq, paused, events
+    );
     out
 }
 
@@ -778,10 +831,10 @@ impl Case<'_> {
                     });
                 }
                 let ids: Vec<_> = expected.tasks.iter().map(|t| format!("{}#{}", t.0, t.4)).collect();
-                let overlap = if expected.overlaps.is_empty() {
+                let overlap = if expected.held.is_empty() {
                     String::new()
                 } else {
-                    format!(" (still leased: {:?})", expected.overlaps)
+                    format!(" (held for their earlier run: {:?})", expected.held)
                 };
                 format!("handed out {ids:?}, dead-lettered {:?}{overlap}", expected.dead)
             }

@@ -22,6 +22,11 @@ pub struct Keys {
     /// `P:{T}:claimed`: HASH claim id → its holder, ids and attempts; `<claim id>:live` → which are
     /// still leased; `leased` → how many tasks are (see `scripts/prelude.lua`).
     pub claimed: String,
+    /// `P:{T}:running`: HASH id → the claim id it is leased under (one run of an id at a time).
+    pub running: String,
+    /// `P:{T}:held`: HASH id → `<due ms the client gave>:<due ms while held>`, of ids scheduled
+    /// again while an earlier run holds its lease (see `scripts/prelude.lua`'s unhold).
+    pub held: String,
     /// `P:{T}:attempts`: HASH id → attempts so far.
     pub attempts: String,
     /// `P:{T}:errors`: HASH id → last error text.
@@ -78,6 +83,8 @@ impl Keys {
             tokens: k("tokens"),
             claims: k("claims"),
             claimed: k("claimed"),
+            running: k("running"),
+            held: k("held"),
             attempts: k("attempts"),
             errors: k("errors"),
             dead: k("dead"),
@@ -107,7 +114,7 @@ impl Keys {
     }
 
     /// Every key of the type with a fixed name (not the per-entry delivery markers).
-    pub fn fixed(&self) -> [&str; 20] {
+    pub fn fixed(&self) -> [&str; 22] {
         [
             &self.due,
             &self.payload,
@@ -116,6 +123,8 @@ impl Keys {
             &self.tokens,
             &self.claims,
             &self.claimed,
+            &self.running,
+            &self.held,
             &self.attempts,
             &self.errors,
             &self.dead,

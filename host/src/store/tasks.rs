@@ -252,6 +252,7 @@ impl Store {
             .key(&k.member)
             .key(&k.outbox)
             .key(&k.seq)
+            .key(&k.held)
             .arg(id)
             .arg(t.as_str())
             .arg(self.cancel_channel())
@@ -313,6 +314,8 @@ impl Store {
             .key(&k.claimed)
             .key(&k.member)
             .key(&k.outbox)
+            .key(&k.running)
+            .key(&k.held)
             .arg(limits.max_tasks.max(1))
             .arg(duration_ms(limits.lease).max(1))
             .arg(limits.max_payload_bytes)
@@ -369,6 +372,8 @@ impl Store {
             .key(&k.events)
             .key(&k.cancels)
             .key(&k.member)
+            .key(&k.running)
+            .key(&k.held)
             .arg(t.as_str())
             .arg(events_maxlen.unwrap_or(0));
         let entries = settle_entries(batch, events_maxlen.is_some());
@@ -471,7 +476,7 @@ impl Store {
         }
         let k = self.keys(t);
         let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(&k.claims).key(&k.claimed).key(&k.due);
+        inv.key(&k.claims).key(&k.claimed).key(&k.due).key(&k.running).key(&k.held);
         for lease in leases {
             inv.arg(&lease.id).arg(lease.token).arg(lease.claim);
         }

@@ -4,7 +4,7 @@
 --       6 errors, 7 dead, 8 seq, 9 stats, 10 recur (recurring schedules), 11 throttle (the rate
 --       limit's bucket), 12 paused (exists while the type is paused; its value is when the pause
 --       ends, 0 = until resumed), 13 cancels, 14 claims, 15 claimed (see the prelude),
---       16 member (workflow marks), 17 outbox
+--       16 member (workflow marks), 17 outbox, 18 running, 19 held (both: see the prelude's unhold)
 -- ARGV: 1 limit, 2 lease_ms, 3 max_payload_bytes, 4 max_id_bytes, 5 holder (host id, '' = none),
 --       6 max_running over all hosts (0 = no limit), 7 rate in tasks per second (0 = no limit),
 --       8 rate burst (tokens the bucket holds at most), 9 fairness separator ('' = off),
@@ -33,6 +33,10 @@
 --     meanwhile wins; their tokens die, attempts stay.
 --   * then up to `limit` members with score <= now, oldest first, leave `due`
 --     atomically: no two claimers ever get the same task.
+--   * one run of an id at a time: a due id whose earlier run still holds its
+--     lease (a client scheduled it again meanwhile) is not handed out; it
+--     waits in `due` until that lease's end, and goes back to its own due
+--     time when the earlier run leaves its claim (the prelude's unhold).
 --   * a due id that is also dead was re-scheduled by a client: it becomes a
 --     fresh task (dead entry, attempts and errors dropped).
 --   * ids over max_id_bytes and payloads over max_payload_bytes are dead-lettered
@@ -75,6 +79,7 @@ local due, payload, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, seq, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local recur, throttle, paused, cancels = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local claims, claimed, member, outbox = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local running, held = KEYS[18], KEYS[19]
 local type_name = ARGV[11] or ''
 -- One claim is one record in `claimed`: hosts ask for at most batch_size
 -- (10,000), and any caller is held to 65535 so that a record stays bounded.
@@ -93,11 +98,12 @@ local holder = ARGV[5] or ''
 -- what is absent costs no further call. Kept up to date where this script
 -- creates one. seq, stats and claimed are checked by reading their numbers.
 local types = {}
-local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' } }, types)
+local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { running, 'hash' } }, types)
   or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' }) or check_counters(claimed, { 'leased' })
   or check_rare({
     { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { dead, 'zset' },
     { recur, 'hash' }, { throttle, 'hash' }, { paused, 'string' }, { cancels, 'hash' }, { member, 'hash' },
+    { held, 'hash' },
   }, types)
 if not bad and types[member] ~= 'none' then bad = check_keys({ { outbox, 'hash' } }) end
 if bad then return bad end
@@ -158,6 +164,9 @@ for _, c in ipairs(reaped_claims) do
   end
 end
 if #lost_ids > 0 then
+  -- Their runs are over: a schedule held for one of them is its own again.
+  if present(running) then each_chunk(lost_ids, function(...) redis.call('HDEL', running, ...) end) end
+  if present(held) then unhold(held, due, lost_ids) end
   -- A run whose cancel was asked, and whose host died, is not run again.
   local marks = {}
   if present(cancels) then marks = multi_get('HMGET', cancels, lost_ids) end
@@ -286,6 +295,51 @@ if #ids > 0 then
     redis.call('ZREMRANGEBYRANK', due, 0, #ids - 1)
   else
     each_chunk(ids, function(...) redis.call('ZREM', due, ...) end)
+  end
+
+  -- One run of an id at a time (the prelude's unhold): an id whose earlier
+  -- run's claim still exists goes back into `due` at that lease's expiry,
+  -- and `held` keeps the time it had. An entry naming a claim that is gone
+  -- is stale (its record was damaged): that id is not held.
+  if present(running) then
+    local holders = multi_get('HMGET', running, ids)
+    local until_at = {}
+    local any = false
+    for j = 1, #ids do
+      if holders[j] then
+        local e = redis.call('ZSCORE', claims, holders[j])
+        if e then
+          until_at[j] = string.format('%d', tonumber(e))
+          any = true
+        end
+      end
+    end
+    if any then
+      local kept, due_pairs, held_pairs = {}, {}, {}
+      for j, id in ipairs(ids) do
+        local score = rows[2 * j]
+        if until_at[j] then
+          -- Held before and untouched since: keep the time the client gave.
+          local original = score
+          local e = present(held) and redis.call('HGET', held, id)
+          if e then
+            local o, b = string.match(e, '^(.-):([^:]*)$')
+            if o and tonumber(b) == tonumber(score) then original = o end
+          end
+          due_pairs[#due_pairs + 1] = until_at[j]
+          due_pairs[#due_pairs + 1] = id
+          held_pairs[#held_pairs + 1] = id
+          held_pairs[#held_pairs + 1] = original .. ':' .. until_at[j]
+        else
+          kept[#kept + 1] = id
+          kept[#kept + 1] = score
+        end
+      end
+      each_chunk(due_pairs, function(...) redis.call('ZADD', due, ...) end)
+      each_chunk(held_pairs, function(...) redis.call('HSET', held, ...) end)
+      types[held] = 'hash'
+      rows, ids = kept, ids_of(kept)
+    end
   end
 
   -- 4. A claimed occurrence of a recurring schedule arms the next one.
@@ -429,6 +483,13 @@ if #ids > 0 then
       claim_id .. ':live', string.rep('1', #ids))
     redis.call('HINCRBY', claimed, 'leased', #ids)
     redis.call('ZADD', claims, expiry_s, claim_id)
+    local run_pairs = {}
+    for j, id in ipairs(ids) do
+      run_pairs[2 * j - 1] = id
+      run_pairs[2 * j] = claim_id
+    end
+    each_chunk(run_pairs, function(...) redis.call('HSET', running, ...) end)
+    types[running] = 'hash'
   end
 end
 if bucket then

@@ -260,6 +260,37 @@ local function write_claims(claims, claimed, recs)
   if released > 0 then redis.call('HINCRBY', claimed, 'leased', -released) end
 end
 
+-- One run of an id at a time. `running` (HASH id → the claim id it is
+-- leased under) is written by claim.lua for each task it hands out and
+-- cleared when the task leaves its claim (settle, release, reaping). A claim
+-- that finds a due id whose claim still exists (an earlier run holds it: a
+-- client scheduled the id again while it ran) does not hand it out: it moves
+-- its due score to that lease's expiry and records the score the client gave
+-- in `held` (HASH id → "<original>:<bumped>"). When the earlier run leaves
+-- its claim, unhold puts the original score back, so the new schedule runs
+-- at once, in its turn; a score someone changed since (a postpone) stays,
+-- and a ZREM stays a cancel. The entry goes either way.
+
+-- The earlier run of each of `ids` left its claim: give back the scores held
+-- for them. Writes: the caller checks `held` and `due` first.
+local function unhold(held, due, ids)
+  if #ids == 0 then return end
+  local entries = multi_get('HMGET', held, ids)
+  local gone = {}
+  for i, id in ipairs(ids) do
+    local e = entries[i]
+    if e then
+      local original, bumped = string.match(e, '^(%-?%d+):(%-?%d+)$')
+      local now_at = redis.call('ZSCORE', due, id)
+      if original and now_at and tonumber(now_at) == tonumber(bumped) then
+        redis.call('ZADD', due, 'XX', original, id)
+      end
+      gone[#gone + 1] = id
+    end
+  end
+  each_chunk(gone, function(...) redis.call('HDEL', held, ...) end)
+end
+
 -- Calls fn(claim id, index, id, holder, attempt) for every task leased under
 -- a claim, until fn returns true. Reads every claim in flight: for cancel,
 -- show and holders, not for the path every task takes.

@@ -2,7 +2,8 @@
 --
 -- KEYS: 1 due, 2 payload, 3 claims, 4 claimed (see the prelude), 5 attempts, 6 errors, 7 dead,
 --       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop),
---       12 member (id -> its workflow group, see the prelude's report_ended)
+--       12 member (id -> its workflow group, see the prelude's report_ended), 13 running, 14 held
+--       (both: see the prelude's unhold)
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then entries:
 --       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
 --         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one)
@@ -19,6 +20,8 @@
 --     token (its claim's lease expired and was reaped: someone else may hold
 --     it) is left completely untouched.
 --   * a settled task leaves its claim; the claim and its lease go with its last task.
+--   * a schedule a client wrote for the id during the run, held back by a
+--     claim until this run ended, gets its own due time back (unhold).
 --   * ack: attempts, errors gone; the payload is dropped only if
 --     the id is not due again (a client re-scheduled it while it ran: that
 --     schedule and its payload stay); follow-ups go into the outbox in the
@@ -57,6 +60,7 @@
 local due, payload, claims, claimed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local events, cancels, member = KEYS[10], KEYS[11], KEYS[12]
+local running, held = KEYS[13], KEYS[14]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
@@ -78,13 +82,13 @@ if #starts == 0 then return { 0 } end
 -- counters and (when they exist) payload, attempts, errors and cancels;
 -- tasks in full touch everything. Usually absent keys cost one EXISTS.
 local types = {}
-local bad = check_keys({ { claims, 'zset' } }, types)
+local bad = check_keys({ { claims, 'zset' }, { running, 'hash' } }, types)
   or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
   or check_counters(claimed, { 'leased' })
   or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' },
-    { member, 'hash' } }, types)
+    { member, 'hash' }, { held, 'hash' } }, types)
 if bad then return bad end
-if #full_ids > 0 or types[payload] ~= 'none' or types[member] ~= 'none' then
+if #full_ids > 0 or types[payload] ~= 'none' or types[member] ~= 'none' or types[held] ~= 'none' then
   bad = check_keys({ { due, 'zset' } }, types)
   if not bad and (#full_ids > 0 or types[member] ~= 'none') then
     bad = check_keys({ { dead, 'zset' }, { outbox, 'hash' }, { events, 'stream' } }, types)
@@ -99,6 +103,7 @@ local function present(key) return types[key] ~= 'none' end
 -- (failed attempts only) and cancels. What is absent needs no per-task work.
 local has_payload, has_attempts = present(payload), present(attempts)
 local has_errors, has_cancels, has_members = present(errors), present(cancels), present(member)
+local has_held = present(held)
 -- Due scores of the tasks in full: whether a client re-scheduled one while it ran.
 local full_due = {}
 if #full_ids > 0 then full_due = multi_get('ZMSCORE', due, full_ids) end
@@ -119,6 +124,8 @@ local pending_events = {}
 local plain_acked = {}
 -- A child with nothing else to drop still has its group to tell.
 local track_plain = has_payload or has_attempts or has_errors or has_cancels or has_members
+-- Every task that left its claim here: its entry in `running` goes.
+local left = {}
 
 local f = 0 -- index into full_due
 for e, at in ipairs(starts) do
@@ -128,12 +135,13 @@ for e, at in ipairs(starts) do
     local taken = rec and not rec.all_left and take_masked(rec, ARGV[at + 2]) or ''
     local n = count_live(taken)
     succeeded = succeeded + n
-    if n > 0 and track_plain then
+    if n > 0 then
       local ids = claim_ids(rec)
       if ids then
         for k = 1, #taken do
           if string.byte(taken, k) == LIVE then
-            plain_acked[#plain_acked + 1] = ids[k]
+            left[#left + 1] = ids[k]
+            if track_plain then plain_acked[#plain_acked + 1] = ids[k] end
             if has_members then
               ended[#ended + 1] = { ids[k], string.format('%d', tonumber(ARGV[at + 1]) + k - 1), 'succeeded' }
             end
@@ -151,7 +159,14 @@ for e, at in ipairs(starts) do
       results[e] = 0
     else
       leave_claim(rec, index)
+      left[#left + 1] = id
       results[e] = 1
+      if has_held and due_score then
+        -- The schedule held for this run gets its own time back (below).
+        local h = redis.call('HGET', held, id)
+        local o, b = h and string.match(h, '^(.-):([^:]*)$')
+        if o and tonumber(b) == tonumber(due_score) then due_score = o end
+      end
       local task = {
         attempt = ARGV[at + 4], due_ms = ARGV[at + 5], started_ms = ARGV[at + 6], finished_ms = ARGV[at + 7],
         delay_ms = ARGV[at + 8], err = ARGV[at + 9], n_follow = tonumber(ARGV[at + 10]),
@@ -258,6 +273,8 @@ if #plain_acked > 0 then
 end
 
 write_claims(claims, claimed, recs)
+if present(running) then each_chunk(left, function(...) redis.call('HDEL', running, ...) end) end
+if has_held then unhold(held, due, left) end
 each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 if has_payload then each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end) end
