@@ -117,13 +117,22 @@ fn a_task_scheduled_again_while_it_runs_runs_again_only_after_the_run_ended_and_
     wait_for("the first run to start", LONG, || leases(&mut conn, "job").remove("order-7"));
 
     // The client schedules the running id again, due now, as any Redis client can.
-    let _: () = conn.zadd("hourglass:{job}:due", "order-7", now_ms()).unwrap();
+    let again = now_ms();
+    let _: () = conn.zadd("hourglass:{job}:due", "order-7", again).unwrap();
+    // A claim holds it back; `show` gives the time the client wrote, not the lease's end.
+    wait_for("a claim to hold it back", LONG, || {
+        (conn.hlen::<_, usize>("hourglass:{job}:held").unwrap() == 1).then_some(())
+    });
+    let shown = hourglass(&redis, &["show", "job", "order-7", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("show --json");
+    assert_eq!(shown["state"], "running", "{shown}");
+    assert_eq!(shown["due_ms"], again, "{shown}");
     wait_for("both runs", LONG, || (stat(&mut conn, "job", "succeeded") == 2).then_some(()));
     // Time for a third run to show up, if the schedule were kept twice.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(stat(&mut conn, "job", "succeeded"), 2, "the id ran more than twice");
     assert_eq!(zcard(&mut conn, "hourglass:{job}:due"), 0);
-    assert_eq!(zcard(&mut conn, "hourglass:{job}:held"), 0, "a held schedule was left behind");
+    assert_eq!(conn.hlen::<_, usize>("hourglass:{job}:held").unwrap(), 0, "a held schedule was left behind");
 
     let events: redis::streams::StreamRangeReply = conn.xrange_all("hourglass:{job}:events").unwrap();
     let field = |e: &redis::streams::StreamId, f: &str| -> i64 {
@@ -183,8 +192,13 @@ fn a_run_is_stopped_when_no_renewal_reaches_redis_before_its_lease_runs_out() {
 
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(6000).arg("ALL").query(&mut conn).unwrap();
     host.wait_log("no lease renewal reached Redis in time", LONG);
-    let metrics = get(&admin_addr(&host), "/metrics").body;
-    assert!(metrics.contains("hourglass_runs_abandoned_total{type=\"job\"} 1"), "{metrics}");
+    // The run counts itself as it ends, just after the watch's line.
+    wait_for("the stopped run to be counted", LONG, || {
+        get(&admin_addr(&host), "/metrics")
+            .body
+            .contains("hourglass_runs_abandoned_total{type=\"job\"} 1")
+            .then_some(())
+    });
     assert!(host.log().contains("ids=spin"), "{}", host.log());
 }
 

@@ -168,8 +168,8 @@ struct State {
     live: BTreeMap<String, String>,
     /// The `leased` counter of `claimed` (tasks leased under claims).
     leased: i64,
-    /// id → the claim id its run is leased under.
-    running: BTreeMap<String, String>,
+    /// The ids leased under claims (and the member that keeps the set a hash table).
+    running: BTreeSet<String>,
     /// id → `<due the client gave>:<due while held>`, of schedules waiting for an earlier run.
     held: BTreeMap<String, String>,
     /// The non-zero counters of the type's stats.
@@ -417,8 +417,12 @@ impl Model {
         // One run of an id at a time: one whose earlier run's claim still exists waits for its
         // lease's end, and `held` keeps the time it had (or the one it had before, if untouched).
         let mut free = Vec::new();
+        if !rows.is_empty() && self.s.running.is_empty() {
+            // The member that keeps `running` a hash table (the prelude's RUNNING_TABLE_MEMBER).
+            self.s.running.insert(format!("~{} keeps this a hash table", "-".repeat(70)));
+        }
         for (due, id) in rows {
-            let until = self.s.running.get(&id).and_then(|c| self.s.claims.get(c)).copied();
+            let until = self.leases_of(&id).first().map(|(c, _)| self.s.claims[&c.to_string()]);
             let Some(until) = until else {
                 free.push((due, id));
                 continue;
@@ -470,7 +474,7 @@ impl Model {
             };
             for (k, (due, id)) in kept.into_iter().enumerate() {
                 let attempt = self.s.attempts.get(&id).map_or(0, |a| a.parse::<u32>().unwrap()) + 1;
-                self.s.running.insert(id.clone(), first.to_string());
+                self.s.running.insert(id.clone());
                 self.covered.handed_out += 1;
                 out.tasks.push((
                     id.clone(),
@@ -711,8 +715,8 @@ async fn read_state(store: &Store, k: &Keys) -> anyhow::Result<State> {
         .query_async(&mut conn)
         .await?;
     // A tuple reply has at most 12 parts: the run index apart (nothing runs between the reads).
-    let (running, held): (Pairs, Pairs) =
-        redis::pipe().hgetall(&k.running).hgetall(&k.held).query_async(&mut conn).await?;
+    let (running, held): (BTreeSet<String>, Pairs) =
+        redis::pipe().smembers(&k.running).hgetall(&k.held).query_async(&mut conn).await?;
     let scores = |v: Scores| v.into_iter().map(|(m, s)| (m, s as i64)).collect();
     let mut live = BTreeMap::new();
     let mut leased = 0;
@@ -733,7 +737,7 @@ async fn read_state(store: &Store, k: &Keys) -> anyhow::Result<State> {
         claims: scores(claims),
         live,
         leased,
-        running: running.into_iter().collect(),
+        running,
         held: held.into_iter().collect(),
         stats: stats.into_iter().map(|(f, v)| (f, v.parse().unwrap_or(i64::MIN))).filter(|(_, v)| *v != 0).collect(),
         seq: seq.unwrap_or(0),

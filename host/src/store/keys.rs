@@ -22,7 +22,7 @@ pub struct Keys {
     /// `P:{T}:claimed`: HASH claim id → its holder, ids and attempts; `<claim id>:live` → which are
     /// still leased; `leased` → how many tasks are (see `scripts/prelude.lua`).
     pub claimed: String,
-    /// `P:{T}:running`: HASH id → the claim id it is leased under (one run of an id at a time).
+    /// `P:{T}:running`: SET of the ids leased under claims (one run of an id at a time).
     pub running: String,
     /// `P:{T}:held`: HASH id → `<due ms the client gave>:<due ms while held>`, of ids scheduled
     /// again while an earlier run holds its lease (see `scripts/prelude.lua`'s unhold).

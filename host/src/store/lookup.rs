@@ -80,7 +80,8 @@ pub struct TaskView {
     pub now_ms: i64,
     /// Where it is.
     pub state: TaskState,
-    /// Its score in `due`, when it is there (also for a running or dead task a client scheduled again).
+    /// Its score in `due`, when it is there (also for a running or dead task a client scheduled
+    /// again; of a running one, the time the client gave, which waits for the run to end).
     pub due_ms: Option<i64>,
     /// Its lease, while a host holds it.
     pub running: Option<LeaseView>,
@@ -135,6 +136,7 @@ impl Store {
             .key(&k.claims)
             .key(&k.claimed)
             .key(&k.member)
+            .key(&k.held)
             .arg(id)
             .arg(PREVIEW_BYTES)
             .invoke_async(&mut conn)

@@ -379,8 +379,14 @@ impl Store {
         let entries = settle_entries(batch, events_maxlen.is_some());
         for entry in &entries {
             let s = match entry {
-                SettleEntry::Plain { claim, mask, .. } => {
-                    inv.arg("m").arg(*claim).arg(mask.as_slice());
+                SettleEntry::Plain { claim, mask, tasks } => {
+                    // The acked ids in the mask's order: they leave the running set as sent.
+                    let mut in_order: Vec<&(usize, usize)> = tasks.iter().collect();
+                    in_order.sort_unstable_by_key(|&&(_, index)| index);
+                    inv.arg("m").arg(*claim).arg(mask.as_slice()).arg(in_order.len());
+                    for &&(i, _) in &in_order {
+                        inv.arg(&batch[i].lease.id);
+                    }
                     continue;
                 }
                 SettleEntry::Full(i) => &batch[*i],

@@ -98,7 +98,7 @@ local holder = ARGV[5] or ''
 -- what is absent costs no further call. Kept up to date where this script
 -- creates one. seq, stats and claimed are checked by reading their numbers.
 local types = {}
-local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { running, 'hash' } }, types)
+local bad = check_keys({ { due, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { running, 'set' } }, types)
   or check_integer(seq) or check_counters(stats, { 'dead', 'cancelled' }) or check_counters(claimed, { 'leased' })
   or check_rare({
     { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { dead, 'zset' },
@@ -165,7 +165,7 @@ for _, c in ipairs(reaped_claims) do
 end
 if #lost_ids > 0 then
   -- Their runs are over: a schedule held for one of them is its own again.
-  if present(running) then each_chunk(lost_ids, function(...) redis.call('HDEL', running, ...) end) end
+  if present(running) then each_chunk(lost_ids, function(...) redis.call('SREM', running, ...) end) end
   if present(held) then unhold(held, due, lost_ids) end
   -- A run whose cancel was asked, and whose host died, is not run again.
   local marks = {}
@@ -297,50 +297,62 @@ if #ids > 0 then
     each_chunk(ids, function(...) redis.call('ZREM', due, ...) end)
   end
 
-  -- One run of an id at a time (the prelude's unhold): an id whose earlier
-  -- run's claim still exists goes back into `due` at that lease's expiry,
-  -- and `held` keeps the time it had. An entry naming a claim that is gone
-  -- is stale (its record was damaged): that id is not held.
-  if present(running) then
-    local holders = multi_get('HMGET', running, ids)
-    local until_at = {}
-    local any = false
-    for j = 1, #ids do
-      if holders[j] then
-        local e = redis.call('ZSCORE', claims, holders[j])
-        if e then
-          until_at[j] = string.format('%d', tonumber(e))
-          any = true
+  -- One run of an id at a time (the prelude's unhold). The ids join
+  -- `running` now: when every one is new to it (the rule), nothing more is
+  -- asked. Otherwise some id is in it already: one a client scheduled again
+  -- while an earlier run holds it, or one left behind by a damaged claim
+  -- record. Only then are the claims in flight read, to tell which: an id
+  -- an earlier run holds goes back into `due` at that lease's expiry (it
+  -- stays in `running`, for that run), and `held` keeps the time it had.
+  local joined = ids
+  local added, expected = 0, #ids
+  local join = ids
+  if not present(running) then
+    join = { RUNNING_TABLE_MEMBER }
+    for j, id in ipairs(ids) do join[j + 1] = id end
+    expected = expected + 1
+    types[running] = 'set'
+  end
+  each_chunk(join, function(...) added = added + redis.call('SADD', running, ...) end)
+  if added < expected then
+    local wanted, holder_of = {}, {}
+    for _, id in ipairs(ids) do wanted[id] = true end
+    each_leased(claimed, function(c, _, id)
+      if wanted[id] then holder_of[id] = c end
+      return false
+    end)
+    local kept, due_pairs, held_pairs = {}, {}, {}
+    for j, id in ipairs(ids) do
+      local score = rows[2 * j]
+      local e = holder_of[id] and redis.call('ZSCORE', claims, holder_of[id])
+      if e then
+        local until_at = string.format('%d', tonumber(e))
+        -- Held before and untouched since: keep the time the client gave.
+        local original = score
+        local h = present(held) and redis.call('HGET', held, id)
+        if h then
+          local o, b = string.match(h, '^(.-):([^:]*)$')
+          if o and tonumber(b) == tonumber(score) then original = o end
         end
+        due_pairs[#due_pairs + 1] = until_at
+        due_pairs[#due_pairs + 1] = id
+        held_pairs[#held_pairs + 1] = id
+        held_pairs[#held_pairs + 1] = original .. ':' .. until_at
+      else
+        kept[#kept + 1] = id
+        kept[#kept + 1] = score
       end
     end
-    if any then
-      local kept, due_pairs, held_pairs = {}, {}, {}
-      for j, id in ipairs(ids) do
-        local score = rows[2 * j]
-        if until_at[j] then
-          -- Held before and untouched since: keep the time the client gave.
-          local original = score
-          local e = present(held) and redis.call('HGET', held, id)
-          if e then
-            local o, b = string.match(e, '^(.-):([^:]*)$')
-            if o and tonumber(b) == tonumber(score) then original = o end
-          end
-          due_pairs[#due_pairs + 1] = until_at[j]
-          due_pairs[#due_pairs + 1] = id
-          held_pairs[#held_pairs + 1] = id
-          held_pairs[#held_pairs + 1] = original .. ':' .. until_at[j]
-        else
-          kept[#kept + 1] = id
-          kept[#kept + 1] = score
-        end
-      end
+    if #due_pairs > 0 then
       each_chunk(due_pairs, function(...) redis.call('ZADD', due, ...) end)
       each_chunk(held_pairs, function(...) redis.call('HSET', held, ...) end)
       types[held] = 'hash'
       rows, ids = kept, ids_of(kept)
+      joined = ids
     end
   end
+  -- What the steps below take out of the claim (or rename) leaves `running` again, at the end.
+  local reshaped = false
 
   -- 4. A claimed occurrence of a recurring schedule arms the next one.
   if present(recur) then
@@ -387,6 +399,7 @@ if #ids > 0 then
       end
     end
     rows, ids = kept, ids_of(kept)
+    reshaped = true
   end
 
   if present(dead) then
@@ -442,6 +455,21 @@ if #ids > 0 then
     each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
     redis.call('HINCRBY', stats, 'dead', #dead_pairs / 2)
     rows, ids, payloads = kept, ids_of(kept), kept_payloads
+    reshaped = true
+  end
+  if reshaped then
+    local final, gone, new = {}, {}, {}
+    for _, id in ipairs(ids) do final[id] = true end
+    local before = {}
+    for _, id in ipairs(joined) do
+      before[id] = true
+      if not final[id] then gone[#gone + 1] = id end
+    end
+    for _, id in ipairs(ids) do
+      if not before[id] then new[#new + 1] = id end
+    end
+    each_chunk(gone, function(...) redis.call('SREM', running, ...) end)
+    each_chunk(new, function(...) redis.call('SADD', running, ...) end)
   end
 
   if #ids > 0 then
@@ -483,13 +511,6 @@ if #ids > 0 then
       claim_id .. ':live', string.rep('1', #ids))
     redis.call('HINCRBY', claimed, 'leased', #ids)
     redis.call('ZADD', claims, expiry_s, claim_id)
-    local run_pairs = {}
-    for j, id in ipairs(ids) do
-      run_pairs[2 * j - 1] = id
-      run_pairs[2 * j] = claim_id
-    end
-    each_chunk(run_pairs, function(...) redis.call('HSET', running, ...) end)
-    types[running] = 'hash'
   end
 end
 if bucket then

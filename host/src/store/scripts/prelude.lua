@@ -260,16 +260,25 @@ local function write_claims(claims, claimed, recs)
   if released > 0 then redis.call('HINCRBY', claimed, 'leased', -released) end
 end
 
--- One run of an id at a time. `running` (HASH id → the claim id it is
--- leased under) is written by claim.lua for each task it hands out and
--- cleared when the task leaves its claim (settle, release, reaping). A claim
--- that finds a due id whose claim still exists (an earlier run holds it: a
--- client scheduled the id again while it ran) does not hand it out: it moves
--- its due score to that lease's expiry and records the score the client gave
--- in `held` (HASH id → "<original>:<bumped>"). When the earlier run leaves
+-- One run of an id at a time. `running` (SET of the ids leased under
+-- claims) is joined by claim.lua for each task it hands out and left when
+-- the task leaves its claim (settle, release, reaping). A claim that finds
+-- a due id an earlier run still holds (a client scheduled the id again
+-- while it ran) does not hand it out: it moves its due score to that
+-- lease's expiry and records the score the client gave in `held` (HASH id
+-- → "<original>:<bumped>"). When the earlier run leaves
 -- its claim, unhold puts the original score back, so the new schedule runs
 -- at once, in its turn; a score someone changed since (a postpone) stays,
 -- and a ZREM stays a cancel. The entry goes either way.
+
+-- Redis keeps a small set of short members as a listpack (7.2+, Valkey)
+-- or an intset, where a write scans or moves every member: a hash of
+-- claim ids kept that way cost about 4 µs of Redis time per task
+-- (BENCHMARKS.md, round 12). One member longer than set-max-listpack-value
+-- (64 bytes unless raised) makes `running` a hash table at once and for
+-- good. It is no task that runs: a claim that finds it (a client used it as
+-- an id) finds no run of it and hands it out.
+local RUNNING_TABLE_MEMBER = '~' .. string.rep('-', 70) .. ' keeps this a hash table'
 
 -- The earlier run of each of `ids` left its claim: give back the scores held
 -- for them. Writes: the caller checks `held` and `due` first.

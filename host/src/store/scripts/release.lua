@@ -12,7 +12,7 @@
 -- integer (HGFAULT otherwise: the leases expire instead).
 
 local claims, claimed, due, running, held = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local bad = check_keys({ { claims, 'zset' }, { claimed, 'hash' }, { due, 'zset' }, { running, 'hash' },
+local bad = check_keys({ { claims, 'zset' }, { claimed, 'hash' }, { due, 'zset' }, { running, 'set' },
   { held, 'hash' } })
   or check_counters(claimed, { 'leased' })
 if bad then return bad end
@@ -30,7 +30,7 @@ for i = 1, #ARGV, 3 do
     left[#left + 1] = id
   end
 end
-each_chunk(left, function(...) redis.call('HDEL', running, ...) end)
+each_chunk(left, function(...) redis.call('SREM', running, ...) end)
 unhold(held, due, left)
 each_chunk(back, function(...) redis.call('ZADD', due, 'NX', ...) end)
 write_claims(claims, claimed, recs)

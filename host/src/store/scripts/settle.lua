@@ -6,7 +6,9 @@
 --       (both: see the prelude's unhold)
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then entries:
 --       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
---         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one)
+--         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one),
+--         n, then the n acked ids in the mask's order (they leave `running` as they are,
+--         so the claim record need not be decoded)
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
 --         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
 --         'c' (create-only) or 'r' (may replace) and then the encoded follow-up, or 'g'
@@ -70,7 +72,7 @@ local i = 3
 while i <= #ARGV do
   starts[#starts + 1] = i
   if ARGV[i] == 'm' then
-    i = i + 3
+    i = i + 4 + tonumber(ARGV[i + 3])
   else
     full_ids[#full_ids + 1] = ARGV[i + 1]
     i = i + 11 + tonumber(ARGV[i + 10])
@@ -82,7 +84,7 @@ if #starts == 0 then return { 0 } end
 -- counters and (when they exist) payload, attempts, errors and cancels;
 -- tasks in full touch everything. Usually absent keys cost one EXISTS.
 local types = {}
-local bad = check_keys({ { claims, 'zset' }, { running, 'hash' } }, types)
+local bad = check_keys({ { claims, 'zset' }, { running, 'set' } }, types)
   or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
   or check_counters(claimed, { 'leased' })
   or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' },
@@ -124,8 +126,9 @@ local pending_events = {}
 local plain_acked = {}
 -- A child with nothing else to drop still has its group to tell.
 local track_plain = has_payload or has_attempts or has_errors or has_cancels or has_members
--- Every task that left its claim here: its entry in `running` goes.
-local left = {}
+-- Every task that left its claim here leaves `running`: these ids, and the
+-- ranges of ARGV whose every id left (no per-task copy).
+local left, left_ranges = {}, {}
 
 local f = 0 -- index into full_due
 for e, at in ipairs(starts) do
@@ -136,12 +139,25 @@ for e, at in ipairs(starts) do
     local n = count_live(taken)
     succeeded = succeeded + n
     if n > 0 then
+      local sent, n_sent = ARGV[at + 2], tonumber(ARGV[at + 3])
+      if taken == sent then
+        left_ranges[#left_ranges + 1] = { at + 4, at + 3 + n_sent }
+      else
+        local j = 0
+        for k = 1, #sent do
+          if string.byte(sent, k) == LIVE then
+            j = j + 1
+            if string.byte(taken, k) == LIVE then left[#left + 1] = ARGV[at + 3 + j] end
+          end
+        end
+      end
+    end
+    if n > 0 and track_plain then
       local ids = claim_ids(rec)
       if ids then
         for k = 1, #taken do
           if string.byte(taken, k) == LIVE then
-            left[#left + 1] = ids[k]
-            if track_plain then plain_acked[#plain_acked + 1] = ids[k] end
+            plain_acked[#plain_acked + 1] = ids[k]
             if has_members then
               ended[#ended + 1] = { ids[k], string.format('%d', tonumber(ARGV[at + 1]) + k - 1), 'succeeded' }
             end
@@ -273,8 +289,18 @@ if #plain_acked > 0 then
 end
 
 write_claims(claims, claimed, recs)
-if present(running) then each_chunk(left, function(...) redis.call('HDEL', running, ...) end) end
-if has_held then unhold(held, due, left) end
+if present(running) then
+  each_chunk(left, function(...) redis.call('SREM', running, ...) end)
+  for _, r in ipairs(left_ranges) do
+    for a = r[1], r[2], 1000 do redis.call('SREM', running, unpack(ARGV, a, math.min(a + 999, r[2]))) end
+  end
+end
+if has_held then
+  for _, r in ipairs(left_ranges) do
+    for a = r[1], r[2] do left[#left + 1] = ARGV[a] end
+  end
+  unhold(held, due, left)
+end
 each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 if has_payload then each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end) end
