@@ -110,7 +110,8 @@ fn cancel_stops_a_handler_running_on_another_host_and_removes_a_scheduled_task()
 fn a_task_scheduled_again_while_it_runs_runs_again_only_after_the_run_ended_and_once() {
     let redis = RedisServer::start();
     let config = |i: usize| format!("[runner]\nhost_id = \"h{i}\"\n[types.job]\nevents = true\n");
-    let hosts: Vec<Host> = (1..=2).map(|i| Host::start(&redis, &[("job", test_plugin("chaos"))], &config(i))).collect();
+    let _hosts: Vec<Host> =
+        (1..=2).map(|i| Host::start(&redis, &[("job", test_plugin("chaos"))], &config(i))).collect();
     let mut conn = redis.client();
     let _: () = conn.hset("hourglass:{job}:payload", "order-7", "sleep:2000").unwrap();
     let _: () = conn.zadd("hourglass:{job}:due", "order-7", now_ms()).unwrap();

@@ -23,6 +23,10 @@
 
 mod support;
 
+// The exhaustive check of the protocol in small worlds, beside this random one against Redis.
+#[path = "model/protocol.rs"]
+mod protocol;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;

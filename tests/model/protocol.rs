@@ -102,7 +102,7 @@ struct Redis {
     dead: [bool; IDS],
     /// id -> the token whose cancel was asked.
     cancels: [Option<u8>; IDS],
-    /// id -> the claim its run is in (the new index).
+    /// id -> the claim its run is in (the scripts keep a set of ids and find the claim among those in flight).
     running: [Option<u8>; IDS],
     /// id -> (original due, bumped due) while a claim holds it back.
     held: [Option<(u8, u8)>; IDS],
