@@ -2,7 +2,8 @@
 # `make run` checks for redis-server and the wasm32-wasip2 target (installing
 #   them when run as root), builds the example plugins and starts the host on runner.toml;
 # `make test` does the same set-up for every test's needs (see .ci/setup), builds
-#   the plugins and runs every test.
+#   the plugins, runs every test on Redis, then the Redis contract, model,
+#   workflows and cluster tests again on Valkey (tests/valkey.sh).
 .PHONY: run test plugins polyglot fmt check setup setup-run
 
 run: setup-run plugins
@@ -10,6 +11,7 @@ run: setup-run plugins
 
 test: setup plugins
 	cargo test --workspace
+	bash tests/valkey.sh
 
 setup:
 	@bash .ci/setup
