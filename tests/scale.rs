@@ -235,6 +235,7 @@ const RUNNER_ACL: &[&str] = &[
     "+subscribe",
     "+unsubscribe",
     "+smembers",
+    "+srem",
     "+sadd",
     "+wait",
 ];
