@@ -328,12 +328,7 @@ if #ids > 0 then
       if e then
         local until_at = string.format('%d', tonumber(e))
         -- Held before and untouched since: keep the time the client gave.
-        local original = score
-        local h = present(held) and redis.call('HGET', held, id)
-        if h then
-          local o, b = string.match(h, '^(.-):([^:]*)$')
-          if o and tonumber(b) == tonumber(score) then original = o end
-        end
+        local original = held_original(present(held) and redis.call('HGET', held, id), score) or score
         due_pairs[#due_pairs + 1] = until_at
         due_pairs[#due_pairs + 1] = id
         held_pairs[#held_pairs + 1] = id

@@ -280,6 +280,16 @@ end
 -- an id) finds no run of it and hands it out.
 local RUNNING_TABLE_MEMBER = '~' .. string.rep('-', 70) .. ' keeps this a hash table'
 
+-- The time a client gave a held id: the original in its `held` entry, when
+-- the id's score in `due` is still the bumped one (nobody moved it since);
+-- nil otherwise, or when there is no entry.
+local function held_original(entry, score)
+  if not entry or not score then return nil end
+  local original, bumped = string.match(entry, '^(.-):([^:]*)$')
+  if original and tonumber(bumped) == tonumber(score) then return original end
+  return nil
+end
+
 -- The earlier run of each of `ids` left its claim: give back the scores held
 -- for them. Writes: the caller checks `held` and `due` first.
 local function unhold(held, due, ids)
@@ -287,13 +297,9 @@ local function unhold(held, due, ids)
   local entries = multi_get('HMGET', held, ids)
   local gone = {}
   for i, id in ipairs(ids) do
-    local e = entries[i]
-    if e then
-      local original, bumped = string.match(e, '^(%-?%d+):(%-?%d+)$')
-      local now_at = redis.call('ZSCORE', due, id)
-      if original and now_at and tonumber(now_at) == tonumber(bumped) then
-        redis.call('ZADD', due, 'XX', original, id)
-      end
+    if entries[i] then
+      local original = held_original(entries[i], redis.call('ZSCORE', due, id))
+      if original then redis.call('ZADD', due, 'XX', original, id) end
       gone[#gone + 1] = id
     end
   end

@@ -179,9 +179,7 @@ for e, at in ipairs(starts) do
       results[e] = 1
       if has_held and due_score then
         -- The schedule held for this run gets its own time back (below).
-        local h = redis.call('HGET', held, id)
-        local o, b = h and string.match(h, '^(.-):([^:]*)$')
-        if o and tonumber(b) == tonumber(due_score) then due_score = o end
+        due_score = held_original(redis.call('HGET', held, id), due_score) or due_score
       end
       local task = {
         attempt = ARGV[at + 4], due_ms = ARGV[at + 5], started_ms = ARGV[at + 6], finished_ms = ARGV[at + 7],

@@ -29,11 +29,7 @@ local id, most = ARGV[1], tonumber(ARGV[2])
 local body = redis.call('HGET', payload, id)
 local token, attempt, holder, claim = find_leased(tokens, claimed, id)
 local due_score = redis.call('ZSCORE', due, id)
-local held = due_score and redis.call('HGET', KEYS[11], id)
-if held then
-  local original, bumped = string.match(held, '^(.-):([^:]*)$')
-  if original and tonumber(bumped) == tonumber(due_score) then due_score = original end
-end
+due_score = held_original(due_score and redis.call('HGET', KEYS[11], id), due_score) or due_score
 local entry, lease = false, false
 if token then
   entry = token .. ':' .. attempt .. (holder ~= '' and ('@' .. holder) or '')
