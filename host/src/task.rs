@@ -116,6 +116,8 @@ pub struct RunInfo {
     pub started_ms: i64,
     /// When the handler finished, ms since the epoch.
     pub finished_ms: i64,
+    /// How long the handler ran (finer than the two times above).
+    pub ran_for: std::time::Duration,
 }
 
 /// How a task ended.

@@ -15,7 +15,7 @@
 //! | `hourglass_tasks_dead_total` | counter (dead-lettered) | type |
 //! | `hourglass_tasks_fenced_total` | counter (outcomes ignored: lease lost) | type |
 //! | `hourglass_tasks_cancelled_total` | counter (running tasks stopped by `hourglass cancel`) | type |
-//! | `hourglass_tasks_in_flight` | gauge (handlers running) | type |
+//! | `hourglass_tasks_in_flight` | gauge (claimed here, not yet settled) | type |
 //! | `hourglass_task_lateness_seconds` | histogram (start - due) | type |
 //! | `hourglass_task_duration_seconds` | histogram (handler run) | type |
 //! | `hourglass_redis_errors_total` | counter | |
@@ -30,13 +30,13 @@
 //! | `hourglass_plugin_info` | gauge: 1 for the loaded version, 0 for replaced ones | plugin, hash |
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::task::{Claim, ClaimedTask, Ended, SettleResult, Settlement};
+use crate::task::{Claim, Ended, RunInfo, SettleResult, Settlement};
 use crate::task_type::TaskType;
 
 /// How many settled outcomes [`recent`] remembers.
@@ -83,7 +83,10 @@ fn describe() {
         "hourglass_followups_kept_existing_total",
         "Create-only follow-ups not delivered because their id was waiting or dead in the target type."
     );
-    describe_gauge!("hourglass_tasks_in_flight", "Handlers running now.");
+    describe_gauge!(
+        "hourglass_tasks_in_flight",
+        "Tasks this host claimed and has not settled yet: handlers running, and outcomes being written."
+    );
     describe_histogram!("hourglass_task_lateness_seconds", Unit::Seconds, "Start time minus due time.");
     describe_histogram!("hourglass_task_duration_seconds", Unit::Seconds, "Handler run time.");
     describe_counter!("hourglass_redis_errors_total", "Redis calls that failed.");
@@ -195,12 +198,23 @@ impl TypeMetrics {
         gauge!("hourglass_type_paused", "type" => self.task_type.clone()).set(if paused { 1.0 } else { 0.0 });
     }
 
-    /// A handler is starting: records lateness and counts it in flight until the guard drops.
-    pub fn started(self: &Arc<Self>, task: &ClaimedTask, started_ms: i64) -> Running {
-        let lateness = (started_ms - task.due_ms).max(0) as f64 / 1000.0;
-        self.lateness.record(lateness);
-        self.in_flight.increment(1.0);
-        Running { metrics: self.clone(), since: Instant::now() }
+    /// A claim's `n` tasks go to their handlers: in flight until settled
+    /// ([`TypeMetrics::settled`]) or ended unsettled ([`TypeMetrics::unsettled`]).
+    /// Counted here and there, once per claim and per settle, rather than by
+    /// each run: every count is an atomic all handler threads would share.
+    pub fn dispatched(&self, n: usize) {
+        self.in_flight.increment(n as f64);
+    }
+
+    /// A run that ended with nothing to settle (its lease lost, or shutdown ended it).
+    pub fn unsettled(&self, run: &RunInfo) {
+        self.ran(run);
+        self.in_flight.decrement(1.0);
+    }
+
+    fn ran(&self, run: &RunInfo) {
+        self.lateness.record((run.started_ms - run.due_ms).max(0) as f64 / 1000.0);
+        self.duration.record(run.ran_for.as_secs_f64());
     }
 
     /// After a settle: counts the committed outcomes and remembers the latest for the dashboard.
@@ -208,6 +222,7 @@ impl TypeMetrics {
         let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut cancelled = 0u64;
         for (s, r) in batch.iter().zip(results) {
+            self.ran(&s.run);
             match Ended::of(&s.outcome, *r) {
                 Ended::Fenced => fenced += 1,
                 Ended::Succeeded => ok += 1,
@@ -222,6 +237,7 @@ impl TypeMetrics {
                 }
             }
         }
+        self.in_flight.decrement(batch.len() as f64);
         for (c, n) in [
             (&self.succeeded, ok),
             (&self.failed, failed),
@@ -261,20 +277,6 @@ impl TypeMetrics {
 /// The newest [`RECENT`] items of a list.
 fn last<T>(items: &[T]) -> &[T] {
     &items[items.len().saturating_sub(RECENT)..]
-}
-
-/// One running handler; dropping it records its duration.
-#[must_use = "dropping it ends the run's measurement"]
-pub struct Running {
-    metrics: Arc<TypeMetrics>,
-    since: Instant,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.metrics.duration.record(self.since.elapsed().as_secs_f64());
-        self.metrics.in_flight.decrement(1.0);
-    }
 }
 
 /// Whether a type is faulted now (bad data in its keys; see [`crate::health`]).

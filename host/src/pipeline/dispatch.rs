@@ -43,27 +43,51 @@ impl Runner {
                 "due score looks like seconds, not milliseconds; running it now anyway"
             );
         }
-        // The settler lingers for the outcomes of a claim still to come, so one
-        // script call settles whole claims.
-        let unreported = Arc::new(AtomicUsize::new(tasks.len()));
+        // Shutdown passed its grace period while this claim was on its way: its runs end at once.
+        if self.aborted.load(Ordering::Acquire) {
+            for (_, lost, _) in &stops {
+                lost.cancel();
+            }
+        }
+        // Taken once per claim: a run then touches no host-wide reference
+        // count or lock, each of which costs a cache line moved between cores
+        // on a many-core machine (BENCHMARKS.md, round 13).
+        let claim = Arc::new(ClaimRuns {
+            entry: entry.clone(),
+            state: state.clone(),
+            // The settler lingers for the outcomes of a claim still to come, so one
+            // script call settles whole claims.
+            unreported: Arc::new(AtomicUsize::new(tasks.len())),
+            trace: crate::traces::batch(&self.store, tasks.iter().map(|(t, _)| t)),
+            settle_tx: state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            holder: self.store.holder().into(),
+            aborted: self.aborted.clone(),
+            _tracked: self.runs.token(),
+        });
+        state.metrics.dispatched(tasks.len());
         let executor = self.runtime.executor();
-        let trace = crate::traces::batch(&self.store, tasks.iter().map(|(t, _)| t));
         for ((task, permits), (stop, lost, ended)) in tasks.into_iter().zip(stops) {
-            let run = Run {
-                task,
-                permits,
-                stop,
-                lost,
-                ended,
-                entry: entry.clone(),
-                state: state.clone(),
-                unreported: unreported.clone(),
-                runner: self.clone(),
-                trace: trace.clone(),
-            };
-            self.runs.spawn_on(run.go(), &executor);
+            let run = Run { task, permits, stop, lost, ended, claim: claim.clone() };
+            executor.spawn(run.go());
         }
     }
+}
+
+/// What the runs of one claim share.
+struct ClaimRuns {
+    entry: Arc<Entry>,
+    state: Arc<TypeState>,
+    unreported: Arc<AtomicUsize>,
+    /// The claim's trace state, while tracing is on.
+    trace: Option<Arc<crate::traces::Batch>>,
+    /// The type's settle queue (none once shutdown closed it).
+    settle_tx: Option<tokio::sync::mpsc::UnboundedSender<super::state::Finished>>,
+    /// This host's id, for the task events.
+    holder: Box<str>,
+    /// [`Runner::aborted`].
+    aborted: Arc<AtomicBool>,
+    /// Shutdown waits for the claim's last run ([`Runner::runs`]).
+    _tracked: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
 /// One claimed task on its way through the sandbox.
@@ -76,43 +100,35 @@ struct Run {
     lost: CancellationToken,
     /// Set once the handler is done.
     ended: Arc<AtomicBool>,
-    entry: Arc<Entry>,
-    state: Arc<TypeState>,
-    unreported: Arc<AtomicUsize>,
-    runner: Runner,
-    /// The claim's trace state, while tracing is on.
-    trace: Option<Arc<crate::traces::Batch>>,
+    claim: Arc<ClaimRuns>,
 }
 
 impl Run {
     async fn go(self) {
-        let task = &self.task;
+        let (task, claim) = (&self.task, &*self.claim);
         // One event per start at trace level (target `hourglass::task`): what
         // `hourglass-bench` measures lateness and double runs from.
         // Plain `&str` fields: a listener reads them without formatting.
         tracing::trace!(
             target: "hourglass::task",
             event = "started",
-            host = self.runner.store.holder(),
+            host = &*claim.holder,
             task_type = task.task_type.as_str(),
             task_id = &*crate::logging::clean_id_cow(&task.id),
             due_ms = task.due_ms,
-            plugin_hash = self.entry.hash.as_str(),
+            plugin_hash = claim.entry.hash.as_str(),
         );
         let started_ms = crate::clock::now_ms();
-        let span = match &self.trace {
-            Some(batch) => Some(batch.start(task, &self.entry.hash, started_ms).await),
+        let span = match &claim.trace {
+            Some(batch) => Some(batch.start(task, &claim.entry.hash, started_ms).await),
             None => None,
         };
-        let measured = self.state.metrics.started(task, started_ms);
+        let since = Instant::now();
         // A panic in the host's own code fails the task, not the host.
-        let handled = self.entry.handler.run_traced(task, span.as_ref().map(crate::traces::RunSpan::context));
+        let handled = claim.entry.handler.run_traced(task, span.as_ref().map(crate::traces::RunSpan::context));
         let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
         let run = tokio::select! {
             biased;
-            // Shutdown past the grace period: the run is dropped, which ends it
-            // wherever it is; its lease is handed back, no outcome is written.
-            _ = self.runner.abort.cancelled() => None,
             // `hourglass cancel`: dropped the same way, and settled as cancelled.
             _ = self.stop.cancelled() => Some(None),
             run = run => Some(Some(run.unwrap_or_else(|_| TaskRun {
@@ -124,24 +140,36 @@ impl Run {
             // too); no outcome is written, the task is another host's now. A
             // handler that is done by then keeps its outcome (fenced, or
             // stored if the lease had not run out after all).
+            // Shutdown past the grace period stops the runs still going the
+            // same way (`Runner::aborted`); their leases stay listed, to be
+            // handed back.
             _ = self.lost.cancelled() => {
-                self.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
-                self.state.metrics.abandoned();
+                if !claim.aborted.load(Ordering::Acquire) {
+                    claim.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
+                    claim.state.metrics.abandoned();
+                }
                 None
             }
         };
         self.ended.store(true, Ordering::Release);
-        drop(measured);
+        let ran_for = since.elapsed();
+        let info = RunInfo {
+            attempt: task.attempt,
+            due_ms: task.due_ms,
+            started_ms,
+            finished_ms: crate::clock::now_ms(),
+            ran_for,
+        };
         let Some(run) = run else {
+            claim.state.metrics.unsettled(&info);
             if let Some(span) = span {
                 span.stopped();
             }
-            self.unreported.fetch_sub(1, Ordering::AcqRel);
+            claim.unreported.fetch_sub(1, Ordering::AcqRel);
             return;
         };
-        let finished_ms = crate::clock::now_ms();
         let outcome = match run {
-            Some(run) => decide(&self.entry, task, run.result, run.followups, run.groups, started_ms),
+            Some(run) => decide(&claim.entry, task, run.result, run.followups, run.groups, started_ms),
             None => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
@@ -150,13 +178,17 @@ impl Run {
         if let Some(span) = span {
             span.end(&outcome);
         }
-        let info = RunInfo { attempt: task.attempt, due_ms: task.due_ms, started_ms, finished_ms };
         let settlement = Settlement { lease: self.task.lease(), outcome, run: info };
         // Counted down just before it is queued, so the settler never lingers
         // for an outcome already in its queue.
-        self.unreported.fetch_sub(1, Ordering::AcqRel);
-        if let Some(tx) = self.state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = tx.send(Finished { settlement, permits: self.permits, claim_unreported: self.unreported });
+        claim.unreported.fetch_sub(1, Ordering::AcqRel);
+        let finished = Finished { settlement, permits: self.permits, claim_unreported: claim.unreported.clone() };
+        let unsent = match &claim.settle_tx {
+            Some(tx) => tx.send(finished).err().map(|e| e.0),
+            None => Some(finished),
+        };
+        if let Some(unsent) = unsent {
+            claim.state.metrics.unsettled(&unsent.settlement.run);
         }
     }
 }

@@ -105,7 +105,7 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
         health: parts.health,
         global: Arc::new(Semaphore::new(config.runner.concurrency)),
         stop_claiming: shutdown.clone(),
-        abort: CancellationToken::new(),
+        aborted: Arc::default(),
         runs: TaskTracker::new(),
         poll_interval: config.runner.poll_interval,
         batch_size: config.runner.batch_size,
@@ -160,8 +160,8 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
     info!(grace = ?grace, "shutting down: no new claims; waiting for running tasks");
     runner.runs.close();
     if tokio::time::timeout(grace, runner.runs.wait()).await.is_err() {
-        let unfinished = runner.runs.len();
-        runner.abort.cancel();
+        runner.aborted.store(true, Ordering::Release);
+        let unfinished: usize = states.values().map(|state| state.abort_runs()).sum();
         runner.runs.wait().await;
         warn!(unfinished, "grace period over: the runs still going were stopped");
     }

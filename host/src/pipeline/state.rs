@@ -35,9 +35,10 @@ pub(crate) struct Runner {
     pub(crate) global: Arc<Semaphore>,
     /// Cancelled at shutdown: no new claims.
     pub(crate) stop_claiming: CancellationToken,
-    /// Cancelled when the grace period is over: runs still going are ended.
-    pub(crate) abort: CancellationToken,
-    /// Every run in progress, so shutdown can wait for them.
+    /// Set when the grace period is over: runs still going are ended (each
+    /// through its `lost` token, so no run waits on a token all runs share).
+    pub(crate) aborted: Arc<AtomicBool>,
+    /// Every claim with runs in progress, so shutdown can wait for them.
     pub(crate) runs: TaskTracker,
     pub(crate) poll_interval: Duration,
     pub(crate) batch_size: usize,
@@ -123,6 +124,13 @@ impl TypeState {
             }
             None => false,
         }
+    }
+
+    /// Shutdown past its grace period: ends every run still going (see
+    /// [`Runner::aborted`]); how many handlers were still going.
+    pub(crate) fn abort_runs(&self) -> usize {
+        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().filter(|run| run.lose()).count()
     }
 
     /// Leases of tasks claimed and not yet settled.

@@ -204,7 +204,8 @@ impl Handler {
         let stdout = CappedPipe::new(OUTPUT_CAP);
         let stderr = CappedPipe::new(OUTPUT_CAP);
         let mut store = self.new_store(parts, &stdout, &stderr);
-        let pre = self.component.inner.pre.clone();
+        // Borrowed, not cloned: a clone counts on the component's shared Arc from every thread.
+        let pre = &self.component.inner.pre;
         let wit = wit_task(task);
         let call = async move {
             let outcome = match pre.instantiate_async(&mut store).await {
