@@ -1109,7 +1109,7 @@ impl Bench {
         let mut bytes = std::fs::read(&self.plugin)?;
         append_custom_section(&mut bytes, "hourglass-bench", &rand::random::<u64>().to_le_bytes());
         let new_hash = hourglass::runtime::short_hash(&bytes);
-        *recorder.watch_hash.lock().unwrap_or_else(|p| p.into_inner()) = Some(new_hash.clone());
+        recorder.watch_hash.store(Some(Arc::new(new_hash.clone())));
         let staged = host.plugins.join(format!(".{TYPE}.wasm.tmp"));
         std::fs::write(&staged, &bytes)?;
 

@@ -6,8 +6,8 @@
 //! lateness, double runs and lost tasks from what the host itself reports,
 //! with no hook of its own in the host.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
@@ -46,7 +46,7 @@ pub(crate) struct Recorder {
     pub(crate) warm_acks: AtomicU64,
     pub(crate) last_ack_us: AtomicI64,
     /// For `reload`: the hash to wait for and when a task first ran on it (µs).
-    pub(crate) watch_hash: Mutex<Option<String>>,
+    pub(crate) watch_hash: ArcSwapOption<String>,
     pub(crate) first_on_watched_us: AtomicI64,
     /// Per host: tasks of this run it acked, and warm-up tasks it ran.
     pub(crate) host_acks: Vec<AtomicU64>,
@@ -64,7 +64,7 @@ impl Recorder {
             strays: AtomicU64::new(0),
             warm_acks: AtomicU64::new(0),
             last_ack_us: AtomicI64::new(0),
-            watch_hash: Mutex::new(None),
+            watch_hash: ArcSwapOption::const_empty(),
             first_on_watched_us: AtomicI64::new(0),
             host_acks: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
             host_warm: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
@@ -158,8 +158,11 @@ impl<S: tracing::Subscriber> Layer<S> for TaskEvents {
         if event.metadata().target() != TASK_EVENTS {
             return;
         }
-        let Some(recorder) = CURRENT.load_full() else { return };
-        let mut fields = Fields { recorder: Some(&recorder), ..Fields::default() };
+        // A guard, not a clone: a clone would count on the Arc's one shared
+        // counter from every handler thread (what the host avoids, round 13).
+        let current = CURRENT.load();
+        let Some(recorder) = current.as_deref() else { return };
+        let mut fields = Fields { recorder: Some(recorder), ..Fields::default() };
         event.record(&mut fields);
         if fields.hostile {
             return;
@@ -219,8 +222,8 @@ impl Visit for Fields<'_> {
                 self.task = self.recorder.and_then(|r| r.index(value.as_bytes()));
             }
             "plugin_hash" => {
-                let watched = self.recorder.map(|r| r.watch_hash.lock().unwrap_or_else(|p| p.into_inner()));
-                self.watched = watched.is_some_and(|w| w.as_deref() == Some(value));
+                let watched = self.recorder.map(|r| r.watch_hash.load());
+                self.watched = watched.is_some_and(|w| w.as_deref().is_some_and(|w| w == value));
             }
             _ => {}
         }
