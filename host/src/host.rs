@@ -35,6 +35,13 @@ pub async fn run(
         worker_threads: config.runner.worker_threads(),
     })
     .context("cannot start the Wasm runtime")?;
+    if !crate::runtime::resets_by_dirty_pages() && config.runner.worker_threads() > 1 {
+        warn!(
+            "this kernel lacks PAGEMAP_SCAN (Linux 6.7+): each fresh instance's memory is reset with madvise, which \
+             interrupts every core the handler threads ran on; on 16 cores that measured 4x the host CPU per task \
+             (BENCHMARKS.md, round 13): a kernel of 6.7 or later, or instance_reuse, avoids it"
+        );
+    }
 
     let registry = Registry::new(runtime.clone(), config.clone())?;
     // Many hosts share one Redis: each beats under its id and records it with its leases.

@@ -155,6 +155,13 @@ impl fmt::Debug for Runtime {
     }
 }
 
+/// Whether a freed instance's memory is reset by finding its dirty pages
+/// (Linux's PAGEMAP_SCAN) rather than by madvise, whose TLB shoot-down
+/// interrupts every core the process runs on.
+pub fn resets_by_dirty_pages() -> bool {
+    PoolingAllocationConfig::is_pagemap_scan_available()
+}
+
 impl Runtime {
     /// Builds the engine, the instance pool, the linker and the guest
     /// executor, and starts the epoch ticker.
