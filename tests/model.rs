@@ -546,13 +546,15 @@ impl Model {
                 self.s.errors.insert(id.clone(), "dead".into());
                 count(&mut self.s.stats, "failed", 1);
                 if due_again {
+                    // A client's schedule made during the run stands: rescheduled, not dead.
                     self.s.attempts.remove(&id);
+                    SettleResult::Rescheduled
                 } else {
                     self.s.dead.insert(id.clone(), self.now);
                     self.s.attempts.insert(id.clone(), attempt.to_string());
                     count(&mut self.s.stats, "dead", 1);
+                    SettleResult::Settled
                 }
-                SettleResult::Settled
             }
         };
         if events {

@@ -177,6 +177,8 @@ pub enum Ended {
     Dead,
     /// The run was stopped by `hourglass cancel` (or its failure came after a cancel was asked).
     Cancelled,
+    /// The run failed for good, but a client had scheduled the id again meanwhile: that schedule stands.
+    Rescheduled,
     /// The outcome was ignored: the lease had been lost.
     Fenced,
 }
@@ -187,6 +189,7 @@ impl Ended {
         match result {
             SettleResult::Fenced => Ended::Fenced,
             SettleResult::Cancelled => Ended::Cancelled,
+            SettleResult::Rescheduled => Ended::Rescheduled,
             SettleResult::Settled => outcome.ended(),
         }
     }
@@ -198,6 +201,7 @@ impl Ended {
             Ended::Retried => "retried",
             Ended::Dead => "dead",
             Ended::Cancelled => "cancelled",
+            Ended::Rescheduled => "rescheduled",
             Ended::Fenced => "fenced",
         }
     }
@@ -212,6 +216,9 @@ pub enum SettleResult {
     Fenced,
     /// Settled, as cancelled: `hourglass cancel` had asked to stop it, so a failure is not retried.
     Cancelled,
+    /// Settled, as rescheduled: the dead letter asked for gave way to a
+    /// schedule a client wrote during the run (a failed attempt, not a death).
+    Rescheduled,
 }
 
 /// A request to stop one run, from `hourglass cancel` through Redis.

@@ -235,6 +235,8 @@ impl TypeMetrics {
                     failed += 1;
                     dead += 1;
                 }
+                // As Redis counts it: a failed attempt, no death.
+                Ended::Rescheduled => failed += 1,
             }
         }
         self.in_flight.decrement(batch.len() as f64);

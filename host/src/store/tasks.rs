@@ -443,6 +443,7 @@ impl Store {
                     results[*i] = match super::reply::int(reply).context("settle: a task's result is not a number")? {
                         1 => SettleResult::Settled,
                         2 => SettleResult::Cancelled,
+                        3 => SettleResult::Rescheduled,
                         _ => SettleResult::Fenced,
                     }
                 }

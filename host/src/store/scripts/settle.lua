@@ -15,8 +15,9 @@
 --         and then a run's encoded work on one workflow group (entry id ends ":group")
 -- Returns: per entry, in order: for plain acks the mask of those settled (the
 --          others were fenced); for a task in full 1 = settled | 2 = settled as
---          cancelled | 0 = fenced; then one more element: how many group
---          reports went into the outbox.
+--          cancelled | 3 = settled as rescheduled (a dead letter a client's
+--          schedule overrode: failed, not dead) | 0 = fenced; then one more
+--          element: how many group reports went into the outbox.
 -- Guarantees:
 --   * fencing: a task that is no longer leased under the given claim and
 --     token (its claim's lease expired and was reaped: someone else may hold
@@ -237,6 +238,7 @@ for e, at in ipairs(starts) do
         if due_score then
           if has_attempts then drop_attempts[#drop_attempts + 1] = id end
           outcome = 'rescheduled'
+          results[e] = 3
         else
           dead_pairs[#dead_pairs + 1] = now_s
           dead_pairs[#dead_pairs + 1] = id
