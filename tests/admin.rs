@@ -631,6 +631,27 @@ fn dashboard_in_a_real_browser_requeues_a_dead_task_that_then_succeeds() {
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:dead"), 0);
 }
 
+/// With no `?type=`, the page opens on the type with the most activity, not the first by name.
+#[test]
+fn dashboard_opens_on_the_busiest_type() {
+    let redis = RedisServer::start();
+    let host = Host::start(&redis, &[("alpha", plugin("noop")), ("zulu", plugin("noop"))], ADMIN);
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    schedule(&mut conn, "alpha", "a-1", "");
+    for i in 0..5 {
+        schedule(&mut conn, "zulu", &format!("z-{i}"), "");
+    }
+    wait_for("the runs", LONG, || {
+        (stat(&mut conn, "alpha", "succeeded") == 1 && stat(&mut conn, "zulu", "succeeded") == 5).then_some(())
+    });
+    let page = get(&addr, "/").body;
+    assert!(page.contains("<tr class=selected data-type=\"zulu\">"), "zulu (5 runs) selected:\n{page}");
+    assert!(page.contains("<tr data-type=\"alpha\">"), "alpha (1 run) listed, not selected");
+    // Asked for by name, the named one.
+    assert!(get(&addr, "/?type=alpha").body.contains("<tr class=selected data-type=\"alpha\">"));
+}
+
 /// The backlog gauges follow the due set of a type no host serves (so nothing
 /// claims its tasks): each sample matches `ZCOUNT` within one sampling period.
 #[test]

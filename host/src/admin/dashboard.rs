@@ -62,18 +62,33 @@ pub(crate) async fn page(State(state): State<AdminState>, query: PageParams) -> 
     }
 }
 
+/// The type the page opens on: the most tasks ended per minute lately
+/// (the sampled rates), then the most waiting or running now, then the most
+/// ended ever; the first in name order among equals.
+fn busiest(state: &AdminState, stats: &[(TaskType, crate::store::TypeStats)]) -> Option<TaskType> {
+    let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
+    let activity = |t: &TaskType, s: &crate::store::TypeStats| {
+        let per_min = history.rates(t).map_or(0.0, |(ok, failed, _)| ok + failed);
+        (per_min, s.due_now + s.in_flight, s.succeeded + s.failed)
+    };
+    let mut best: Option<(&TaskType, (f64, u64, u64))> = None;
+    for (t, s) in stats {
+        let a = activity(t, s);
+        if best.as_ref().is_none_or(|(_, b)| a.partial_cmp(b) == Some(std::cmp::Ordering::Greater)) {
+            best = Some((t, a));
+        }
+    }
+    best.map(|(t, _)| t.clone())
+}
+
 async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
     let types = all_types(state).await?;
     let mut stats = Vec::with_capacity(types.len());
     for t in &types {
         stats.push((t.clone(), state.store.stats(t).await?));
     }
-    let selected: Option<TaskType> = query
-        .task_type
-        .as_deref()
-        .and_then(|t| t.parse().ok())
-        .or_else(|| stats.iter().find(|(_, s)| s.dead > 0).map(|(t, _)| t.clone()))
-        .or_else(|| types.first().cloned());
+    let selected: Option<TaskType> =
+        query.task_type.as_deref().and_then(|t| t.parse().ok()).or_else(|| busiest(state, &stats));
 
     let mut h = String::with_capacity(16 * 1024);
     header(state, selected.as_ref().map(TaskType::as_str), "", &mut h);
