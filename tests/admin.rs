@@ -652,6 +652,83 @@ fn dashboard_opens_on_the_busiest_type() {
     assert!(get(&addr, "/?type=alpha").body.contains("<tr class=selected data-type=\"alpha\">"));
 }
 
+/// A workflow group's page in a browser: a progress bar of its children (each
+/// linked to its task page), refreshed while the group is open, and the
+/// callback's own run once it fired; the types table counts the open groups.
+#[test]
+fn dashboard_in_a_real_browser_follows_a_workflow_group_to_its_callback() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("mail", test_plugin("chaos")), ("report", plugin("noop"))],
+        &format!("{ADMIN}[types.mail]\nmax_attempts = 1\n"),
+    );
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    let cli = |args: &[&str]| {
+        let out = support::hourglass_on(&redis, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cli(&["group", "open", "report", "week-48"]);
+    cli(&["group", "add", "report", "week-48", "mail", "m-ok", "--payload", "ok"]);
+    cli(&["group", "add", "report", "week-48", "mail", "m-bounce", "--payload", "error:mailbox full"]);
+    cli(&["group", "add", "report", "week-48", "mail", "m-later", "--in", "1h", "--payload", "ok"]);
+    wait_for("two children to end", LONG, || {
+        (stat(&mut conn, "mail", "succeeded") == 1 && zcard(&mut conn, "hourglass:{mail}:dead") == 1).then_some(())
+    });
+
+    let mut browser = Browser::launch();
+    browser.goto(&format!("http://{addr}/?type=report"));
+    browser.wait_until(
+        "the types table counting one open group, and its progress in the open groups",
+        r#"(() => { const n = document.querySelector('#types tr[data-type=report] td[data-col=groups_open]');
+                    return !!n && n.innerText === '1'
+                        && !!document.querySelector('#groups tr[data-group="week-48"] .progress .pending'); })()"#,
+    );
+    browser.click(r#"#groups tr[data-group="week-48"] a"#);
+    browser.wait_until(
+        "the open group with 1 succeeded, 1 dead and 1 pending of 3",
+        r#"(() => !!document.querySelector('#group[data-state=open]')
+                  && !!document.querySelector('#group .progress[data-added="3"] .succeeded[data-succeeded="1"]')
+                  && !!document.querySelector('#group .progress .dead[data-dead="1"]')
+                  && !!document.querySelector('#group .progress .pending[data-pending="1"]')
+                  && !!document.querySelector('#group tr.child[data-child=pending] a[href*="id=%6D%2D%6C%61%74%65%72"]')
+                  && !!document.querySelector('#group tr.child[data-child=dead] a')
+                  && document.getElementById('back').getAttribute('href') === '/?type=%72%65%70%6F%72%74')()"#,
+    );
+    if let Some(path) = std::env::var_os("HOURGLASS_SCREENSHOT") {
+        browser.screenshot(Path::new(&format!("{}-group-open.png", path.to_string_lossy())));
+    }
+    // The last child runs now and the group is sealed: the page, refreshing
+    // itself, shows the group done and the callback's run.
+    cli(&["schedule", "mail", "m-later", "--at", "0", "--payload", "ok"]);
+    cli(&["group", "seal", "report", "week-48"]);
+    browser.wait_until(
+        "the group done, its callback fired",
+        r#"(() => !!document.querySelector('#group[data-state=done]')
+                  && !!document.querySelector('#group .progress .succeeded[data-succeeded="2"]')
+                  && !document.querySelector('#group .progress .pending')
+                  && !!document.querySelector('#callback-run a[href^="/task?type="]'))()"#,
+    );
+    // A child's link leads to its task page.
+    browser.click("#group tr.child[data-child=dead] a");
+    browser.wait_until(
+        "the dead child's task page",
+        r#"(() => location.pathname === '/task' && !!document.querySelector('#task[data-state=dead]'))()"#,
+    );
+    wait_for("the callback to run", LONG, || (stat(&mut conn, "report", "succeeded") == 1).then_some(()));
+    // Back on the group's page, the callback's run is shown succeeded.
+    browser.goto(&format!("http://{addr}/group?type=report&group=week-48"));
+    browser.wait_until(
+        "the callback's run, succeeded",
+        r#"(() => { const r = document.querySelector('#callback-run[data-state=succeeded]');
+                    return !!r && r.innerText.includes('succeeded at'); })()"#,
+    );
+    if let Some(path) = std::env::var_os("HOURGLASS_SCREENSHOT") {
+        browser.screenshot(Path::new(&format!("{}-group-done.png", path.to_string_lossy())));
+    }
+}
+
 /// The backlog gauges follow the due set of a type no host serves (so nothing
 /// claims its tasks): each sample matches `ZCOUNT` within one sampling period.
 #[test]

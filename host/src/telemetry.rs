@@ -375,7 +375,7 @@ pub struct Completed {
     pub task_type: String,
     /// Task id (lossy UTF-8).
     pub id: String,
-    /// What [`Ended::as_str`] calls it: `succeeded`, `retried`, `dead`, `cancelled` or `fenced`.
+    /// What [`Ended::as_str`] calls it: `succeeded`, `retried`, `dead`, `cancelled`, `rescheduled` or `fenced`.
     pub outcome: &'static str,
     /// The attempt that ended (0 when it never ran).
     pub attempt: u32,

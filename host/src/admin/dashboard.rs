@@ -101,10 +101,10 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
     h.push_str(
         "<section><h2>Task types</h2><table id=types><thead><tr><th>type</th><th>due now</th><th>later</th>\
          <th>in flight</th><th>dead</th><th>succeeded/min</th><th>failed/min</th><th>succeeded</th>\
-         <th>failed</th><th>retried</th><th>plugin</th><th>claims</th></tr></thead><tbody>",
+         <th>failed</th><th>retried</th><th>open groups</th><th>plugin</th><th>claims</th></tr></thead><tbody>",
     );
     if stats.is_empty() {
-        h.push_str("<tr><td colspan=12>no task types yet</td></tr>");
+        h.push_str("<tr><td colspan=13>no task types yet</td></tr>");
     }
     {
         let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
@@ -129,7 +129,7 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 "<tr{class} data-type=\"{t}\"><td><a href=\"/?type={t}\">{t}</a></td><td data-col=due_now>{}</td>\
                  <td data-col=later>{}</td><td data-col=in_flight>{}</td><td data-col=dead class={}>{}</td>\
                  <td>{ok_rate}</td><td>{fail_rate}</td><td data-col=succeeded>{}</td><td data-col=failed>{}</td>\
-                 <td data-col=retried>{}</td><td>{plugin}</td><td>{}</td></tr>",
+                 <td data-col=retried>{}</td><td data-col=groups_open>{}</td><td>{plugin}</td><td>{}</td></tr>",
                 s.due_now,
                 s.scheduled_later,
                 s.in_flight,
@@ -138,6 +138,12 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 s.succeeded,
                 s.failed,
                 s.retried,
+                // Groups whose callbacks are of this type, still waiting for children.
+                if s.groups_open > 0 {
+                    format!("<a href=\"/?type={t}#groups\">{}</a>", s.groups_open)
+                } else {
+                    "0".to_owned()
+                },
                 pause_form(t, s.paused),
                 t = esc(t.as_str()),
             );

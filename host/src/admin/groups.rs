@@ -1,6 +1,7 @@
 //! The dashboard's workflow groups: the open groups of a type, and the page of one group at `/group`.
 
 use std::fmt::Write as _;
+use std::str::FromStr as _;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -15,6 +16,8 @@ use crate::task_type::TaskType;
 
 /// Most open groups listed for a type.
 const OPEN_SHOWN: usize = 50;
+/// Of those, how many show their progress.
+const PROGRESS_SHOWN: usize = 20;
 
 /// `GET /group?type=C&group=G`.
 #[derive(Debug, Deserialize)]
@@ -40,14 +43,129 @@ pub(crate) async fn open_groups(state: &AdminState, t: &TaskType, h: &mut String
     let _ = write!(
         h,
         "<section><h2>Open workflow groups with {} callbacks</h2><table id=groups><thead><tr><th>group</th>\
-         <th>opened</th></tr></thead><tbody>",
+         <th>opened</th><th>progress</th></tr></thead><tbody>",
         esc(t.as_str())
     );
-    for (g, opened) in &open {
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", link(t.as_str(), g), format_ms(*opened));
+    for (i, (g, opened)) in open.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<tr data-group=\"{}\"><td>{}</td><td>{}</td><td>",
+            esc(g),
+            link(t.as_str(), g),
+            format_ms(*opened)
+        );
+        // Each bar is one more read: the oldest few have one.
+        let shown = match GroupId::from_str(g) {
+            Ok(id) if i < PROGRESS_SHOWN => state.store.group_show(&GroupRef { callback_type: t.clone(), id }).await?,
+            _ => None,
+        };
+        if let Some(v) = shown {
+            progress(&v, h);
+        }
+        h.push_str("</td></tr>");
     }
-    let _ = write!(h, "</tbody></table><p class=note>The {OPEN_SHOWN} oldest are listed.</p></section>");
+    let _ = write!(
+        h,
+        "</tbody></table><p class=note>The {OPEN_SHOWN} oldest are listed, the {PROGRESS_SHOWN} oldest with their progress.</p></section>"
+    );
     Ok(())
+}
+
+/// The link to a task's page (`child` is `<type>/<id>`, as groups list their children).
+fn task_link(child: &str) -> String {
+    let (t, id) = child.split_once('/').unwrap_or(("", child));
+    format!("<a href=\"/task?type={}&amp;id={}\"><code>{}</code></a>", percent(t), percent(id), esc(child))
+}
+
+fn percent(s: &str) -> String {
+    s.bytes().map(|b| format!("%{b:02X}")).collect()
+}
+
+/// A bar of a group's children by how they stand: succeeded, dead, cancelled, pending (of those added).
+fn progress(v: &crate::store::GroupView, h: &mut String) {
+    let parts = [("succeeded", v.succeeded), ("dead", v.dead), ("cancelled", v.cancelled), ("pending", v.pending)];
+    let total = parts.iter().map(|(_, n)| n).sum::<u64>().max(1);
+    let _ = write!(h, "<div class=progress data-added={} title=\"", v.added);
+    for (i, (name, n)) in parts.iter().enumerate() {
+        let _ = write!(h, "{}{n} {name}", if i > 0 { ", " } else { "" });
+    }
+    h.push_str("\">");
+    for (name, n) in parts {
+        if n > 0 {
+            let _ = write!(
+                h,
+                "<span class={name} data-{name}={n} style=\"width:{:.2}%\"></span>",
+                n as f64 * 100.0 / total as f64
+            );
+        }
+    }
+    h.push_str("</div>");
+}
+
+/// One group: the way back, its state, the progress of its children (each linked to its task page), its callback.
+fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::TaskView>, h: &mut String) {
+    let back = percent(&v.callback_type);
+    let _ = write!(
+        h,
+        "<p class=back><a id=back href=\"/?type={back}\">&larr; dashboard ({t})</a></p>\
+         <section id=group data-state={state}><h2>group {t} / <code>{id}</code></h2>\
+         <p class=\"headline\">{state}</p>",
+        state = esc(&v.state),
+        t = esc(&v.callback_type),
+        id = esc(&v.group),
+    );
+    progress(v, h);
+    let _ = write!(
+        h,
+        "<p class=note id=counts>{ok} succeeded · {dead} dead · {cancelled} cancelled · {pending} pending, of {added} added</p>\
+         <table><tbody><tr><th>callback</th><td>{cb} (when {when})</td></tr><tr><th>opened</th><td>{opened}</td></tr>",
+        added = v.added,
+        pending = v.pending,
+        ok = v.succeeded,
+        dead = v.dead,
+        cancelled = v.cancelled,
+        cb = task_link(&format!("{}/{}", v.callback_type, v.callback_id)),
+        when = esc(&v.when),
+        opened = format_ms(v.opened_ms),
+    );
+    if let (Some(at), Some(fired)) = (v.completed_ms, &v.fired) {
+        let _ = write!(h, "<tr><th>completed</th><td>{} (callback: {})</td></tr>", format_ms(at), esc(fired));
+    }
+    if let Some(run) = callback_run {
+        // Where it is now; once it ended, how, if this host settled it lately (its
+        // task page and the type's events have the rest).
+        let ended = crate::telemetry::recent()
+            .into_iter()
+            .find(|c| c.task_type == v.callback_type && c.id == v.callback_id && c.outcome != "fenced");
+        let (state, what) = match ended {
+            Some(c) if run.state == crate::store::TaskState::Unknown => {
+                (c.outcome.to_owned(), format!("{} at {} (attempt {})", c.outcome, format_ms(c.finished_ms), c.attempt))
+            }
+            _ => (
+                serde_json::to_value(run.state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default(),
+                crate::show::headline(run),
+            ),
+        };
+        let _ = write!(
+            h,
+            "<tr id=callback-run data-state={}><th>callback's run</th><td>{} {}</td></tr>",
+            esc(&state),
+            task_link(&format!("{}/{}", v.callback_type, v.callback_id)),
+            esc(&what),
+        );
+    }
+    for child in &v.pending_sample {
+        let _ = write!(h, "<tr class=child data-child=pending><th>pending</th><td>{}</td></tr>", task_link(child));
+    }
+    for (child, how) in &v.failed_sample {
+        let _ = write!(
+            h,
+            "<tr class=child data-child={how}><th>{how}</th><td>{}</td></tr>",
+            task_link(child),
+            how = esc(how)
+        );
+    }
+    h.push_str("</tbody></table></section>");
 }
 
 /// `GET /group?type=C&group=G`: one group's state, counts, callback and some children.
@@ -68,35 +186,15 @@ pub(crate) async fn page(State(state): State<AdminState>, Query(query): Query<Gr
     };
     let status = match state.store.group_show(&g).await {
         Ok(Some(v)) => {
-            let _ = write!(
-                h,
-                "<section id=group data-state={state}><h2>group {t} / <code>{id}</code></h2>\
-                 <p class=\"headline\">{state}</p><table><tbody>\
-                 <tr><th>callback</th><td>{t} / <code>{cb}</code> (when {when})</td></tr>\
-                 <tr><th>children</th><td>{added} added, {pending} pending, {ok} succeeded, {dead} dead, \
-                 {cancelled} cancelled</td></tr><tr><th>opened</th><td>{opened}</td></tr>",
-                state = esc(&v.state),
-                t = esc(&v.callback_type),
-                id = esc(&v.group),
-                cb = esc(&v.callback_id),
-                when = esc(&v.when),
-                added = v.added,
-                pending = v.pending,
-                ok = v.succeeded,
-                dead = v.dead,
-                cancelled = v.cancelled,
-                opened = format_ms(v.opened_ms),
-            );
-            if let (Some(at), Some(fired)) = (v.completed_ms, &v.fired) {
-                let _ = write!(h, "<tr><th>completed</th><td>{} (callback: {})</td></tr>", format_ms(at), esc(fired));
-            }
-            for child in &v.pending_sample {
-                let _ = write!(h, "<tr><th>pending</th><td><code>{}</code></td></tr>", esc(child));
-            }
-            for (child, how) in &v.failed_sample {
-                let _ = write!(h, "<tr><th>{}</th><td><code>{}</code></td></tr>", esc(how), esc(child));
-            }
-            h.push_str("</tbody></table></section>");
+            // Once the callback fired, its own run: where it is now (its task page has the rest).
+            let callback_run = match &v.fired {
+                Some(_) => match (v.callback_type.parse::<TaskType>(), v.callback_id.as_bytes()) {
+                    (Ok(t), id) => state.store.show(&t, id).await.ok(),
+                    _ => None,
+                },
+                None => None,
+            };
+            group_view(&v, callback_run.as_ref(), &mut h);
             StatusCode::OK
         }
         Ok(None) => {
