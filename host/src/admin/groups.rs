@@ -30,8 +30,7 @@ pub(crate) struct GroupQuery {
 
 /// The link to a group's page.
 pub(crate) fn link(callback_type: &str, group: &str) -> String {
-    let q = |s: &str| s.bytes().map(|b| format!("%{b:02X}")).collect::<String>();
-    format!("<a href=\"/group?type={}&amp;group={}\">{}</a>", q(callback_type), q(group), esc(group))
+    format!("<a href=\"/group?type={}&amp;group={}\">{}</a>", percent(callback_type), percent(group), esc(group))
 }
 
 /// The open groups whose callbacks are of `t`, oldest first.
@@ -77,6 +76,7 @@ fn task_link(child: &str) -> String {
     format!("<a href=\"/task?type={}&amp;id={}\"><code>{}</code></a>", percent(t), percent(id), esc(child))
 }
 
+/// Every byte percent-encoded: safe in a query string whatever the name holds.
 fn percent(s: &str) -> String {
     s.bytes().map(|b| format!("%{b:02X}")).collect()
 }
@@ -187,12 +187,9 @@ pub(crate) async fn page(State(state): State<AdminState>, Query(query): Query<Gr
     let status = match state.store.group_show(&g).await {
         Ok(Some(v)) => {
             // Once the callback fired, its own run: where it is now (its task page has the rest).
-            let callback_run = match &v.fired {
-                Some(_) => match (v.callback_type.parse::<TaskType>(), v.callback_id.as_bytes()) {
-                    (Ok(t), id) => state.store.show(&t, id).await.ok(),
-                    _ => None,
-                },
-                None => None,
+            let callback_run = match (&v.fired, v.callback_type.parse::<TaskType>()) {
+                (Some(_), Ok(t)) => state.store.show(&t, v.callback_id.as_bytes()).await.ok(),
+                _ => None,
             };
             group_view(&v, callback_run.as_ref(), &mut h);
             StatusCode::OK
