@@ -427,7 +427,9 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
     let page = support::get(&addr, "/group?type=done&group=g1");
     assert_eq!(page.status, 200);
     assert!(
-        page.body.contains("data-state=done") && page.body.contains("5 added, 0 pending, 5 succeeded"),
+        page.body.contains("data-state=done")
+            && page.body.contains("5 succeeded · 0 dead · 0 cancelled · 0 pending, of 5 added")
+            && page.body.contains("data-succeeded=5 style=\"width:100.00%\""),
         "{}",
         page.body
     );
