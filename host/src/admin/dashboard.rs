@@ -317,11 +317,16 @@ pub(crate) async fn task_page(State(state): State<AdminState>, Query(query): Que
     (status, html(h)).into_response()
 }
 
+/// A task state's name as `show --json` gives it (`scheduled`, `running`, ...).
+pub(super) fn state_name(state: TaskState) -> String {
+    serde_json::to_value(state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
 /// One task: its state, what is known about it, and the buttons that apply.
 fn task_view(v: &TaskView, h: &mut String) {
     let te = esc(v.task_type.as_str());
     let id = esc(&String::from_utf8_lossy(&v.id));
-    let state = serde_json::to_value(v.state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default();
+    let state = state_name(v.state);
     let _ = write!(
         h,
         "<section id=task data-state={state}><h2>{te} / <code>{id}</code></h2>\

@@ -115,6 +115,7 @@ fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::T
         id = esc(&v.group),
     );
     progress(v, h);
+    let callback = task_link(&format!("{}/{}", v.callback_type, v.callback_id));
     let _ = write!(
         h,
         "<p class=note id=counts>{ok} succeeded · {dead} dead · {cancelled} cancelled · {pending} pending, of {added} added</p>\
@@ -124,7 +125,7 @@ fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::T
         ok = v.succeeded,
         dead = v.dead,
         cancelled = v.cancelled,
-        cb = task_link(&format!("{}/{}", v.callback_type, v.callback_id)),
+        cb = callback,
         when = esc(&v.when),
         opened = format_ms(v.opened_ms),
     );
@@ -141,16 +142,13 @@ fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::T
             Some(c) if run.state == crate::store::TaskState::Unknown => {
                 (c.outcome.to_owned(), format!("{} at {} (attempt {})", c.outcome, format_ms(c.finished_ms), c.attempt))
             }
-            _ => (
-                serde_json::to_value(run.state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default(),
-                crate::show::headline(run),
-            ),
+            _ => (super::dashboard::state_name(run.state), crate::show::headline(run)),
         };
         let _ = write!(
             h,
             "<tr id=callback-run data-state={}><th>callback's run</th><td>{} {}</td></tr>",
             esc(&state),
-            task_link(&format!("{}/{}", v.callback_type, v.callback_id)),
+            callback,
             esc(&what),
         );
     }
