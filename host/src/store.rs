@@ -64,7 +64,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
-pub use groups::{Added, Fired, GroupMoves, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal};
+pub use groups::{
+    Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal,
+};
 pub use keys::{GroupKeys, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
@@ -166,6 +168,21 @@ impl Store {
     /// once, so routing a task costs one map lookup.
     pub fn with_shards(mut self, config: &Config) -> Store {
         self.shards = Arc::new(config.sharded_types().map(|(t, n)| (t.clone(), shard_tags(t, n))).collect());
+        self
+    }
+
+    /// This store, spreading type `t` over `shards` shards as hosts with
+    /// `[types.T] shards = N` do: for an application that schedules through
+    /// this API without a `runner.toml` (the Python and Node clients take the
+    /// same map).
+    pub fn with_type_shards(mut self, t: &TaskType, shards: u16) -> Store {
+        let mut map = (*self.shards).clone();
+        if shards > 1 {
+            map.insert(t.base(), shard_tags(t, shards));
+        } else {
+            map.remove(&t.base());
+        }
+        self.shards = Arc::new(map);
         self
     }
 

@@ -515,6 +515,37 @@ pub fn group_refusal(e: &anyhow::Error) -> Option<String> {
     (redis.code() == Some("HGGROUP")).then(|| redis.detail().unwrap_or_default().to_owned())
 }
 
+/// Why a workflow group step was refused (`HGGROUP` from its script, which
+/// wrote nothing), for callers that match on it; the Python and Node clients
+/// raise the same three (`NoSuchGroup`, `GroupClosed`, `GroupConflict`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupRefusal {
+    /// The group was never opened, or was done more than 7 days ago.
+    #[error("{0}")]
+    NoSuchGroup(String),
+    /// The group is sealed or done: no children can be added.
+    #[error("{0}")]
+    Closed(String),
+    /// Opening a group that is open with another callback, or that already completed.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl GroupRefusal {
+    /// The refusal that error `e` of a group step carries, if it is one.
+    pub fn of(e: &anyhow::Error) -> Option<GroupRefusal> {
+        // The words of group_join.lua's and group_end.lua's refusals.
+        let why = group_refusal(e)?;
+        Some(if why.starts_with("no group") {
+            GroupRefusal::NoSuchGroup(why)
+        } else if why.contains("no children can be added") {
+            GroupRefusal::Closed(why)
+        } else {
+            GroupRefusal::Conflict(why)
+        })
+    }
+}
+
 fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
     match crate::health::classify(&e) {
         crate::health::Trouble::Outage => GroupDelivery::Outage(e),
