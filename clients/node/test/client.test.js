@@ -1,0 +1,161 @@
+// The Node client against a real redis-server (or valkey-server: whatever `redis-server` is on PATH),
+// started by the test on a unix socket in a temp dir.
+"use strict";
+
+const { test, before, after, beforeEach } = require("node:test");
+const assert = require("node:assert/strict");
+const { spawn } = require("node:child_process");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+const Redis = require("ioredis");
+const hg = require("..");
+
+let server, dir, redis, client;
+
+before(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), "hourglass-node-"));
+  const socket = path.join(dir, "redis.sock");
+  server = spawn("redis-server", ["--port", "0", "--unixsocket", socket, "--save", "", "--appendonly", "no", "--dir", dir], {
+    stdio: "ignore",
+  });
+  const deadline = Date.now() + 20000;
+  while (!fs.existsSync(socket)) {
+    if (Date.now() > deadline) throw new Error("redis-server did not start");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  redis = new Redis({ path: socket, maxRetriesPerRequest: 1 });
+  await redis.ping();
+});
+
+after(async () => {
+  redis.disconnect();
+  server.kill();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+beforeEach(async () => {
+  await redis.flushall();
+  client = new hg.Hourglass(redis);
+});
+
+test("schedule writes the contract keys and each mode keeps its promise", async () => {
+  const due = Date.UTC(2030, 0, 1);
+  assert.equal(await client.schedule("order.timeout", "o-1", { at: due, payload: '{"order":1}' }), true);
+  assert.equal(Number(await redis.zscore("hourglass:{order.timeout}:due", "o-1")), due);
+  assert.equal(await redis.hget("hourglass:{order.timeout}:payload", "o-1"), '{"order":1}');
+  assert.equal(await client.schedule("order.timeout", "o-1", { at: due + 5, payload: "second", mode: "if-absent" }), false);
+  assert.equal(await redis.hget("hourglass:{order.timeout}:payload", "o-1"), '{"order":1}');
+  assert.equal(await client.schedule("order.timeout", "o-1", { at: due - 1, mode: "only-later" }), false);
+  assert.equal(await client.schedule("order.timeout", "o-1", { at: due + 10, mode: "only-later" }), true);
+  assert.equal(await client.schedule("order.timeout", "o-1", { at: new Date(due + 1), mode: "only-earlier" }), true);
+  assert.equal(Number(await redis.zscore("hourglass:{order.timeout}:due", "o-1")), due + 1);
+  const before = Date.now();
+  await client.schedule("mail", Buffer.from([0, 255]), { delayMs: 300000, traceparent: `00-${"a".repeat(32)}-${"b".repeat(16)}-01` });
+  assert.ok(Number(await redis.zscore("hourglass:{mail}:due", Buffer.from([0, 255]))) >= before + 300000);
+  assert.ok((await redis.hget("hourglass:{mail}:trace", Buffer.from([0, 255]))).startsWith("00-aaaa"));
+});
+
+test("postpone, run now, show and cancel", async () => {
+  await client.schedule("device.offline", "d-1", { delayMs: 30000, payload: "x".repeat(100) });
+  const moved = await client.postpone("device.offline", "d-1", 60000);
+  assert.equal(Number(await redis.zscore("hourglass:{device.offline}:due", "d-1")), moved);
+  assert.equal(await client.postpone("device.offline", "nobody", 5), null);
+  let view = await client.show("device.offline", "d-1", { payloadBytes: 10 });
+  assert.equal(view.state, "scheduled");
+  assert.equal(view.payloadSize, 100);
+  assert.deepEqual(view.payload, Buffer.from("x".repeat(10)));
+  assert.ok((await client.runNow("device.offline", "d-1")) <= Date.now() + 60000);
+  assert.equal((await client.show("device.offline", "d-1")).state, "due");
+  assert.deepEqual(await client.cancel("device.offline", "d-1"), { state: "scheduled", holder: "", groupTold: false });
+  assert.equal((await client.show("device.offline", "d-1")).state, "unknown");
+  assert.equal((await client.cancel("device.offline", "d-1")).state, "unknown");
+  await redis.zadd("hourglass:{device.offline}:dead", 1767600000000, "d-2");
+  await redis.hset("hourglass:{device.offline}:errors", "d-2", "no answer");
+  view = await client.show("device.offline", "d-2");
+  assert.deepEqual([view.state, view.diedMs, view.lastError], ["dead", 1767600000000, "no answer"]);
+});
+
+test("pause, resume and stats", async () => {
+  for (let i = 0; i < 3; i++) await client.schedule("report", `r-${i}`, { delayMs: 600000 });
+  await client.schedule("report", "now", { at: Date.now() - 5 });
+  const stats = await client.stats("report");
+  assert.deepEqual([stats.dueNow, stats.scheduledLater, stats.inFlight, stats.pausedMs], [1, 3, 0, null]);
+  assert.equal(await client.pause("report"), null);
+  assert.equal((await client.stats("report")).pausedMs, 0);
+  assert.equal(await client.resume("report"), true);
+  assert.equal(await client.resume("report"), false);
+  assert.ok((await client.pause("report", { lengthMs: 60000 })) > Date.now() + 50000);
+});
+
+test("a group: open, add, seal, show; an empty group fires at once", async () => {
+  assert.equal(await client.groupOpen("order.ship", "o-17", { payload: '{"order":"o-17"}' }), true);
+  assert.equal(await client.groupOpen("order.ship", "o-17", { payload: '{"order":"o-17"}' }), false);
+  const later = Date.now() + 600000;
+  const added = await client.groupAdd("order.ship", "o-17", [
+    { taskType: "order.reserve", id: "o-17", dueMs: later },
+    { taskType: "order.charge", id: "o-17", payload: '{"amount":4200}', dueMs: later },
+  ]);
+  assert.deepEqual(added, { joined: 2, refused: [] });
+  assert.equal((await client.show("order.charge", "o-17")).group, "order.ship/o-17");
+  assert.equal(await client.groupSeal("order.ship", "o-17"), "sealed");
+  assert.equal(await client.groupSeal("order.ship", "o-17"), "already");
+  const view = await client.groupShow("order.ship", "o-17");
+  assert.deepEqual([view.state, view.added, view.pending, view.callbackId], ["sealed", 2, 2, "o-17"]);
+  await assert.rejects(client.groupAdd("order.ship", "o-17", [{ taskType: "order.mail", id: "late" }]), hg.GroupClosed);
+  assert.equal(await redis.zcard("hourglass:{order.mail}:due"), 0);
+
+  await client.groupOpen("done", "empty", { callbackId: "cb", payload: "p" });
+  assert.equal(await client.groupSeal("done", "empty"), "completed:callback");
+  const summary = JSON.parse(await redis.hget("hourglass:{done}:payload", "cb"));
+  assert.deepEqual([summary.group, summary.payload, summary.added], ["empty", "p", 0]);
+  await assert.rejects(client.groupOpen("done", "empty", { callbackId: "cb" }), hg.GroupConflict);
+  assert.equal(await client.groupShow("done", "never"), null);
+});
+
+test("refusals are typed and write nothing", async () => {
+  await assert.rejects(client.groupAdd("ship", "nope", [{ taskType: "step", id: "a" }]), hg.NoSuchGroup);
+  await assert.rejects(client.groupSeal("ship", "nope"), hg.NoSuchGroup);
+  await client.groupOpen("ship", "g", { callbackId: "one" });
+  await assert.rejects(client.groupOpen("ship", "g", { callbackId: "two" }), hg.GroupConflict);
+  for (const bad of ["Bad", "", "a{b}", "x".repeat(65)]) await assert.rejects(client.schedule(bad, "id"), hg.InvalidTaskType);
+  await assert.rejects(client.schedule("ok", ""), hg.InvalidId);
+  await assert.rejects(client.groupOpen("ok", "a\nb"), hg.InvalidId);
+  await assert.rejects(client.schedule("ok", "id", { mode: "sometimes" }), hg.InvalidArgument);
+  await assert.rejects(client.postpone("ok", "id", -5), hg.InvalidArgument);
+  assert.deepEqual(await redis.keys("hourglass:{ok}:*"), []);
+  await redis.set("hourglass:{broken}:due", "oops");
+  await assert.rejects(client.schedule("broken", "b-1", { payload: "body" }), (e) => {
+    assert.ok(e instanceof hg.DataFault && e.message.includes("hourglass:{broken}:due holds a string, not a zset"), e.message);
+    return true;
+  });
+  assert.equal(await redis.exists("hourglass:{broken}:payload"), 0);
+  assert.match((await client.stats("broken")).fault, /holds a string/);
+});
+
+test("a sharded type routes each id to its shard, as the Python client does", async () => {
+  const sharded = new hg.Hourglass(redis, { shards: { hot: 3 } });
+  const tags = hg.shardTags("hot", 3);
+  // The same tags docs/scaling.md and the host give (tests/workflows.rs checks the routing against the host).
+  assert.deepEqual(hg.shardTags("order.timeout", 3), ["order.timeout", "order.timeout#3", "order.timeout#2"]);
+  for (let i = 0; i < 30; i++) await sharded.schedule("hot", `t-${i}`, { delayMs: 600000 });
+  for (let i = 0; i < 30; i++) {
+    const shard = hg.shardOf(`t-${i}`, 3);
+    assert.notEqual(await redis.zscore(`hourglass:{${tags[shard]}}:due`, `t-${i}`), null);
+    const view = await sharded.show("hot", `t-${i}`);
+    assert.deepEqual([view.taskType, view.shard], [tags[shard], shard]);
+  }
+  assert.equal((await sharded.stats("hot")).scheduledLater, 30);
+  const wrong = tags[(hg.shardOf("stray", 3) + 1) % 3];
+  await redis.zadd(`hourglass:{${wrong}}:due`, 1, "stray");
+  assert.equal((await sharded.cancel("hot", "stray")).state, "scheduled");
+  assert.throws(() => new hg.Hourglass(redis, { shards: { hot: 0 } }), hg.InvalidArgument);
+});
+
+test("the shipped scripts are the host's", () => {
+  const host = path.join(__dirname, "..", "..", "..", "host", "src", "store", "scripts");
+  for (const name of fs.readdirSync(path.join(__dirname, "..", "scripts"))) {
+    const mine = fs.readFileSync(path.join(__dirname, "..", "scripts", name));
+    assert.ok(mine.equals(fs.readFileSync(path.join(host, name))), `${name}: run 'bash clients/sync-scripts.sh'`);
+  }
+});
