@@ -2,8 +2,9 @@
 # `make run` checks for redis-server and the wasm32-wasip2 target (installing
 #   them when run as root), builds the example plugins and starts the host on runner.toml;
 # `make test` does the same set-up for every test's needs (see .ci/setup), builds
-#   the plugins, runs every test on Redis, then the Redis contract, model,
-#   workflows and cluster tests again on Valkey (tests/valkey.sh).
+#   the plugins, runs every test on Redis and the Python and Node clients'
+#   tests (clients/test.sh), then the Redis contract, model, workflows,
+#   cluster and client tests again on Valkey (tests/valkey.sh).
 .PHONY: run test plugins polyglot fmt check setup setup-run
 
 run: setup-run plugins
@@ -11,6 +12,7 @@ run: setup-run plugins
 
 test: setup plugins
 	cargo test --workspace
+	bash clients/test.sh
 	bash tests/valkey.sh
 
 setup:

@@ -1,4 +1,4 @@
-//! The shape of the host crate: imports between its top-level modules point one way, and long files say why.
+//! The shape of the host crate: imports between its top-level modules point one way, long files say why, and the clients ship its scripts unchanged.
 //!
 //! Read from the source, as a reviewer would: every `crate::<module>` a
 //! module's code names (comments and its `#[cfg(test)]` part aside) is an
@@ -143,4 +143,30 @@ fn long_source_files_say_why_at_their_top() {
         }
     }
     assert!(unexplained.is_empty(), "over {MAX_LINES} lines without a `//! Long:` reason at the top: {unexplained:#?}");
+}
+
+/// The clients run the host's own Lua scripts: each copy the Python and Node
+/// clients ship (clients/sync-scripts.sh writes them) is byte for byte the
+/// host's, so a script changed here and not copied there fails here.
+#[test]
+fn the_clients_ship_the_hosts_scripts_unchanged() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let host = root.join("host/src/store/scripts");
+    let names = std::fs::read_to_string(root.join("clients/scripts.txt")).unwrap();
+    let names: Vec<&str> = names.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(names.contains(&"prelude") && names.len() >= 10, "clients/scripts.txt lists {names:?}");
+    for client in ["clients/python/hourglass_client/scripts", "clients/node/scripts"] {
+        let shipped: BTreeSet<String> = std::fs::read_dir(root.join(client))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let listed: BTreeSet<String> = names.iter().map(|n| format!("{n}.lua")).collect();
+        assert_eq!(shipped, listed, "{client} ships other scripts than clients/scripts.txt lists");
+        for name in &names {
+            let file = format!("{name}.lua");
+            let theirs = std::fs::read(root.join(client).join(&file)).unwrap();
+            let ours = std::fs::read(host.join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(theirs == ours, "{client}/{file} differs from the host's: run 'bash clients/sync-scripts.sh'");
+        }
+    }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the Redis contract, the model test, the workflows and the cluster
-# tests again on Valkey, the second server Hourglass supports: `make test`
+# Runs the Redis contract, the model test, the workflows, the cluster and
+# the clients' tests again on Valkey, the second server Hourglass supports: `make test`
 # calls it after the whole suite has run on Redis. The tests start
 # `redis-server`; here that name is Valkey's binary, put first on PATH
 # (.ci/setup installs it). redis-cli stays Redis's own, which Valkey speaks.
@@ -27,9 +27,10 @@ if [[ "$said" != Valkey* ]]; then
     echo "error: $server is not Valkey: it says '$said'" >&2
     exit 1
 fi
-echo "== the Redis contract, the model test, workflows and cluster tests on: $said"
+echo "== the Redis contract, the model test, workflows, cluster and client tests on: $said"
 export PATH="$dir/bin:$PATH"
 [[ "$(command -v redis-server)" == "$server" ]] || { echo "error: redis-server is not $server on PATH" >&2; exit 1; }
 cargo test --workspace --test redis_contract --test workflows
 cargo test --workspace --test model the_scripts_agree
 cargo test --workspace --test scale -- cluster_runs_every_task cluster_sharded_type cluster_group_with_children
+bash clients/test.sh

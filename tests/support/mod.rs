@@ -42,6 +42,11 @@ impl RedisServer {
         self.server.url()
     }
 
+    /// The path of its unix socket.
+    pub fn socket(&self) -> PathBuf {
+        self.server.socket().expect("a unix socket")
+    }
+
     /// Folder holding the socket and any data files.
     pub fn dir(&self) -> &Path {
         self.server.dir()
