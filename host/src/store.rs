@@ -39,18 +39,21 @@
 //!
 //! - [`conn`](self) (`store/conn.rs`): one server or a cluster, connect errors, `CLUSTER NODES`;
 //! - `keys.rs`: the key layout; `scripts.rs` + `scripts/*.lua`: the scripts;
-//! - `tasks.rs`: schedule, cancel, claim, settle, extend, release, the outbox;
+//! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
+//!   extend, release (the path every task takes); `outbox.rs`: follow-ups moved on exactly once;
 //! - `queues.rs`: stats, due buckets, the types present, dead letters;
 //! - `recur.rs`: recurring schedules;
 //! - `lookup.rs`: one task by id (`hourglass show`), and run-now / postpone of a scheduled one;
 //! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
 //! - `reply.rs`: reading replies.
 
+mod claims;
 mod conn;
 mod groups;
 mod keys;
 mod lookup;
 mod nodes;
+mod outbox;
 mod queues;
 mod recur;
 mod reply;
@@ -63,6 +66,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+pub use claims::{ClaimLimits, Extended};
 pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
 pub use groups::{
     Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal,
@@ -70,9 +74,10 @@ pub use groups::{
 pub use keys::{GroupKeys, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
+pub use outbox::{OutboxFlush, decode_followup, encode_followup};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
-pub use tasks::{Cancelled, ClaimLimits, Extended, OutboxFlush, ScheduleMode, decode_followup, encode_followup};
+pub use tasks::{Cancelled, ScheduleMode};
 
 use crate::config::{Config, KeyPrefix};
 use crate::target::Target;

@@ -1,0 +1,352 @@
+//! The path every task takes: claim, settle (with the batching of acks into masks), extend and release.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use redis::Value;
+
+use super::outbox::encode_followup;
+use super::reply::parse_claim;
+use super::{Store, duration_ms};
+use crate::task::{Claim, Lease, Outcome, SettleResult, Settlement};
+use crate::task_type::TaskType;
+
+/// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
+pub const FAIR_WINDOW: usize = 1000;
+
+/// What one claim may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimLimits {
+    /// Most tasks one claim takes (and most expired leases it reaps).
+    pub max_tasks: usize,
+    /// Lease of each claimed task.
+    pub lease: Duration,
+    /// Larger payloads are dead-lettered at claim.
+    pub max_payload_bytes: u64,
+    /// Longer ids are dead-lettered at claim.
+    pub max_id_bytes: usize,
+    /// Most tasks of the type leased at once over every host (`max_running`; 0 = no limit).
+    pub max_running: u64,
+    /// Most tasks of the type handed out per second over every host (`rate`).
+    pub rate: Option<crate::config::Rate>,
+    /// Share claims fairly among the keys of task ids: the part before this separator (`fair_by`).
+    pub fair_by: Option<String>,
+}
+
+impl Default for ClaimLimits {
+    fn default() -> Self {
+        ClaimLimits {
+            max_tasks: 256,
+            lease: Duration::from_secs(30),
+            max_payload_bytes: 1024 * 1024,
+            max_id_bytes: 1024,
+            max_running: 0,
+            rate: None,
+            fair_by: None,
+        }
+    }
+}
+/// What extending one lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extended {
+    /// The lease runs on.
+    Extended,
+    /// The lease runs on, but a cancel was asked: stop the run.
+    Cancelled,
+    /// The lease was lost (it expired and another host may hold the task).
+    Lost,
+}
+impl Store {
+    /// Reaps expired leases, then leases up to `limits.max_tasks` due tasks of type `t`.
+    pub async fn claim(&self, t: &TaskType, limits: &ClaimLimits) -> Result<Claim> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let value: Value = self
+            .scripts
+            .claim
+            .key(&k.due)
+            .key(&k.payload)
+            .key(&k.leases)
+            .key(&k.tokens)
+            .key(&k.attempts)
+            .key(&k.errors)
+            .key(&k.dead)
+            .key(&k.seq)
+            .key(&k.stats)
+            .key(&k.recur)
+            .key(&k.throttle)
+            .key(&k.paused)
+            .key(&k.cancels)
+            .key(&k.claims)
+            .key(&k.claimed)
+            .key(&k.member)
+            .key(&k.outbox)
+            .key(&k.running)
+            .key(&k.held)
+            .arg(limits.max_tasks.max(1))
+            .arg(duration_ms(limits.lease).max(1))
+            .arg(limits.max_payload_bytes)
+            .arg(limits.max_id_bytes)
+            .arg(&*self.holder)
+            .arg(limits.max_running)
+            .arg(limits.rate.map_or(0.0, |r| r.per_second()))
+            .arg(limits.rate.map_or(1.0, |r| r.burst()))
+            .arg(limits.fair_by.as_deref().unwrap_or(""))
+            .arg(FAIR_WINDOW)
+            .arg(t.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot claim {t} tasks"))?;
+        parse_claim(t, value).with_context(|| format!("unexpected claim reply for {t}"))
+    }
+
+    /// Commits the outcomes of finished tasks of type `t` in one atomic step
+    /// (settle.lua), appending one entry per committed outcome to
+    /// `P:{T}:events` (capped at about `events_maxlen`) when it is given.
+    /// Follow-ups committed with acks wait in the type's outbox until
+    /// [`Store::flush_outbox`] moves them on: the host does that right after.
+    pub async fn settle(
+        &self,
+        t: &TaskType,
+        batch: &[Settlement],
+        events_maxlen: Option<u64>,
+    ) -> Result<Vec<SettleResult>> {
+        Ok(self.settle_reporting(t, batch, events_maxlen).await?.0)
+    }
+
+    /// [`Store::settle`], and how many reports of workflow group children
+    /// that ended it put in the outbox (for [`Store::flush_outbox`]).
+    pub async fn settle_reporting(
+        &self,
+        t: &TaskType,
+        batch: &[Settlement],
+        events_maxlen: Option<u64>,
+    ) -> Result<(Vec<SettleResult>, usize)> {
+        if batch.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        let k = self.keys(t);
+        let mut inv = self.scripts.settle.prepare_invoke();
+        inv.key(&k.due)
+            .key(&k.payload)
+            .key(&k.claims)
+            .key(&k.claimed)
+            .key(&k.attempts)
+            .key(&k.errors)
+            .key(&k.dead)
+            .key(&k.stats)
+            .key(&k.outbox)
+            .key(&k.events)
+            .key(&k.cancels)
+            .key(&k.member)
+            .key(&k.running)
+            .key(&k.held)
+            .arg(t.as_str())
+            .arg(events_maxlen.unwrap_or(0));
+        let entries = settle_entries(batch, events_maxlen.is_some());
+        for entry in &entries {
+            let s = match entry {
+                SettleEntry::Plain { claim, mask, tasks } => {
+                    // The acked ids in the mask's order: they leave the running set as sent.
+                    let mut in_order: Vec<&(usize, usize)> = tasks.iter().collect();
+                    in_order.sort_unstable_by_key(|&&(_, index)| index);
+                    inv.arg("m").arg(*claim).arg(mask.as_slice()).arg(in_order.len());
+                    for &&(i, _) in &in_order {
+                        inv.arg(&batch[i].lease.id);
+                    }
+                    continue;
+                }
+                SettleEntry::Full(i) => &batch[*i],
+            };
+            let (kind, delay_ms, error, followups) = match &s.outcome {
+                Outcome::Ack { followups, .. } => ("ack", 0, "", followups.as_slice()),
+                Outcome::Retry { delay, error } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
+                Outcome::Dead { error } => ("dead", 0, error.as_str(), &[][..]),
+                Outcome::Cancelled => ("cancel", 0, "", &[][..]),
+            };
+            inv.arg(kind)
+                .arg(&s.lease.id)
+                .arg(s.lease.token)
+                .arg(s.lease.claim)
+                .arg(s.run.attempt)
+                .arg(s.run.due_ms)
+                .arg(s.run.started_ms);
+            let groups = match &s.outcome {
+                Outcome::Ack { groups, .. } => groups.as_slice(),
+                _ => &[],
+            };
+            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len() + groups.len());
+            for f in followups {
+                let mut arg = vec![if f.replace { b'r' } else { b'c' }];
+                arg.extend(encode_followup(f));
+                inv.arg(arg);
+            }
+            for g in groups {
+                let mut arg = vec![b'g'];
+                arg.extend(super::groups::encode_work(g));
+                inv.arg(arg);
+            }
+        }
+        let mut conn = self.conn.clone();
+        let mut replies: Vec<Value> =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot settle {} {t} tasks", batch.len()))?;
+        let reports = replies.pop().map(super::reply::int).transpose().context("settle: no count of group reports")?;
+        if replies.len() != entries.len() {
+            bail!("settle of {t}: {} results for {} entries", replies.len(), entries.len());
+        }
+        // Follow-ups committed with acks wait in the outbox; the caller moves them on (`flush_outbox`).
+        let mut results = vec![SettleResult::Fenced; batch.len()];
+        for (entry, reply) in entries.iter().zip(replies) {
+            match entry {
+                SettleEntry::Plain { tasks, .. } => {
+                    let taken = super::reply::bytes(reply).context("settle: a claim's acks are not a mask")?;
+                    for &(i, index) in tasks {
+                        if taken.get(index) == Some(&b'1') {
+                            results[i] = SettleResult::Settled;
+                        }
+                    }
+                }
+                SettleEntry::Full(i) => {
+                    results[*i] = match super::reply::int(reply).context("settle: a task's result is not a number")? {
+                        1 => SettleResult::Settled,
+                        2 => SettleResult::Cancelled,
+                        3 => SettleResult::Rescheduled,
+                        _ => SettleResult::Fenced,
+                    }
+                }
+            }
+        }
+        Ok((results, reports.unwrap_or(0) as usize))
+    }
+
+    /// Extends the leases of running tasks to now + `lease_ms`.
+    pub async fn extend(&self, t: &TaskType, leases: &[Lease], lease_ms: u64) -> Result<Vec<Extended>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys(t);
+        let mut inv = self.scripts.extend.prepare_invoke();
+        inv.key(&k.claims).key(&k.claimed).key(&k.cancels).arg(lease_ms.max(1));
+        for lease in leases {
+            inv.arg(&lease.id).arg(lease.token).arg(lease.claim);
+        }
+        let mut conn = self.conn.clone();
+        let flags: Vec<i64> =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot extend {} {t} leases", leases.len()))?;
+        Ok(flags
+            .into_iter()
+            .map(|f| match f {
+                1 => Extended::Extended,
+                2 => Extended::Cancelled,
+                _ => Extended::Lost,
+            })
+            .collect())
+    }
+
+    /// Hands leased tasks back, due now, without counting the attempt; returns how many.
+    pub async fn release(&self, t: &TaskType, leases: &[Lease]) -> Result<usize> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let k = self.keys(t);
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(&k.claims).key(&k.claimed).key(&k.due).key(&k.running).key(&k.held);
+        for lease in leases {
+            inv.arg(&lease.id).arg(lease.token).arg(lease.claim);
+        }
+        let mut conn = self.conn.clone();
+        let n: usize =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot release {} {t} leases", leases.len()))?;
+        Ok(n)
+    }
+}
+
+/// One entry of a settle call: the plain acks of one claim as a mask, or one task in full.
+#[derive(Debug, PartialEq, Eq)]
+enum SettleEntry {
+    /// Acks with nothing else to write (no follow-ups, no events) of tasks of
+    /// `claim`: byte i of `mask` is `1` for its task i (from 0, the token
+    /// minus the claim id); `tasks` maps batch indexes to i.
+    Plain { claim: u64, mask: Vec<u8>, tasks: Vec<(usize, usize)> },
+    /// The batch index of a task sent with its outcome in full.
+    Full(usize),
+}
+
+/// Most tasks one claim holds (claim.lua caps a claim at this many).
+const CLAIM_MAX: u64 = 65535;
+
+/// The entries of one settle call for `batch`, in the order each first
+/// appears: acks of the same claim share one mask, so settling a whole
+/// claim sends three arguments, not four per task.
+fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
+    let mut entries = Vec::new();
+    let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
+    for (i, s) in batch.iter().enumerate() {
+        let plain = !events
+            && matches!(&s.outcome, Outcome::Ack { followups, groups } if followups.is_empty() && groups.is_empty());
+        let Lease { token, claim, .. } = s.lease;
+        let index = token.checked_sub(claim).filter(|&k| k < CLAIM_MAX);
+        let (true, Some(index)) = (plain, index) else {
+            entries.push(SettleEntry::Full(i));
+            continue;
+        };
+        let at = *masks.entry(claim).or_insert_with(|| {
+            entries.push(SettleEntry::Plain { claim, mask: Vec::new(), tasks: Vec::new() });
+            entries.len() - 1
+        });
+        let SettleEntry::Plain { mask, tasks, .. } = &mut entries[at] else {
+            unreachable!("masks index plain entries")
+        };
+        let index = index as usize;
+        if mask.len() <= index {
+            mask.resize(index + 1, b'0');
+        }
+        mask[index] = b'1';
+        tasks.push((i, index));
+    }
+    entries
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::RunInfo;
+
+    fn settlement(token: u64, claim: u64, outcome: Outcome) -> Settlement {
+        let lease = Lease { id: format!("t{token}").into_bytes(), token, claim };
+        Settlement { lease, outcome, run: RunInfo::default() }
+    }
+
+    fn ack() -> Outcome {
+        Outcome::Ack { followups: Vec::new(), groups: Vec::new() }
+    }
+
+    #[test]
+    fn plain_acks_of_one_claim_share_one_mask() {
+        let retry = Outcome::Retry { delay: Duration::from_secs(1), error: "x".into() };
+        let batch = [
+            settlement(12, 10, ack()),
+            settlement(20, 20, ack()),
+            settlement(11, 10, retry),
+            settlement(10, 10, ack()),
+        ];
+        assert_eq!(
+            settle_entries(&batch, false),
+            [
+                SettleEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 2), (3, 0)] },
+                SettleEntry::Plain { claim: 20, mask: b"1".to_vec(), tasks: vec![(1, 0)] },
+                SettleEntry::Full(2),
+            ]
+        );
+    }
+
+    #[test]
+    fn acks_go_in_full_with_events_or_an_impossible_token() {
+        let batch = [settlement(5, 10, ack()), settlement(10, 10, ack())];
+        assert_eq!(settle_entries(&batch, true), [SettleEntry::Full(0), SettleEntry::Full(1)]);
+        assert_eq!(
+            settle_entries(&batch, false),
+            [SettleEntry::Full(0), SettleEntry::Plain { claim: 10, mask: b"1".to_vec(), tasks: vec![(1, 0)] }]
+        );
+    }
+}

@@ -1,0 +1,192 @@
+//! The outbox: follow-ups and workflow reports committed with a settle, moved on to their target types exactly once.
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::groups::{GroupDelivery, GroupMoves};
+use super::{BATCH, Store};
+use crate::task::FollowUp;
+use crate::task_type::TaskType;
+
+/// What one pass over an outbox did.
+#[derive(Debug, Default)]
+pub struct OutboxFlush {
+    /// Entries moved on (delivered, or delivered before and now cleared).
+    pub moved: usize,
+    /// Types that received follow-ups.
+    pub delivered_to: Vec<TaskType>,
+    /// Entries left in the outbox because their target type's keys are broken.
+    pub failed: Vec<(TaskType, anyhow::Error)>,
+    /// Create-only follow-ups not delivered because their id was waiting or
+    /// dead-lettered in their type: (type, id); handled, not retried.
+    pub kept_existing: Vec<(TaskType, Vec<u8>)>,
+    /// Workflow groups opened, completed, or whose work was refused (see [`GroupMoves`]).
+    pub groups: GroupMoves,
+}
+impl Store {
+    /// Moves every follow-up in `t`'s outbox into its target type's due set
+    /// (exactly once, see `deliver.lua`). An entry whose target type's keys
+    /// are broken stays in the outbox and is reported in [`OutboxFlush::failed`];
+    /// a connection error stops the flush.
+    pub async fn flush_outbox(&self, t: &TaskType) -> Result<OutboxFlush> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let mut flushed = OutboxFlush::default();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("HSCAN")
+                .arg(&k.outbox)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(BATCH)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot read the {t} outbox"))?;
+            // Children's ends are delivered together after the page, a batch per callback type.
+            let mut reports = Vec::new();
+            for pair in flat.chunks_exact(2) {
+                let (entry_id, encoded) = (&pair[0], &pair[1]);
+                // What can never be delivered (corrupt) is logged and dropped, to keep the outbox moving.
+                let undeliverable = if entry_id.ends_with(super::groups::REPORT) {
+                    match super::groups::decode_report(entry_id, encoded) {
+                        Ok(report) => {
+                            reports.push((entry_id.clone(), report));
+                            continue;
+                        }
+                        Err(e) => Some(e),
+                    }
+                } else if entry_id.ends_with(super::groups::WORK) {
+                    match self.deliver_work(entry_id, encoded, &mut flushed.groups).await {
+                        Ok(()) => None,
+                        Err(GroupDelivery::Bad(e)) => Some(e),
+                        Err(GroupDelivery::Waits(target, e)) => {
+                            flushed.failed.push((target, e));
+                            continue;
+                        }
+                        Err(GroupDelivery::Outage(e)) => return Err(e),
+                    }
+                } else {
+                    match decode_followup(entry_id, encoded) {
+                        Err(e) => Some(e),
+                        Ok(f) => {
+                            if !self.deliver_followup(t, entry_id, f, &mut flushed).await? {
+                                continue;
+                            }
+                            None
+                        }
+                    }
+                };
+                if let Some(e) = undeliverable {
+                    tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}");
+                }
+                let _: i64 = redis::cmd("HDEL")
+                    .arg(&k.outbox)
+                    .arg(entry_id)
+                    .query_async(&mut conn)
+                    .await
+                    .with_context(|| format!("cannot clear the {t} outbox"))?;
+                flushed.moved += 1;
+            }
+            self.deliver_reports(t, reports, &mut flushed).await?;
+            cursor = next;
+            if cursor == 0 {
+                return Ok(flushed);
+            }
+        }
+    }
+
+    /// Delivers follow-up `f` (outbox entry `entry_id` of `t`) to its type,
+    /// exactly once (deliver.lua's marker). Returns whether the entry is done
+    /// with: `false` when the target's keys are broken and it waits.
+    async fn deliver_followup(
+        &self,
+        t: &TaskType,
+        entry_id: &[u8],
+        f: FollowUp,
+        flushed: &mut OutboxFlush,
+    ) -> Result<bool> {
+        // Into the shard of the target type that holds the follow-up's id.
+        let tk = self.keys(&self.shard_for(&f.task_type, &f.id));
+        let mut conn = self.conn.clone();
+        let delivered: Result<i64> = self
+            .scripts
+            .deliver
+            .key(&tk.due)
+            .key(&tk.payload)
+            .key(tk.delivered(entry_id))
+            .key(&tk.dead)
+            .arg(&f.id)
+            .arg(f.due_ms)
+            .arg(&f.payload)
+            .arg(if f.payload.is_empty() { "0" } else { "1" })
+            .arg(if f.replace { "replace" } else { "create" })
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot deliver a follow-up from {t} to {}", f.task_type));
+        match delivered {
+            Ok(2) => flushed.kept_existing.push((f.task_type, f.id)),
+            Ok(_) => {
+                if !flushed.delivered_to.contains(&f.task_type) {
+                    flushed.delivered_to.push(f.task_type.clone());
+                }
+            }
+            Err(e) if crate::health::classify(&e) != crate::health::Trouble::Outage => {
+                // The target's keys are broken: the entry waits in the outbox.
+                flushed.failed.push((f.task_type, e));
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(true)
+    }
+}
+
+/// How an outbox entry id ends when its follow-up is create-only (settle.lua).
+const CREATE_ONLY: &[u8] = b":create";
+
+/// Encodes a follow-up for the outbox: `<type>\n<due_ms>\n<id_len>\n<id><payload>`
+/// (binary-safe). Whether it may replace is in the entry id (settle.lua).
+pub fn encode_followup(f: &FollowUp) -> Vec<u8> {
+    let mut out = format!("{}\n{}\n{}\n", f.task_type, f.due_ms, f.id.len()).into_bytes();
+    out.extend_from_slice(&f.id);
+    out.extend_from_slice(&f.payload);
+    out
+}
+
+/// Decodes the outbox entry `entry_id` holding what [`encode_followup`] wrote.
+pub fn decode_followup(entry_id: &[u8], data: &[u8]) -> Result<FollowUp> {
+    let mut parts = data.splitn(4, |&b| b == b'\n');
+    let mut text = |what: &str| -> Result<&str> {
+        let part = parts.next().ok_or_else(|| anyhow!("outbox entry has no {what}"))?;
+        std::str::from_utf8(part).with_context(|| format!("outbox entry {what} is not text"))
+    };
+    let task_type: TaskType = text("type")?.parse()?;
+    let due_ms: i64 = text("due time")?.parse().context("bad due time in outbox entry")?;
+    let id_len: usize = text("id length")?.parse().context("bad id length in outbox entry")?;
+    let rest = parts.next().unwrap_or_default();
+    if rest.len() < id_len {
+        bail!("outbox entry is truncated");
+    }
+    let (id, payload) = rest.split_at(id_len);
+    let replace = !entry_id.ends_with(CREATE_ONLY);
+    Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms, replace })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followup_encoding_round_trips() {
+        let f = FollowUp {
+            task_type: "a.b".parse().unwrap(),
+            id: vec![0, 10, 255, b'\n'],
+            payload: vec![b'\n', 0, 1],
+            due_ms: -5,
+            replace: true,
+        };
+        assert_eq!(decode_followup(b"src:7:0", &encode_followup(&f)).unwrap(), f);
+        let created = FollowUp { replace: false, ..f.clone() };
+        assert_eq!(decode_followup(b"src:7:0:create", &encode_followup(&created)).unwrap(), created);
+        assert!(decode_followup(b"src:7:0", b"a\n1\n9\nxy").is_err());
+    }
+}
