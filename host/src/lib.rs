@@ -16,6 +16,7 @@
 //!   worker process under limits).
 //! - [`pipeline::dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
 //! - [`pipeline::settle`]: outcomes written in batches; slots freed once they are stored.
+//! - [`pipeline::outbox`]: the follow-ups and group reports those settles committed, moved on to their types.
 //!
 //! [`pipeline`] runs that path for every type and drains it at shutdown; its
 //! stages share [`pipeline::state`], which imports none of them. Imports

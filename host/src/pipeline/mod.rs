@@ -4,13 +4,15 @@
 //! [`claim`] takes due tasks under a lease within the concurrency limits,
 //! [`dispatch`] runs each in the sandbox and decides what its result means,
 //! and [`settle`] writes the outcomes in batches and only then frees the
-//! slots. They share [`state`], which imports none of them. This module
-//! starts those loops for every type that has a plugin and, at shutdown,
-//! stops claiming, lets running tasks finish within the grace period, ends
-//! the rest and hands their leases back.
+//! slots; [`outbox`] then moves the follow-ups they committed on to their
+//! types (also at each heartbeat). They share [`state`], which imports none
+//! of them. This module starts those loops for every type that has a plugin
+//! and, at shutdown, stops claiming, lets running tasks finish within the
+//! grace period, ends the rest and hands their leases back.
 
 pub mod claim;
 pub mod dispatch;
+pub mod outbox;
 pub mod settle;
 pub mod state;
 
