@@ -121,11 +121,6 @@ impl Health {
             })
             .collect()
     }
-
-    /// Whether Redis is unreachable now.
-    pub fn is_down(&self) -> bool {
-        self.inner.outage.load(Ordering::Relaxed)
-    }
 }
 
 #[cfg(test)]
@@ -154,7 +149,6 @@ mod tests {
         let (a, b): (TaskType, TaskType) = ("a".parse().unwrap(), "b".parse().unwrap());
         health.failed(&a, "settle", &server_error("HGFAULT", "bad key"));
         assert_eq!(health.faults()[&a], "settle: bad key");
-        assert!(!health.is_down());
         health.succeeded(&b, "settle");
         assert!(health.faults().contains_key(&a), "another type's success clears nothing");
         health.succeeded(&a, "claim");
