@@ -3,6 +3,7 @@ workflow groups, each step one of the host's own Lua scripts (see README.md)."""
 
 from .client import (
     Added,
+    AsyncHourglass,
     Cancelled,
     Child,
     GroupView,
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Added",
+    "AsyncHourglass",
     "Cancelled",
     "Child",
     "DataFault",

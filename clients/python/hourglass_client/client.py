@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Iterable, Optional, Union
+from typing import Iterable, NamedTuple, Optional, Union
 
 import redis
 
@@ -194,13 +195,25 @@ class GroupView:
     fired: Optional[str] = None
 
 
-class Hourglass:
-    """Schedules and inspects Hourglass tasks through the host's own scripts.
+class _Script(NamedTuple):
+    """A step that runs one of the scripts (by name) with its keys and arguments."""
 
-    ``redis`` is a ``redis.Redis`` or ``redis.RedisCluster``; ``prefix`` is the
-    hosts' ``[redis] prefix``; ``shards`` maps each sharded type to its
-    ``[types.T] shards`` (the same N the hosts run with).
-    """
+    name: str
+    keys: list
+    args: list
+
+
+class _Cmd(NamedTuple):
+    """A step that sends one plain command (a redis-py method name and its arguments)."""
+
+    method: str
+    args: tuple
+
+
+class _Core:
+    """What both clients share: the key names, the routing, and each call as a
+    generator that yields the Redis steps it needs and gets their replies, so
+    one body serves the blocking client and the asyncio one."""
 
     def __init__(self, client: "redis.Redis", *, prefix: str = "hourglass", shards: Optional[dict] = None):
         self.redis = client
@@ -239,12 +252,6 @@ class Hourglass:
             f"{t}#{k}" for k in range(1, len(current)) if f"{t}#{k}" not in current
         ]
 
-    def _run(self, name: str, keys: list, args: list):
-        try:
-            return self._scripts[name](keys=keys, args=args)
-        except redis.ResponseError as e:
-            raise from_reply(e) from None
-
     # -- tasks ------------------------------------------------------------
 
     def schedule(
@@ -271,14 +278,14 @@ class Hourglass:
         raw, body, due = _id(task_id), _payload(payload), due_ms(at, delay)
         q = self.shard_for(t, raw)
         if traceparent is not None and mode == "upsert":
-            self.redis.hset(self.key(q, "trace"), raw, traceparent)
-        written = self._run(
+            yield _Cmd("hset", (self.key(q, "trace"), raw, traceparent))
+        written = (yield _Script(
             "schedule",
             [self.key(q, "due"), self.key(q, "payload")],
             [raw, due, body, "1" if body else "0", mode],
-        )
+        ))
         if traceparent is not None and mode != "upsert" and written == 1:
-            self.redis.hset(self.key(q, "trace"), raw, traceparent)
+            yield _Cmd("hset", (self.key(q, "trace"), raw, traceparent))
         return written == 1
 
     def postpone(self, t: str, task_id: Id, delay: Delay) -> Optional[int]:
@@ -287,16 +294,16 @@ class Hourglass:
         Returns its new due time (ms), or None when it is not scheduled
         (running, dead or gone: nothing is written).
         """
-        return self._reschedule(t, task_id, ["postpone", _ms(delay)])
+        return (yield from self._reschedule(t, task_id, ["postpone", _ms(delay)]))
 
     def run_now(self, t: str, task_id: Id) -> Optional[int]:
         """Makes a scheduled task due now; None when it is not scheduled."""
-        return self._reschedule(t, task_id, ["now"])
+        return (yield from self._reschedule(t, task_id, ["now"]))
 
     def _reschedule(self, t: str, task_id: Id, how: list) -> Optional[int]:
         raw = _id(task_id)
         for q in self._lookup_order(task_type(t), raw):
-            due = self._run("reschedule", [self.key(q, "due")], [raw, *how])
+            due = (yield _Script("reschedule", [self.key(q, "due")], [raw, *how]))
             if due:
                 return int(due)
         return None
@@ -308,10 +315,10 @@ class Hourglass:
         for q in self._lookup_order(task_type(t), raw):
             keys = [self.key(q, s) for s in ("due", "payload", "tokens", "claimed", "cancels", "member")]
             keys += [self.key(q, s) for s in ("outbox", "seq", "held")]
-            reply = self._run("cancel", keys, [raw, q, f"{self.prefix}:cancel"])
+            reply = (yield _Script("cancel", keys, [raw, q, f"{self.prefix}:cancel"]))
             state = _text(reply[0])
             if state == "scheduled":
-                self.redis.hdel(self.key(q, "trace"), raw)
+                yield _Cmd("hdel", (self.key(q, "trace"), raw))
                 return Cancelled("scheduled", group_told=_text(reply[1]) == "1")
             if state == "running":
                 return Cancelled("running", holder=_text(reply[1]))
@@ -323,7 +330,7 @@ class Hourglass:
         order = self._lookup_order(task_type(t), raw)
         view = None
         for q in order:
-            view = self._show_in(q, raw, payload_bytes)
+            view = yield from self._show_in(q, raw, payload_bytes)
             if view.state != "unknown":
                 break
         if view.state == "unknown":
@@ -336,7 +343,7 @@ class Hourglass:
     def _show_in(self, q: str, raw: bytes, most: int) -> TaskView:
         suffixes = ("due", "leases", "tokens", "attempts", "errors", "dead", "payload", "claims", "claimed")
         keys = [self.key(q, s) for s in suffixes + ("member", "held")]
-        r = self._run("show", keys, [raw, max(0, int(most))])
+        r = (yield _Script("show", keys, [raw, max(0, int(most))]))
         now, due, lease_until, entry, attempts, error, died, size, head, group = r
         running = None
         if lease_until is not None and entry is not None:
@@ -380,14 +387,14 @@ class Hourglass:
         ms = _ms(length)
         ends = None
         for q in self._shards_of(task_type(t)):
-            ends = int(self._run("pause", [self.key(q, "paused"), self.key(q, "due")], [ms]))
+            ends = int((yield _Script("pause", [self.key(q, "paused"), self.key(q, "due")], [ms])))
         return ends or None
 
     def resume(self, t: str) -> bool:
         """Lets hosts claim a paused type again (every shard); False when it was not paused."""
         resumed = False
         for q in self._shards_of(task_type(t)):
-            resumed |= int(self._run("resume", [self.key(q, "paused"), self.key(q, "due")], [])) == 1
+            resumed |= int((yield _Script("resume", [self.key(q, "paused"), self.key(q, "due")], []))) == 1
         return resumed
 
     def stats(self, t: str) -> Stats:
@@ -396,7 +403,7 @@ class Hourglass:
         suffixes = ("due", "leases", "dead", "stats", "payload", "tokens", "attempts", "errors", "seq", "outbox")
         suffixes += ("events", "recur", "throttle", "paused", "cancels", "claims", "claimed", "groups", "member")
         for q in self._shards_of(task_type(t)):
-            r = self._run("stats", [self.key(q, s) for s in suffixes], [])
+            r = (yield _Script("stats", [self.key(q, s) for s in suffixes], []))
             n = [int(v) if v is not None else 0 for v in r[:8]]
             total.due_now += n[0]
             total.scheduled_later += max(0, n[1] - n[0])
@@ -441,11 +448,11 @@ class Hourglass:
         cb = _text_id(callback_id if callback_id is not None else g, "callback id", 1 << 20)
         if when not in ("all", "success"):
             raise InvalidArgument(f"invalid group trigger {when!r}: expected 'all' or 'success'")
-        r = self._run(
+        r = (yield _Script(
             "group_join",
             keys + [self.key(c, "groups"), self.key(c, "stats"), self.key(c, "delivered:-")],
             [g, "0", "1", cb, payload, when, "replace" if replace else "create"],
-        )
+        ))
         return int(r[0]) == 1
 
     def group_add(self, callback_type: str, group: str, children: Iterable[Child]) -> Added:
@@ -459,11 +466,11 @@ class Hourglass:
         for start in range(0, len(kids), _CHILDREN_PER_CALL):
             batch = kids[start : start + _CHILDREN_PER_CALL]
             members = [f"{kt}\n{kid}" for kt, kid, _ in batch]
-            r = self._run(
+            r = (yield _Script(
                 "group_join",
                 keys + [self.key(c, "groups"), self.key(c, "stats"), self.key(c, "delivered:-")],
                 [g, "0", "0", "", "", "", "", *members],
-            )
+            ))
             added.joined += max(0, int(r[1]))
             # Each child still pending, with its join number, is scheduled in its own slot.
             by_slot: dict = {}
@@ -479,7 +486,7 @@ class Hourglass:
                     keys_c.append(self.key(q, "delivered:-"))
                     args += [kid, k.due_ms if k.due_ms is not None else now_ms(), body, "1" if body else "0"]
                     args += [f"{c}\n{g}\n{number}", "replace", "0"]
-                for (kid, _, _), result in zip(steps, self._run("group_child", keys_c, args)):
+                for (kid, _, _), result in zip(steps, (yield _Script("group_child", keys_c, args))):
                     if int(result) == 2:
                         added.refused.append((q.partition("#")[0], kid))
         return added
@@ -494,7 +501,8 @@ class Hourglass:
         c, g, keys = self._group_keys(callback_type, group)
         keys += [self.key(c, f"group-failed:{g}"), self.key(c, "groups"), self.key(c, "stats")]
         keys += [self.key(c, "due"), self.key(c, "payload"), self.key(c, "dead"), self.key(c, "delivered:-")]
-        what, fired = (_text(v) for v in self._run("group_end", keys, [g, "0"]))
+        reply = yield _Script("group_end", keys, [g, "0"])
+        what, fired = (_text(v) for v in reply)
         if what != "sealed":
             return "already"
         return f"completed:{fired}" if fired else "sealed"
@@ -502,10 +510,8 @@ class Hourglass:
     def group_show(self, callback_type: str, group: str) -> Optional[GroupView]:
         """The group as it is now, or None (never opened, or done more than 7 days ago)."""
         c, g, keys = self._group_keys(callback_type, group)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(keys[0])
-        pipe.hlen(keys[1])
-        fields, pending = pipe.execute()
+        fields = yield _Cmd("hgetall", (keys[0],))
+        pending = yield _Cmd("hlen", (keys[1],))
         if not fields:
             return None
         f = {_text(k): _text(v) for k, v in fields.items()}
@@ -527,6 +533,73 @@ class Hourglass:
         )
 
 
+_CALLS = ("schedule", "postpone", "run_now", "cancel", "show", "pause", "resume", "stats")
+_CALLS += ("group_open", "group_add", "group_seal", "group_show")
+
+
+def _blocking(call):
+    @functools.wraps(call)
+    def method(self, *args, **kwargs):
+        steps = call(self, *args, **kwargs)
+        reply = None
+        try:
+            while True:
+                reply = self._step(steps.send(reply))
+        except StopIteration as done:
+            return done.value
+
+    return method
+
+
+def _awaiting(call):
+    @functools.wraps(call)
+    async def method(self, *args, **kwargs):
+        steps = call(self, *args, **kwargs)
+        reply = None
+        try:
+            while True:
+                reply = await self._step(steps.send(reply))
+        except StopIteration as done:
+            return done.value
+
+    return method
+
+
+class Hourglass(_Core):
+    """Schedules and inspects Hourglass tasks through the host's own scripts.
+
+    ``client`` is a ``redis.Redis`` or ``redis.RedisCluster``; ``prefix`` is the
+    hosts' ``[redis] prefix``; ``shards`` maps each sharded type to its
+    ``[types.T] shards`` (the same N the hosts run with).
+    """
+
+    def _step(self, step):
+        try:
+            if isinstance(step, _Script):
+                return self._scripts[step.name](keys=step.keys, args=step.args)
+            return getattr(self.redis, step.method)(*step.args)
+        except redis.ResponseError as e:
+            raise from_reply(e) from None
+
+
+class AsyncHourglass(_Core):
+    """:class:`Hourglass` for asyncio: the same calls, awaited, on a
+    ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``."""
+
+    async def _step(self, step):
+        try:
+            if isinstance(step, _Script):
+                return await self._scripts[step.name](keys=step.keys, args=step.args)
+            return await getattr(self.redis, step.method)(*step.args)
+        except redis.ResponseError as e:
+            raise from_reply(e) from None
+
+
+for _name in _CALLS:
+    setattr(Hourglass, _name, _blocking(getattr(_Core, _name)))
+    setattr(AsyncHourglass, _name, _awaiting(getattr(_Core, _name)))
+
+
 def _text(v) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
@@ -538,5 +611,5 @@ def _int(v) -> Optional[int]:
     return int(float(v))
 
 
-__all__ = ["Hourglass", "Child", "Added", "Cancelled", "GroupView", "Lease", "Stats", "TaskView"]
+__all__ = ["Hourglass", "AsyncHourglass", "Child", "Added", "Cancelled", "GroupView", "Lease", "Stats", "TaskView"]
 __all__ += ["DataFault", "due_ms", "now_ms", "task_type"]

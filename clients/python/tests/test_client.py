@@ -3,6 +3,7 @@ started by the test on a unix socket in a temp dir."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import unittest
 from datetime import datetime, timedelta, timezone
 
 import redis
+import redis.asyncio
 
 import hourglass_client as hg
 from hourglass_client import Child, Hourglass
@@ -221,6 +223,36 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(client.cancel("hot", "stray").state, "scheduled")
         with self.assertRaises(hg.InvalidArgument):
             Hourglass(self.r, shards={"hot": 0})
+
+    def test_the_asyncio_client_runs_the_same_calls(self):
+        async def main():
+            r = redis.asyncio.Redis(unix_socket_path=self.server.socket)
+            client = hg.AsyncHourglass(r, shards={"hot": 3})
+            self.assertTrue(await client.schedule("order.timeout", "a-1", delay=600, payload="p", traceparent="00-" + "e" * 32 + "-" + "f" * 16 + "-01"))
+            self.assertFalse(await client.schedule("order.timeout", "a-1", delay=900, mode="if-absent"))
+            view = await client.show("order.timeout", "a-1")
+            self.assertEqual((view.state, view.payload), ("scheduled", b"p"))
+            self.assertIsNotNone(await client.postpone("order.timeout", "a-1", 60))
+            self.assertEqual((await client.cancel("order.timeout", "a-1")).state, "scheduled")
+            await client.schedule("hot", "h-1", delay=600)
+            self.assertEqual((await client.show("hot", "h-1")).task_type, client.shard_for("hot", "h-1"))
+            self.assertEqual((await client.stats("hot")).scheduled_later, 1)
+            self.assertIsNone(await client.pause("hot"))
+            self.assertTrue(await client.resume("hot"))
+            self.assertTrue(await client.group_open("done", "ag"))
+            added = await client.group_add("done", "ag", [Child("step", "s-1", due_ms=hg.now_ms() + 600_000)])
+            self.assertEqual(added.joined, 1)
+            self.assertEqual(await client.group_seal("done", "ag"), "sealed")
+            self.assertEqual((await client.group_show("done", "ag")).pending, 1)
+            with self.assertRaises(hg.GroupClosed):
+                await client.group_add("done", "ag", [Child("step", "late")])
+            with self.assertRaises(hg.NoSuchGroup):
+                await client.group_seal("done", "never")
+            await r.aclose()
+
+        asyncio.run(main())
+        # What the asyncio client wrote is what the blocking one reads.
+        self.assertEqual(self.hg.group_show("done", "ag").state, "sealed")
 
     def test_the_shipped_scripts_are_the_hosts(self):
         here = os.path.join(os.path.dirname(hg.__file__), "scripts")
