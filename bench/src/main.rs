@@ -36,27 +36,16 @@ struct Cli {
     args: bench::BenchArgs,
 }
 
-/// `hourglass-bench compile-worker --out FILE --threads N`: the in-process hosts compile
-/// plugins by running this binary as their compile worker (docs/sandbox.md).
-#[derive(Debug, Parser)]
-struct Worker {
-    #[command(flatten)]
-    args: hourglass::runtime::WorkerArgs,
-}
-
 fn main() -> ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "compile-worker") {
-        let worker = Worker::parse_from(std::env::args_os().skip(1));
-        return hourglass::runtime::compile_worker(&worker.args);
+    // The in-process hosts compile plugins by running this binary as their
+    // compile worker (docs/sandbox.md).
+    if let Some(code) = hourglass::runtime::compile_worker_if_asked() {
+        return code;
     }
     let cli = Cli::parse();
     let args = cli.args;
     init_logging();
-    let config = match &cli.config {
-        Some(path) => hourglass::config::Config::load(path),
-        None if PathBuf::from("runner.toml").exists() => hourglass::config::Config::load("runner.toml".as_ref()),
-        None => Ok(hourglass::config::Config::default()),
-    };
+    let config = hourglass::config::Config::load_or_default(cli.config.as_deref());
     let result = config.and_then(|config| {
         let url = cli.redis.clone().unwrap_or_else(|| config.redis.url.clone());
         // The hosts run on this runtime, as `hourglass run`'s do on theirs.

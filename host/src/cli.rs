@@ -115,9 +115,6 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
         args: Vec<std::ffi::OsString>,
     },
-    /// Internal: compile the component on stdin into FILE under the limits the host set (docs/sandbox.md).
-    #[command(hide = true)]
-    CompileWorker(crate::runtime::WorkerArgs),
 }
 
 /// `hourglass run`.
@@ -171,27 +168,12 @@ impl Cli {
 
     /// The config file in use: `--config`, else `./runner.toml` when present.
     pub fn config_path(&self) -> Option<PathBuf> {
-        match &self.config {
-            Some(path) => Some(path.clone()),
-            None => Some(PathBuf::from("runner.toml")).filter(|p| p.exists()),
-        }
+        Config::find(self.config.as_deref())
     }
 
     /// The config: from [`Cli::config_path`], else built-in defaults.
     pub fn load_config(&self) -> Result<Config> {
-        match self.config_path() {
-            Some(path) => Config::load(&path),
-            None => Ok(Config::default()),
-        }
-    }
-
-    /// The output file when this process is a compile worker (`hourglass
-    /// compile-worker`): it runs before logging, the async runtime and config.
-    pub fn compile_worker(&self) -> Option<&crate::runtime::WorkerArgs> {
-        match &self.command {
-            Command::CompileWorker(args) => Some(args),
-            _ => None,
-        }
+        Config::load_or_default(self.config.as_deref())
     }
 }
 
@@ -206,8 +188,6 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
-        // main.rs runs the worker before any of this; here for completeness.
-        Command::CompileWorker(args) => Ok(crate::runtime::compile_worker(&args)),
         Command::Bench { args } => Err(run_bench(config_path.as_deref(), redis_override.as_deref(), &args)),
         Command::Cron(args) => recurring::cron(&config, redis_override.as_deref(), args).await,
         Command::Every(args) => recurring::every(&config, redis_override.as_deref(), args).await,
@@ -226,12 +206,9 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
                 Command::Stats { task_type, json, watch, .. } => queues::stats(&store, task_type, json, watch).await,
                 Command::Dead(cmd) => queues::dead(&store, cmd).await,
                 Command::Group(cmd) => group::run(&store, cmd).await,
-                Command::Run(_)
-                | Command::Plugin(_)
-                | Command::CompileWorker(_)
-                | Command::Bench { .. }
-                | Command::Cron(_)
-                | Command::Every(_) => unreachable!("handled above"),
+                Command::Run(_) | Command::Plugin(_) | Command::Bench { .. } | Command::Cron(_) | Command::Every(_) => {
+                    unreachable!("handled above")
+                }
             }
         }
     }

@@ -12,12 +12,12 @@ use hourglass::cli::{self, Cli};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_or_exit();
     // A child the host started to compile one plugin under limits: no
     // logging, threads or config of its own (docs/sandbox.md).
-    if let Some(args) = cli.compile_worker() {
-        return hourglass::runtime::compile_worker(args);
+    if let Some(code) = hourglass::runtime::compile_worker_if_asked() {
+        return code;
     }
+    let cli = Cli::parse_or_exit();
     hourglass::logging::init(cli.log_format);
     // jemalloc returns freed memory to the system only when the arena that
     // freed it allocates again, so what compiling a plugin freed (hundreds of

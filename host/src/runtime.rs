@@ -36,7 +36,10 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use check::{CheckReport, CompileReport};
-pub use compile::{CompileLimits, CompileStats, Compiler, Refused, WorkerArgs, is_refused, worker as compile_worker};
+pub use compile::{
+    CompileLimits, CompileStats, Compiler, Refused, WorkerArgs, is_refused, worker as compile_worker,
+    worker_if_asked as compile_worker_if_asked,
+};
 pub use handler::{Failure, Handler, Limits, TaskRun};
 pub use state::{HostBudget, LOG_CAP, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
 

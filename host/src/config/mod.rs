@@ -286,6 +286,23 @@ impl Config {
         Ok(config)
     }
 
+    /// The config file to use: `explicit` (a `--config`), else `./runner.toml`
+    /// when it exists, else none (built-in defaults).
+    pub fn find(explicit: Option<&Path>) -> Option<PathBuf> {
+        match explicit {
+            Some(path) => Some(path.to_owned()),
+            None => Some(PathBuf::from("runner.toml")).filter(|p| p.exists()),
+        }
+    }
+
+    /// The config from [`Config::find`]'s file, else the built-in defaults.
+    pub fn load_or_default(explicit: Option<&Path>) -> Result<Config> {
+        match Config::find(explicit) {
+            Some(path) => Config::load(&path),
+            None => Ok(Config::default()),
+        }
+    }
+
     /// Reads and parses a config file; relative folders in it are resolved against the file's folder.
     pub fn load(path: &Path) -> Result<Config> {
         let text =

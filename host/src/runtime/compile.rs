@@ -381,6 +381,36 @@ pub struct WorkerArgs {
     pub threads: u16,
 }
 
+/// The one entry of a compile worker, for every binary a host may start as
+/// one (`hourglass`, `hourglass-bench`): when this process was started as
+/// `<program> compile-worker --out FILE --threads N`, runs [`worker`] and
+/// returns its exit code; otherwise `None`, and the program goes on. It
+/// runs before logging, threads and config, which the worker has none of.
+pub fn worker_if_asked() -> Option<ExitCode> {
+    use clap::Parser;
+
+    /// `<program> compile-worker ...`.
+    #[derive(Debug, clap::Parser)]
+    #[command(name = "compile-worker")]
+    struct Invocation {
+        #[command(flatten)]
+        args: WorkerArgs,
+    }
+
+    if std::env::args_os().nth(1)? != "compile-worker" {
+        return None;
+    }
+    Some(match Invocation::try_parse_from(std::env::args_os().skip(1)) {
+        Ok(invocation) => worker(&invocation.args),
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+            eprintln!("error: compile-worker: {first}");
+            ExitCode::from(EXIT_IO as u8)
+        }
+    })
+}
+
 /// `hourglass compile-worker --out FILE --threads N`: the child's side. Reads a
 /// component from stdin, compiles it with the host's engine settings on N
 /// threads and writes the artifact to FILE (in the current folder: the cache
