@@ -451,7 +451,7 @@ pub trait RunNow {
 
 impl RunNow for hourglass::runtime::Handler {
     fn run_now(&self, task: &hourglass::task::ClaimedTask) -> hourglass::runtime::TaskRun {
-        tokio_runtime().block_on(self.run(task))
+        tokio_runtime().block_on(self.run(task, None))
     }
 }
 

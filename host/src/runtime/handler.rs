@@ -182,16 +182,12 @@ impl Handler {
 
     /// Runs one task, in a fresh instance (or, when the type opted into
     /// `instance_reuse`, a warm one), until it returns, traps or passes its
-    /// deadline. The deadline ends the run wherever it is: in guest code (the
-    /// epoch callback traps it) or blocked in a host call (the future is
-    /// dropped, which cancels the call and frees the instance).
-    pub async fn run(&self, task: &ClaimedTask) -> TaskRun {
-        self.run_traced(task, None).await
-    }
-
-    /// [`Handler::run`] inside the run's span (`trace`, when tracing is on):
-    /// the plugin's outbound requests become its child spans.
-    pub async fn run_traced(&self, task: &ClaimedTask, trace: Option<SpanContext>) -> TaskRun {
+    /// deadline, inside the run's span (`trace`, when tracing is on: the
+    /// plugin's outbound requests become its child spans). The deadline ends
+    /// the run wherever it is: in guest code (the epoch callback traps it) or
+    /// blocked in a host call (the future is dropped, which cancels the call
+    /// and frees the instance).
+    pub async fn run(&self, task: &ClaimedTask, trace: Option<SpanContext>) -> TaskRun {
         if let Some(refused) = self.refuse_oversize(task) {
             return refused;
         }
