@@ -1008,3 +1008,27 @@ fn dashboard_in_a_real_browser_pauses_and_resumes_a_type_and_cancels_a_running_t
     assert_eq!(support::leases(&mut conn, "mail").len(), 0);
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 0, "a cancelled task was retried");
 }
+
+/// A group's page on a host that did not run the callback: the callback is
+/// gone from Redis and this host never settled it, so the page says it ended
+/// on another host (succeeded or cancelled), not that it is unknown.
+#[test]
+fn a_group_page_says_when_another_host_ran_the_callback() {
+    let redis = RedisServer::start();
+    let mut c = redis.client();
+    let viewer = Host::start(&redis, &[], ADMIN);
+    let _runner = Host::start(&redis, &[("done", plugin("noop"))], "");
+    for args in [&["group", "open", "done", "g-1", "--callback-id", "cb-1"][..], &["group", "seal", "done", "g-1"]] {
+        let out = support::hourglass_on(&redis, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    wait_for("the other host to run the callback", LONG, || (stat(&mut c, "done", "succeeded") == 1).then_some(()));
+    viewer.wait_log("admin server listening", LONG);
+    let page = get(&admin_addr(&viewer), "/group?type=done&group=g-1");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("id=callback-run data-state=ended") && page.body.contains("ended on another host"),
+        "{}",
+        page.body
+    );
+}

@@ -142,6 +142,14 @@ fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::T
             Some(c) if run.state == crate::store::TaskState::Unknown => {
                 (c.outcome.to_owned(), format!("{} at {} (attempt {})", c.outcome, format_ms(c.finished_ms), c.attempt))
             }
+            // Gone from Redis and not settled here lately: another host ran it.
+            // Not waiting, running or dead-lettered, so it succeeded or was cancelled.
+            None if run.state == crate::store::TaskState::Unknown => (
+                "ended".to_owned(),
+                "ended on another host: succeeded or cancelled (not waiting, running or dead-lettered); \
+                 the type's events stream, when on, says which"
+                    .to_owned(),
+            ),
             _ => (super::dashboard::state_name(run.state), crate::show::headline(run)),
         };
         let _ = write!(
