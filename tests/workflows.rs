@@ -539,8 +539,9 @@ fn client_output(what: &str, command: &mut Command) -> String {
 /// Python opens it, Node, the CLI and the Rust API add children of a sharded
 /// type (each routing them itself), Python adds more and seals it; a host
 /// runs every child, and the callback is scheduled exactly once, counting all
-/// of them. All route a sharded type's ids as the host does, and a refusal
-/// reaches Python and Node as their typed errors.
+/// of them. All route a sharded type's ids as the host does, a running task
+/// cancelled from Node is stopped by its host, and a refusal reaches Python
+/// and Node as their typed errors.
 #[test]
 fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
     let server = RedisServer::start();
@@ -584,6 +585,18 @@ fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
     for id in &ids {
         cli(&["cancel", "work", id]);
     }
+
+    // A running task cancelled from Node: its host stops the run, and Python sees it gone and counted.
+    python(&server, "assert c.schedule('work', 'long-1', payload='sleep:30000')");
+    wait_for("the long task to run", WAIT, || {
+        (python(&server, "print(c.show('work', 'long-1').state)") == "running").then_some(())
+    });
+    let cancelled = node(&server, "const r = await c.cancel('work', 'long-1'); console.log(r.state, r.holder !== '');");
+    assert_eq!(cancelled, "running true", "the cancel reached the run, and named its host");
+    wait_for("its host to stop it", WAIT, || {
+        let seen = python(&server, "print(c.show('work', 'long-1').state, c.stats('work').cancelled)");
+        (seen == "unknown 1").then_some(())
+    });
 
     // The children fall due a few seconds out, so none ends before every client added its own.
     let later = now_ms() + 3_000;
