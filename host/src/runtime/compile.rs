@@ -406,7 +406,8 @@ pub fn worker_if_asked() -> Option<ExitCode> {
             let text = e.to_string();
             let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
             eprintln!("error: compile-worker: {first}");
-            ExitCode::from(EXIT_IO as u8)
+            // A usage error: clap's own status, as both binaries' parsers gave before.
+            ExitCode::from(2)
         }
     })
 }
