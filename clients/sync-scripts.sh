@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ships the host's Lua scripts to the clients: the one copy lives in
-# host/src/store/scripts/; each client carries a byte-for-byte copy of the
+# host/store/src/scripts/; each client carries a byte-for-byte copy of the
 # ones it runs (clients/python/hourglass_client/scripts/, clients/node/scripts/),
 # so a group step from Python or Node is exactly the host's step, and the
 # script SHAs are the host's too. tests/layout.rs fails when a copy differs.
@@ -9,7 +9,7 @@
 #   bash clients/sync-scripts.sh --check   # exit 1, naming each copy that differs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source=host/src/store/scripts
+source=host/store/src/scripts
 # Read by clients/scripts.txt's readers too: one name per line.
 mapfile -t names < clients/scripts.txt
 targets=(clients/python/hourglass_client/scripts clients/node/scripts)

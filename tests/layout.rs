@@ -1,8 +1,10 @@
-//! The shape of the host crate: imports between its top-level modules point one way, long files say why, and the clients ship its scripts unchanged.
+//! The shape of the host's crates: imports between each crate's top-level modules point one way, long files say why, and the clients ship the store's scripts unchanged.
 //!
 //! Read from the source, as a reviewer would: every `crate::<module>` a
-//! module's code names (comments and its `#[cfg(test)]` part aside) is an
-//! edge of the graph, and a cycle fails the test naming its modules.
+//! module's code names (comments and its `#[cfg(test)]` modules aside,
+//! `use crate::{a, b}` included) is an edge of the graph, and a cycle fails
+//! the test naming its modules. Between crates, cargo keeps the arrows one
+//! way: `hourglass-store` cannot name `hourglass` or wasmtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,7 +12,13 @@ use std::path::{Path, PathBuf};
 /// Longer source files must say at their top why (a line starting `//! Long:`).
 const MAX_LINES: usize = 600;
 
-fn sources() -> Vec<PathBuf> {
+/// The crates read here: their names and `src` folders.
+fn crates() -> Vec<(&'static str, PathBuf)> {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    vec![("hourglass", host.join("src")), ("hourglass-store", host.join("store/src"))]
+}
+
+fn sources(src: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
@@ -22,36 +30,97 @@ fn sources() -> Vec<PathBuf> {
         }
     }
     let mut out = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+    walk(src, &mut out);
     out.sort();
     out
 }
 
-/// The top-level module a source file belongs to (`None` for the crate root and the binary).
-fn top_module(path: &Path) -> Option<String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let rel = path.strip_prefix(&src).unwrap();
+/// The top-level module a source file of the crate at `src` belongs to (`None` for the crate root and the binary).
+fn top_module(src: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(src).unwrap();
     let first = rel.components().next()?.as_os_str().to_string_lossy().trim_end_matches(".rs").to_owned();
     (first != "lib" && first != "main").then_some(first)
 }
 
-/// The modules `code` names as `crate::<module>`, outside comments and tests.
-fn imports(code: &str) -> BTreeSet<String> {
-    let code = code.split("#[cfg(test)]").next().unwrap_or_default();
-    let mut found = BTreeSet::new();
-    // A comment starts a line or follows code after " // " (so "redis://x" in a string stays code).
-    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| l.split(" // ").next().unwrap_or(l))
-    {
-        for (at, _) in line.match_indices("crate::") {
-            let name: String = line[at + 7..]
-                .chars()
-                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                found.insert(name);
+/// `code` without its `#[cfg(test)] mod name { ... }` blocks (code after them stays).
+fn without_test_modules(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let item = after.trim_start();
+        // `mod tests;` (its own file) or one attributed item up to its line's end.
+        let Some(open) = item.find(['{', ';']).filter(|_| item.starts_with("mod ")) else {
+            rest = after.split_once('\n').map_or("", |(_, r)| r);
+            continue;
+        };
+        if item.as_bytes()[open] == b';' {
+            rest = &item[open + 1..];
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut end = item.len();
+        for (i, c) in item[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
             }
         }
+        rest = &item[end..];
     }
+    out.push_str(rest);
+    out
+}
+
+/// The modules `code` names as `crate::<module>` or in `crate::{a, b::c}`, outside comments and test modules.
+fn imports(code: &str) -> BTreeSet<String> {
+    let code = without_test_modules(code);
+    let mut found = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.trim_start().chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect()
+    };
+    // A comment starts a line or follows code after " // " (so "redis://x" in a string stays code).
+    let code: String = code
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| l.split(" // ").next().unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (at, _) in code.match_indices("crate::") {
+        let after = &code[at + 7..];
+        if let Some(group) = after.strip_prefix('{') {
+            // The names at the group's top level, each up to its first `::`.
+            let mut depth = 0usize;
+            let mut start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        found.insert(ident(&group[start..i]));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.insert(ident(&group[start..i]));
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            found.insert(ident(after));
+        }
+    }
+    found.remove("");
+    found.remove("self");
     found
 }
 
@@ -112,34 +181,48 @@ fn the_finder_sees_a_cycle() {
             .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
             .collect();
     assert_eq!(cycles(&graph), vec![vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]]);
-    assert_eq!(imports("use crate::store::Store; // crate::admin\n// crate::host\nx(crate::clock::now())"), {
-        ["clock", "store"].into_iter().map(str::to_owned).collect::<BTreeSet<_>>()
-    });
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        imports("use crate::store::Store; // crate::admin\n// crate::host\nx(crate::clock::now())"),
+        names(&["clock", "store"])
+    );
+    assert_eq!(
+        imports("use crate::{health::Health, task::{A, B},\n    wakeup};"),
+        names(&["health", "task", "wakeup"])
+    );
+    // A test module is left out; what follows it is read.
+    let code = "#[cfg(test)]\nmod tests {\n    use crate::admin;\n    fn f() { {} }\n}\nuse crate::clock;\n";
+    assert_eq!(imports(code), names(&["clock"]));
+    assert_eq!(imports("#[cfg(test)]\nmod tests;\nuse crate::cli;"), names(&["cli"]));
 }
 
 #[test]
 fn imports_between_top_level_modules_have_no_cycle() {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for path in sources() {
-        let Some(module) = top_module(&path) else { continue };
-        let code = std::fs::read_to_string(&path).unwrap();
-        let mut names = imports(&code);
-        names.remove(&module);
-        graph.entry(module).or_default().extend(names);
+    for (name, src) in crates() {
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for path in sources(&src) {
+            let Some(module) = top_module(&src, &path) else { continue };
+            let code = std::fs::read_to_string(&path).unwrap();
+            let mut names = imports(&code);
+            names.remove(&module);
+            graph.entry(module).or_default().extend(names);
+        }
+        assert!(graph.len() > 10, "read {} modules of {name}: the walk found too little", graph.len());
+        let found = cycles(&graph);
+        assert!(found.is_empty(), "import cycles between top-level modules of {name}: {found:?}");
     }
-    assert!(graph.len() > 20, "read {} modules: the walk found too little", graph.len());
-    let found = cycles(&graph);
-    assert!(found.is_empty(), "import cycles between top-level modules: {found:?}");
 }
 
 #[test]
 fn long_source_files_say_why_at_their_top() {
     let mut unexplained = Vec::new();
-    for path in sources() {
-        let code = std::fs::read_to_string(&path).unwrap();
-        let head: Vec<&str> = code.lines().take(20).collect();
-        if code.lines().count() > MAX_LINES && !head.iter().any(|l| l.starts_with("//! Long:")) {
-            unexplained.push(format!("{} ({} lines)", path.display(), code.lines().count()));
+    for (_, src) in crates() {
+        for path in sources(&src) {
+            let code = std::fs::read_to_string(&path).unwrap();
+            let head: Vec<&str> = code.lines().take(20).collect();
+            if code.lines().count() > MAX_LINES && !head.iter().any(|l| l.starts_with("//! Long:")) {
+                unexplained.push(format!("{} ({} lines)", path.display(), code.lines().count()));
+            }
         }
     }
     assert!(unexplained.is_empty(), "over {MAX_LINES} lines without a `//! Long:` reason at the top: {unexplained:#?}");
@@ -151,7 +234,7 @@ fn long_source_files_say_why_at_their_top() {
 #[test]
 fn the_clients_ship_the_hosts_scripts_unchanged() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let host = root.join("host/src/store/scripts");
+    let host = root.join("host/store/src/scripts");
     let names = std::fs::read_to_string(root.join("clients/scripts.txt")).unwrap();
     let names: Vec<&str> = names.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(names.contains(&"prelude") && names.len() >= 10, "clients/scripts.txt lists {names:?}");

@@ -10,7 +10,7 @@
 #   HOURGLASS_MUTANTS=held bash ...        # only the mutants whose names contain "held"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts=host/src/store/scripts
+scripts=host/store/src/scripts
 export HOURGLASS_MODEL_CASES="${HOURGLASS_MODEL_CASES:-3000}"
 
 # name | file | sed expression that breaks one rule

@@ -417,7 +417,7 @@ async fn a_sharded_types_tasks_are_routed_and_found_by_id() {
     let server = RedisServer::start();
     let mut c = server.client();
     let config = hourglass::config::Config::parse("[types.hot]\nshards = 3\n", "runner.toml").unwrap();
-    let s = store(&server).await.with_shards(&config);
+    let s = store(&server).await.with_shards(config.sharded_types());
     let t = ty("hot");
     let tags = hourglass::task_type::shard_tags(&t, 3);
     let shard_key = |i: u16| key(tags[usize::from(i)].as_str(), "due");

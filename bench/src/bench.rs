@@ -490,11 +490,7 @@ impl Bench {
         let progress = std::io::stderr().is_terminal();
         let task_types = bench_types(&store, usize::from(args.types), args.shards).await?;
         // The bench writes each task into its shard, as an application would.
-        let mut sharded = Config::default();
-        for t in &task_types {
-            sharded.types.insert(t.clone(), TypeConfig { shards: Some(args.shards), ..TypeConfig::default() });
-        }
-        let store = store.with_shards(&sharded);
+        let store = store.with_shards(task_types.iter().filter(|_| args.shards > 1).map(|t| (t, args.shards)));
         let placement = placement(&store, &task_types).await?;
         let work = TempDir::new("host")?;
         let bench = Bench { args, base_config, url, plugin, store, task_types, placement, work, progress };

@@ -217,7 +217,7 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
 /// Connects to `[redis]` (one server or a cluster), `--redis` / `HOURGLASS_REDIS_URL` winning.
 async fn connect(config: &Config, redis_override: Option<&str>) -> Result<Store> {
     let target = crate::target::Target::resolve(&config.redis, redis_override)?;
-    Ok(Store::connect_to(&target, &config.redis.prefix).await?.with_shards(config))
+    Ok(Store::connect_to(&target, &config.redis.prefix).await?.with_shards(config.sharded_types()))
 }
 
 /// `hourglass bench ...`: replaces this process with `hourglass-bench`

@@ -17,37 +17,7 @@ use tracing::{error, info};
 
 use crate::task_type::TaskType;
 
-/// What a failed Redis call means.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trouble {
-    /// The connection (or the server as a whole) is not usable now.
-    Outage,
-    /// Something about the data of the type the call concerned, described.
-    Data(String),
-}
-
-/// Sorts an error from a Redis call into [`Trouble`].
-pub fn classify(e: &anyhow::Error) -> Trouble {
-    let Some(redis) = e.chain().find_map(|c| c.downcast_ref::<redis::RedisError>()) else {
-        // Our own checks of a reply (a malformed answer) are about the data too.
-        return Trouble::Data(format!("{e:#}"));
-    };
-    let code = redis.code().unwrap_or_default();
-    let detail = redis.detail().unwrap_or_default();
-    let about_data = match code {
-        // HGFAULT: the scripts' own check of key types and numbers (store/scripts/prelude.lua).
-        "HGFAULT" | "WRONGTYPE" => true,
-        // A script that failed for another reason did so on this type's data.
-        "ERR" => detail.contains("script"),
-        _ => false,
-    };
-    if about_data {
-        let text = if code == "HGFAULT" { detail.to_owned() } else { format!("{code} {detail}") };
-        Trouble::Data(text)
-    } else {
-        Trouble::Outage
-    }
-}
+pub use crate::store::{Trouble, classify};
 
 /// The shared record of outages and per-type faults; cheap to clone.
 #[derive(Clone, Default)]

@@ -46,7 +46,7 @@ pub async fn run(
     let registry = Registry::new(runtime.clone(), config.clone())?;
     // Many hosts share one Redis: each beats under its id and records it with its leases.
     let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
-    let store = store.with_holder(&host_id).with_shards(&config);
+    let store = store.with_holder(&host_id).with_shards(config.sharded_types());
     if !store.target().is_cluster() {
         for (t, n) in config.sharded_types() {
             warn!(task_type = %t, shards = n, "shards on one Redis server: its shards share that server's one core, so they only add work (shards are for a Redis Cluster)");

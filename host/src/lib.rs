@@ -8,7 +8,8 @@
 //!
 //! Along that path:
 //!
-//! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic.
+//! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic: the
+//!   `hourglass-store` crate (`host/store/`), which links no wasmtime.
 //! - [`wakeup`]: keyspace notifications (or polling) that wake a type's claim loop early.
 //! - [`pipeline::claim`]: a type's claim loop: slots, leases taken, sleep until due, lease renewals.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
@@ -25,11 +26,10 @@
 //!
 //! Around it:
 //!
-//! - [`task_type`], [`task`], [`config`]: the validated type name, the vocabulary of a task's life
-//!   (claimed, leased, its outcome, settled), `runner.toml`.
-//! - [`group`]: workflow groups (fan-out, fan-in, chains): their ids, callbacks and summaries; the
-//!   store keeps their state and delivers children's ends through the outbox.
-//! - [`target`]: where Redis is: one server or a cluster, ACL credentials, TLS.
+//! - [`config`]: `runner.toml`. From the store crate, re-exported under the same names:
+//!   [`task_type`] (the validated type name), [`task`] (the vocabulary of a task's life: claimed,
+//!   leased, its outcome, settled), [`group`] (workflow groups: ids, callbacks, summaries) and
+//!   [`target`] (where Redis is: one server or a cluster, ACL credentials, TLS).
 //! - [`outbound`], [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
@@ -49,7 +49,6 @@ pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod group;
 pub mod health;
 pub mod host;
 pub mod hosts;
@@ -64,10 +63,11 @@ pub mod runtime;
 pub mod schedules;
 pub mod secrets;
 pub mod show;
-pub mod store;
-pub mod target;
-pub mod task;
-pub mod task_type;
 pub mod telemetry;
 pub mod traces;
 pub mod wakeup;
+
+// The Redis side is the `hourglass-store` crate (`host/store/`); these names
+// keep one path per concept for the host's modules and for applications.
+pub use hourglass_store as store;
+pub use hourglass_store::{group, target, task, task_type};

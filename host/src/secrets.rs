@@ -22,6 +22,7 @@ use anyhow::{Result, bail};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
+pub use crate::store::Secret;
 use crate::task_type::TaskType;
 
 /// One `config` value as written in `runner.toml`.
@@ -169,29 +170,6 @@ pub fn resolve_all<'a>(
         out.insert(task_type.clone(), Arc::new(values));
     }
     Ok(out)
-}
-
-/// A string that is never printed (its `Debug` is `<redacted>`).
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-
-    /// The secret itself, to hand to the Redis client only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ mod policy;
 mod schedule;
 mod telemetry;
 
-pub use policy::{Rate, TypeConfig, TypePolicy};
+pub use hourglass_store::{KeyPrefix, Rate, RedisConfig};
+pub use policy::{TypeConfig, TypePolicy};
 pub use schedule::{ScheduleConfig, ScheduleName};
 pub use telemetry::{TelemetryConfig, traces_url};
 
@@ -77,78 +78,6 @@ impl AdminConfig {
             );
         }
         Ok(())
-    }
-}
-
-/// The `[redis]` table.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RedisConfig {
-    /// Redis URL (`redis://host:port/db`, `redis+unix:///path.sock`); `--redis` and `HOURGLASS_REDIS_URL` win over it.
-    pub url: String,
-    /// Prefix of every key Hourglass reads or writes (`<prefix>:{<type>}:due`).
-    pub prefix: KeyPrefix,
-    /// Start a private `redis-server` when nothing answers at `url` (quick start).
-    pub managed: bool,
-    /// Data folder of the managed `redis-server` (append-only file), relative to the config file.
-    pub data_dir: PathBuf,
-    /// Redis Cluster seed nodes (`redis://host:port` or `rediss://`); when set, `url` is not used.
-    pub cluster: Vec<String>,
-    /// ACL user name; `HOURGLASS_REDIS_USERNAME` wins over it.
-    pub username: Option<String>,
-    /// Password (of `username`, or of the `default` user); `HOURGLASS_REDIS_PASSWORD` wins over it. Never logged.
-    pub password: Option<crate::secrets::Secret>,
-    /// PEM file of the CA that signed the server's certificate, for `rediss://`; relative to the config file.
-    pub ca_file: Option<PathBuf>,
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            url: "redis://127.0.0.1:6379".into(),
-            prefix: KeyPrefix("hourglass".into()),
-            managed: false,
-            data_dir: PathBuf::from(".hourglass/redis"),
-            cluster: Vec::new(),
-            username: None,
-            password: None,
-            ca_file: None,
-        }
-    }
-}
-
-/// A key prefix: 1 to 64 characters, no whitespace, braces or glob characters.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
-pub struct KeyPrefix(String);
-
-impl KeyPrefix {
-    /// The prefix as a string slice.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for KeyPrefix {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        if s.is_empty() || s.len() > 64 {
-            return Err(format!("invalid key prefix {s:?}: it must be 1 to 64 characters"));
-        }
-        // Braces would break the hash tag; glob characters the notification pattern.
-        if s.chars().any(|c| c.is_whitespace() || "{}*?[]\\".contains(c)) {
-            return Err(format!("invalid key prefix {s:?}: no whitespace, braces or * ? [ ] \\ allowed"));
-        }
-        Ok(KeyPrefix(s))
-    }
-}
-
-impl std::str::FromStr for KeyPrefix {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        KeyPrefix::try_from(s.to_owned())
     }
 }
 

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::MAX_CONCURRENCY;
 use crate::outbound::AllowedHosts;
 use crate::secrets::ConfigValue;
+use crate::store::Rate;
 use crate::task_type::TaskType;
 
 /// Retry policy and sandbox limits of a task type. In `[defaults]` every
@@ -162,58 +163,6 @@ pub struct TypeConfig {
     pub config: BTreeMap<String, ConfigValue>,
 }
 
-/// A rate limit: tasks per second, minute or hour (`50/s`, `100/m`, `1000/h`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
-pub struct Rate {
-    count: u32,
-    per: Duration,
-}
-
-impl Rate {
-    /// Tasks per second.
-    pub fn per_second(&self) -> f64 {
-        f64::from(self.count) / self.per.as_secs_f64()
-    }
-
-    /// The most tasks the bucket lets out at once: 50 ms worth, at least one,
-    /// so that any one-second window sees at most 5% over the rate.
-    pub fn burst(&self) -> f64 {
-        (self.per_second() / 20.0).max(1.0)
-    }
-}
-
-impl std::fmt::Display for Rate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let unit = match self.per.as_secs() {
-            1 => "s",
-            60 => "m",
-            _ => "h",
-        };
-        write!(f, "{}/{unit}", self.count)
-    }
-}
-
-impl TryFrom<String> for Rate {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        let bad = || format!("invalid rate {s:?}: expected <count>/s, /m or /h, like \"50/s\"");
-        let (count, unit) = s.split_once('/').ok_or_else(bad)?;
-        let count: u32 = count.trim().parse().map_err(|_| bad())?;
-        let per = match unit.trim() {
-            "s" | "sec" | "second" => Duration::from_secs(1),
-            "m" | "min" | "minute" => Duration::from_secs(60),
-            "h" | "hour" => Duration::from_secs(3600),
-            _ => return Err(bad()),
-        };
-        if count == 0 {
-            return Err(format!("invalid rate {s:?}: the count must be at least 1"));
-        }
-        Ok(Rate { count, per })
-    }
-}
-
 impl TypePolicy {
     /// Shard `shard`'s part of the type's `max_running` and `rate`, so that its
     /// `shards` shards, each claimed on its own, never exceed them together:
@@ -225,7 +174,7 @@ impl TypePolicy {
             0 => 0,
             m => m / n + u64::from(u64::from(shard) < m % n),
         };
-        (max_running, self.rate.map(|r| Rate { count: r.count, per: r.per * u32::from(shards.max(1)) }))
+        (max_running, self.rate.map(|r| r.split(shards)))
     }
 
     pub(super) fn validate(&self, table: &str) -> Result<()> {

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
+use serde::Deserialize;
 
-use crate::config::RedisConfig;
-use crate::secrets::Secret;
+use crate::keys::KeyPrefix;
 
 /// Environment variable that wins over `[redis] username`.
 pub const USERNAME_ENV: &str = "HOURGLASS_REDIS_USERNAME";
@@ -245,6 +245,66 @@ pub fn redact_url(url: &str) -> String {
     match rest[..authority_end].rfind('@') {
         Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
         None => url.to_owned(),
+    }
+}
+
+/// The `[redis]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Redis URL (`redis://host:port/db`, `redis+unix:///path.sock`); `--redis` and `HOURGLASS_REDIS_URL` win over it.
+    pub url: String,
+    /// Prefix of every key Hourglass reads or writes (`<prefix>:{<type>}:due`).
+    pub prefix: KeyPrefix,
+    /// Start a private `redis-server` when nothing answers at `url` (quick start).
+    pub managed: bool,
+    /// Data folder of the managed `redis-server` (append-only file), relative to the config file.
+    pub data_dir: PathBuf,
+    /// Redis Cluster seed nodes (`redis://host:port` or `rediss://`); when set, `url` is not used.
+    pub cluster: Vec<String>,
+    /// ACL user name; `HOURGLASS_REDIS_USERNAME` wins over it.
+    pub username: Option<String>,
+    /// Password (of `username`, or of the `default` user); `HOURGLASS_REDIS_PASSWORD` wins over it. Never logged.
+    pub password: Option<Secret>,
+    /// PEM file of the CA that signed the server's certificate, for `rediss://`; relative to the config file.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: KeyPrefix::default(),
+            managed: false,
+            data_dir: PathBuf::from(".hourglass/redis"),
+            cluster: Vec::new(),
+            username: None,
+            password: None,
+            ca_file: None,
+        }
+    }
+}
+
+/// A string that is never printed (its `Debug` is `<redacted>`).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    /// The secret itself, to hand to the Redis client only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
     }
 }
 

@@ -1,5 +1,7 @@
 //! The key layout of a type, written once: every other module asks [`Keys`] for a key's name.
 
+use serde::Deserialize;
+
 use crate::task_type::TaskType;
 
 /// The names of one task type's keys.
@@ -146,6 +148,47 @@ impl Keys {
         let mut key = self.delivered_prefix.clone().into_bytes();
         key.extend_from_slice(entry_id);
         key
+    }
+}
+
+/// A key prefix: 1 to 64 characters, no whitespace, braces or glob characters.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct KeyPrefix(String);
+
+impl Default for KeyPrefix {
+    fn default() -> Self {
+        KeyPrefix("hourglass".into())
+    }
+}
+
+impl KeyPrefix {
+    /// The prefix as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for KeyPrefix {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if s.is_empty() || s.len() > 64 {
+            return Err(format!("invalid key prefix {s:?}: it must be 1 to 64 characters"));
+        }
+        // Braces would break the hash tag; glob characters the notification pattern.
+        if s.chars().any(|c| c.is_whitespace() || "{}*?[]\\".contains(c)) {
+            return Err(format!("invalid key prefix {s:?}: no whitespace, braces or * ? [ ] \\ allowed"));
+        }
+        Ok(KeyPrefix(s))
+    }
+}
+
+impl std::str::FromStr for KeyPrefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KeyPrefix::try_from(s.to_owned())
     }
 }
 

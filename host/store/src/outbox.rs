@@ -129,7 +129,7 @@ impl Store {
                     flushed.delivered_to.push(f.task_type.clone());
                 }
             }
-            Err(e) if crate::health::classify(&e) != crate::health::Trouble::Outage => {
+            Err(e) if crate::classify(&e) != crate::Trouble::Outage => {
                 // The target's keys are broken: the entry waits in the outbox.
                 flushed.failed.push((f.task_type, e));
                 return Ok(false);

@@ -8,7 +8,7 @@ use crate::task::GroupWork;
 use crate::task_type::TaskType;
 
 /// A child's end, as a report entry holds it.
-pub(in crate::store) struct Report {
+pub(crate) struct Report {
     pub(super) group: GroupRef,
     pub(super) child_type: String,
     pub(super) id: Vec<u8>,
@@ -19,7 +19,7 @@ pub(in crate::store) struct Report {
 
 /// The child type is the entry id's first part; the value is
 /// `<outcome>\n<callback type>\n<group id>\n<id>` (the prelude's report_ended).
-pub(in crate::store) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
+pub(crate) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
     let child_type = entry_id.split(|&b| b == b':').next().unwrap_or_default();
     // A shard's entries carry its name (`T#2:...`), so they never collide with another shard's; the group knows the type.
     let child_type =
@@ -78,7 +78,7 @@ pub fn encode_work(w: &GroupWork) -> Vec<u8> {
     }
     for c in &w.children {
         put(&mut out, mode(c.replace).as_bytes());
-        put(&mut out, &crate::store::encode_followup(c));
+        put(&mut out, &crate::encode_followup(c));
     }
     out
 }
@@ -102,7 +102,7 @@ pub fn decode_work(mut data: &[u8]) -> Result<GroupWork> {
     while !d.is_empty() {
         let replace = take(d)? == b"replace";
         let entry: &[u8] = if replace { b"" } else { b":create" };
-        children.push(crate::store::decode_followup(entry, take(d)?)?);
+        children.push(crate::decode_followup(entry, take(d)?)?);
     }
     Ok(GroupWork { group: GroupRef { callback_type, id }, open, children, seal })
 }

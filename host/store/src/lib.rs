@@ -1,4 +1,8 @@
-//! Every Redis read and write of Hourglass, and the Lua scripts that make them atomic.
+//! Hourglass's Redis side: every read and write of tasks, and the Lua scripts that make them atomic.
+//!
+//! This crate links no wasmtime: an application that schedules, cancels or
+//! inspects tasks from Rust depends on it alone, and the host (`hourglass`)
+//! builds its pipeline on top of it. Cargo keeps the arrow one way.
 //!
 //! # Key layout (prefix `P`, task type `T`)
 //!
@@ -35,8 +39,13 @@
 //! increment) before its first write, so bad data in Redis fails a call
 //! cleanly (an `HGFAULT` error naming the key) instead of losing tasks.
 //!
-//! # Rooms
+//! # Layout
 //!
+//! The vocabulary first, then the rooms of the store itself:
+//!
+//! - [`task_type`]: the validated type name, its shards and hash tags; [`task`]: a task's life
+//!   (claimed, leased, its outcome, settled); [`group`]: workflow group ids, callbacks, summaries;
+//! - [`target`]: where Redis is (one server or a cluster, ACL credentials, TLS), and the `[redis]` table;
 //! - [`conn`](self) (`store/conn.rs`): one server or a cluster, connect errors, `CLUSTER NODES`;
 //! - `keys.rs`: the key layout; `scripts.rs` + `scripts/*.lua`: the scripts;
 //! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
@@ -46,6 +55,11 @@
 //! - `lookup.rs`: one task by id (`hourglass show`), and run-now / postpone of a scheduled one;
 //! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
 //! - `reply.rs`: reading replies.
+
+pub mod group;
+pub mod target;
+pub mod task;
+pub mod task_type;
 
 mod claims;
 mod conn;
@@ -66,21 +80,20 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-pub use claims::{ClaimLimits, Extended};
-pub use conn::{ClusterNode, Conn, parse_cluster_nodes};
+pub use claims::{ClaimLimits, Extended, Rate};
+pub use conn::{ClusterNode, Conn, Trouble, classify, parse_cluster_nodes};
 pub use groups::{
     Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal,
 };
-pub use keys::{GroupKeys, Keys};
+pub use keys::{GroupKeys, KeyPrefix, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
+pub use target::{RedisConfig, Secret, Target};
 pub use tasks::{Cancelled, ScheduleMode};
 
-use crate::config::{Config, KeyPrefix};
-use crate::target::Target;
 use crate::task_type::{TaskType, shard_tags};
 use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT, why_no_answer};
 use scripts::Scripts;
@@ -168,11 +181,11 @@ impl Store {
         self
     }
 
-    /// This store, spreading each type of `config` that has `shards = N` over
-    /// its N shards (see [`Store::shard_for`]). Their tags are computed here,
-    /// once, so routing a task costs one map lookup.
-    pub fn with_shards(mut self, config: &Config) -> Store {
-        self.shards = Arc::new(config.sharded_types().map(|(t, n)| (t.clone(), shard_tags(t, n))).collect());
+    /// This store, spreading each of `sharded` (a type and its `shards = N`)
+    /// over its N shards (see [`Store::shard_for`]). Their tags are computed
+    /// here, once, so routing a task costs one map lookup.
+    pub fn with_shards<'a>(mut self, sharded: impl IntoIterator<Item = (&'a TaskType, u16)>) -> Store {
+        self.shards = Arc::new(sharded.into_iter().map(|(t, n)| (t.clone(), shard_tags(t, n))).collect());
         self
     }
 

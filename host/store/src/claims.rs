@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use redis::Value;
+use serde::Deserialize;
 
 use super::outbox::encode_followup;
 use super::reply::parse_claim;
@@ -29,7 +30,7 @@ pub struct ClaimLimits {
     /// Most tasks of the type leased at once over every host (`max_running`; 0 = no limit).
     pub max_running: u64,
     /// Most tasks of the type handed out per second over every host (`rate`).
-    pub rate: Option<crate::config::Rate>,
+    pub rate: Option<Rate>,
     /// Share claims fairly among the keys of task ids: the part before this separator (`fair_by`).
     pub fair_by: Option<String>,
 }
@@ -307,6 +308,63 @@ fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
     }
     entries
 }
+/// A rate limit: tasks per second, minute or hour (`50/s`, `100/m`, `1000/h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Rate {
+    count: u32,
+    per: Duration,
+}
+
+impl Rate {
+    /// Tasks per second.
+    pub fn per_second(&self) -> f64 {
+        f64::from(self.count) / self.per.as_secs_f64()
+    }
+
+    /// One of `parts` equal parts of this rate (a shard's, of a type with `parts` shards).
+    pub fn split(self, parts: u16) -> Rate {
+        Rate { count: self.count, per: self.per * u32::from(parts.max(1)) }
+    }
+
+    /// The most tasks the bucket lets out at once: 50 ms worth, at least one,
+    /// so that any one-second window sees at most 5% over the rate.
+    pub fn burst(&self) -> f64 {
+        (self.per_second() / 20.0).max(1.0)
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "m",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+impl TryFrom<String> for Rate {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        let bad = || format!("invalid rate {s:?}: expected <count>/s, /m or /h, like \"50/s\"");
+        let (count, unit) = s.split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let per = match unit.trim() {
+            "s" | "sec" | "second" => Duration::from_secs(1),
+            "m" | "min" | "minute" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if count == 0 {
+            return Err(format!("invalid rate {s:?}: the count must be at least 1"));
+        }
+        Ok(Rate { count, per })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

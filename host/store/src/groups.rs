@@ -418,7 +418,7 @@ impl Store {
                 .with_context(|| format!("cannot deliver {} child ends from {t} to their {c} groups", batch.len()));
             let fired = match fired {
                 Ok(fired) => fired,
-                Err(e) if crate::health::classify(&e) == crate::health::Trouble::Outage => return Err(e),
+                Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
                 Err(e) => {
                     // The callback type's keys are broken: its reports wait in the outbox.
                     flushed.failed.push((c, e));
@@ -547,8 +547,8 @@ impl GroupRefusal {
 }
 
 fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
-    match crate::health::classify(&e) {
-        crate::health::Trouble::Outage => GroupDelivery::Outage(e),
+    match crate::classify(&e) {
+        crate::Trouble::Outage => GroupDelivery::Outage(e),
         _ => GroupDelivery::Waits(t.clone(), e),
     }
 }
