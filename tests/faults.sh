@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the fault-injection harness (tests/faults.rs) one fault at a time and
+# Runs the fault-injection harness (tests/fleet/faults.rs) one fault at a time and
 # ends with a summary: one FAULT line per fault.
 #
 #   HOURGLASS_FAULTS_TASKS=N      tasks per fault (default 300)
@@ -31,7 +31,7 @@ export HOURGLASS_FAULTS_TASKS="${HOURGLASS_FAULTS_TASKS:-300}"
 
 out=$(mktemp)
 set +e
-cargo test --workspace --test faults -- --nocapture --test-threads=1 2>&1 | tee "$out"
+cargo test --workspace --test fleet faults:: -- --nocapture --test-threads=1 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 set -e
 

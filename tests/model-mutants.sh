@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Breaks the Lua scripts on purpose, one rule at a time, and checks that the
-# model test (tests/model.rs) catches each break: a model test that passes
+# model test (tests/store/model.rs) catches each break: a model test that passes
 # whatever the scripts do would prove nothing. Restores every script after
 # each run, also on Ctrl-C. Takes a few minutes (the host library is rebuilt
 # for each mutant, since the scripts are compiled in).
@@ -43,7 +43,7 @@ for m in "${mutants[@]}"; do
     echo "error: the mutant '$name' no longer applies to $file: update this script" >&2
     exit 2
   fi
-  if out=$(cargo test --workspace --test model the_scripts_agree 2>&1); then
+  if out=$(cargo test --workspace --test store model::the_scripts_agree 2>&1); then
     echo "NOT CAUGHT: $name"
     missed=$((missed + 1))
   elif grep -q "disagree" <<<"$out"; then

@@ -30,7 +30,7 @@ fi
 echo "== the Redis contract, the model test, workflows, cluster and client tests on: $said"
 export PATH="$dir/bin:$PATH"
 [[ "$(command -v redis-server)" == "$server" ]] || { echo "error: redis-server is not $server on PATH" >&2; exit 1; }
-cargo test --workspace --test redis_contract --test workflows
-cargo test --workspace --test model the_scripts_agree
-cargo test --workspace --test scale -- cluster_runs_every_task cluster_sharded_type cluster_group_with_children
+cargo test --workspace --test store -- redis_contract:: model::the_scripts_agree
+cargo test --workspace --test host workflows::
+cargo test --workspace --test fleet -- cluster_runs_every_task cluster_sharded_type cluster_group_with_children
 bash clients/test.sh

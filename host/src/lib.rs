@@ -57,7 +57,6 @@ pub mod managed;
 pub mod outbound;
 pub mod pipeline;
 pub mod recurrence;
-pub mod redis_server;
 pub mod registry;
 pub mod runtime;
 pub mod schedules;
@@ -70,4 +69,4 @@ pub mod wakeup;
 // The Redis side is the `hourglass-store` crate (`host/store/`); these names
 // keep one path per concept for the host's modules and for applications.
 pub use hourglass_store as store;
-pub use hourglass_store::{group, target, task, task_type};
+pub use hourglass_store::{group, redis_server, target, task, task_type};

@@ -36,7 +36,7 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::task::{Claim, Ended, RunInfo, SettleResult, Settlement};
+use crate::task::{Claim, Ended, RunInfo, Settlement};
 use crate::task_type::TaskType;
 
 /// How many settled outcomes [`recent`] remembers.
@@ -218,12 +218,12 @@ impl TypeMetrics {
     }
 
     /// After a settle: counts the committed outcomes and remembers the latest for the dashboard.
-    pub fn settled(&self, batch: &[Settlement], results: &[SettleResult]) {
+    pub fn settled(&self, batch: &[Settlement], results: &[Ended]) {
         let (mut ok, mut failed, mut retried, mut dead, mut fenced) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut cancelled = 0u64;
         for (s, r) in batch.iter().zip(results) {
             self.ran(&s.run);
-            match Ended::of(&s.outcome, *r) {
+            match r {
                 Ended::Fenced => fenced += 1,
                 Ended::Succeeded => ok += 1,
                 Ended::Cancelled => cancelled += 1,
@@ -256,7 +256,7 @@ impl TypeMetrics {
         let skip = batch.len().saturating_sub(RECENT);
         let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
         for (s, r) in batch.iter().zip(results).skip(skip) {
-            let ended = Ended::of(&s.outcome, *r);
+            let ended = *r;
             let error = match ended {
                 Ended::Retried | Ended::Dead => s.outcome.error().unwrap_or_default(),
                 _ => "",

@@ -33,7 +33,7 @@ use tokio::sync::OnceCell;
 pub use crate::config::TelemetryConfig;
 use crate::config::traces_url;
 use crate::store::Store;
-use crate::task::{ClaimedTask, Outcome};
+use crate::task::{ClaimedTask, Ended};
 use crate::task_type::TaskType;
 
 /// How often finished spans are sent to the collector (the SDK's default).
@@ -174,10 +174,11 @@ impl RunSpan {
         self.span.span_context().clone()
     }
 
-    /// Ends the span with the run's outcome: `succeeded`, `retried`, `dead` (with the error) or `cancelled`.
-    pub fn end(mut self, outcome: &Outcome) {
-        self.span.set_attribute(KeyValue::new("hourglass.outcome", outcome.ended().as_str()));
-        if let Some(e) = outcome.error() {
+    /// Ends the span, after the settle, with what it committed: `succeeded`,
+    /// `retried`, `dead` (with the error), `cancelled`, `rescheduled` or `fenced`.
+    pub fn end(mut self, ended: Ended, error: Option<&str>) {
+        self.span.set_attribute(KeyValue::new("hourglass.outcome", ended.as_str()));
+        if let (Ended::Retried | Ended::Dead | Ended::Rescheduled, Some(e)) = (ended, error) {
             self.span.set_status(Status::error(e.to_owned()));
         }
         self.span.end();

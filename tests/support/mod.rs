@@ -5,75 +5,14 @@
 
 #![allow(dead_code)]
 
+mod server;
+
+pub use server::*;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-/// A `redis-server` child on a unix socket in a temp dir (the library's one
-/// spawner); killed on drop.
-pub struct RedisServer {
-    server: hourglass::redis_server::RedisServer,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    /// Starts a Redis with no persistence.
-    pub fn start() -> RedisServer {
-        RedisServer::start_with(&[])
-    }
-
-    /// Starts a Redis with extra `redis-server` arguments (e.g. `["--appendonly", "yes"]`).
-    pub fn start_with(extra: &[&str]) -> RedisServer {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let spec = hourglass::redis_server::ServerSpec {
-            dir: dir.path().to_owned(),
-            socket: Some("redis.sock".into()),
-            args: extra.iter().map(|a| a.to_string()).collect(),
-            ..Default::default()
-        };
-        let server = hourglass::redis_server::RedisServer::spawn_ready(spec, "the tests", Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        RedisServer { server, _dir: dir }
-    }
-
-    /// `redis+unix://` URL of this server.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// The path of its unix socket.
-    pub fn socket(&self) -> PathBuf {
-        self.server.socket().expect("a unix socket")
-    }
-
-    /// Folder holding the socket and any data files.
-    pub fn dir(&self) -> &Path {
-        self.server.dir()
-    }
-
-    /// A blocking client connection.
-    pub fn client(&self) -> redis::Connection {
-        redis::Client::open(self.url()).unwrap().get_connection().unwrap()
-    }
-
-    /// Runs `redis-cli` against this server and returns its stdout.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let socket = self.server.socket().expect("a unix socket");
-        let out = Command::new("redis-cli").arg("-s").arg(socket).args(args).output().expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Kills the server (SIGKILL) and starts it again on the same socket and data dir.
-    pub fn restart(&mut self, extra: &[&str]) {
-        self.server.restart(extra.iter().map(|a| a.to_string()).collect()).unwrap_or_else(|e| panic!("{e:#}"));
-    }
-
-    /// Stops the server without starting it again.
-    pub fn stop(&mut self) {
-        self.server.kill();
-    }
-}
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
@@ -146,20 +85,6 @@ pub fn hourglass_on(redis: &RedisServer, args: &[&str]) -> std::process::Output 
 /// default limits, as `hourglass run` does.
 pub fn compiler() -> hourglass::runtime::Compiler {
     hourglass::runtime::Compiler::Child { program: hourglass_bin() }
-}
-
-/// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`.
-///
-/// Waits are generous on purpose: this is a correctness helper, never a timing assertion.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A running `hourglass run` child process with its own config, plugins
@@ -313,106 +238,6 @@ impl Drop for Host {
     }
 }
 
-/// A task written as a client would: `ZADD hourglass:{type}:due <due_ms> <id>`.
-pub fn zadd(conn: &mut redis::Connection, task_type: &str, id: &str, due_ms: i64) {
-    let _: () =
-        redis::cmd("ZADD").arg(format!("hourglass:{{{task_type}}}:due")).arg(due_ms).arg(id).query(conn).unwrap();
-}
-
-/// A task's payload: `HSET hourglass:{type}:payload <id> <body>`.
-pub fn payload(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
-    let _: () =
-        redis::cmd("HSET").arg(format!("hourglass:{{{task_type}}}:payload")).arg(id).arg(body).query(conn).unwrap();
-}
-
-/// A task due now, with its payload unless `body` is empty.
-pub fn schedule_now(conn: &mut redis::Connection, task_type: &str, id: &str, body: &str) {
-    if !body.is_empty() {
-        payload(conn, task_type, id, body);
-    }
-    zadd(conn, task_type, id, now_ms());
-}
-
-/// `ZCARD key`.
-pub fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
-    redis::cmd("ZCARD").arg(key).query(conn).unwrap()
-}
-
-/// The tasks of `task_type` leased now: id → the host id that holds them. Read
-/// from the claim records (`claimed`, see the host's `scripts/prelude.lua`)
-/// and from the per-task leases older hosts left in `tokens`.
-pub fn leases(conn: &mut impl redis::ConnectionLike, task_type: &str) -> std::collections::HashMap<String, String> {
-    leases_in(conn, &format!("hourglass:{{{task_type}}}:claimed"), &format!("hourglass:{{{task_type}}}:tokens"))
-}
-
-/// The script behind [`leases_in`]: KEYS 1 `claimed`, 2 `tokens`; returns id, holder pairs
-/// (tests/faults.rs runs it inside a MULTI).
-pub const LEASES_SCRIPT: &str = r#"
-    -- A key planted with another type (tests of bad data) holds no leases.
-    local function hgetall(k)
-      if redis.call('TYPE', k)['ok'] == 'hash' then return redis.call('HGETALL', k) end
-      return {}
-    end
-    local out = {}
-    local legacy = hgetall(KEYS[2])
-    for i = 1, #legacy, 2 do
-      out[#out + 1] = legacy[i]
-      out[#out + 1] = string.match(legacy[i + 1], '@(.*)$') or ''
-    end
-    local all = hgetall(KEYS[1])
-    local fields = {}
-    for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-    for c, packed in pairs(fields) do
-      local live = fields[c .. ':live']
-      if live and string.match(c, '^%d+$') then
-        local rec = cmsgpack.unpack(packed)
-        for k, id in ipairs(rec[2]) do
-          if string.sub(live, k, k) == '1' then
-            out[#out + 1] = id
-            out[#out + 1] = rec[1]
-          end
-        end
-      end
-    end
-    return out"#;
-
-/// [`leases`], from the claim records in `claimed` and the per-task leases in `tokens`.
-pub fn leases_in(
-    conn: &mut impl redis::ConnectionLike,
-    claimed: &str,
-    tokens: &str,
-) -> std::collections::HashMap<String, String> {
-    let pairs: Vec<String> = redis::Script::new(LEASES_SCRIPT).key(claimed).key(tokens).invoke(conn).unwrap();
-    pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect()
-}
-
-/// A plain success of `task`, with `followups`, to settle.
-pub fn ack(
-    task: &hourglass::task::ClaimedTask,
-    followups: Vec<hourglass::task::FollowUp>,
-) -> hourglass::task::Settlement {
-    hourglass::task::Settlement {
-        lease: task.lease(),
-        outcome: hourglass::task::Outcome::Ack { followups, groups: Vec::new() },
-        run: Default::default(),
-    }
-}
-
-/// `HGET <prefix>:{type}:stats <field>` as a number (0 when absent).
-pub fn stat(conn: &mut redis::Connection, task_type: &str, field: &str) -> i64 {
-    redis::cmd("HGET")
-        .arg(format!("hourglass:{{{task_type}}}:stats"))
-        .arg(field)
-        .query::<Option<i64>>(conn)
-        .unwrap()
-        .unwrap_or(0)
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// A `MakeWriter` into a shared buffer, to read what was logged.
 #[derive(Clone, Default)]
 struct LogBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
@@ -453,14 +278,6 @@ impl RunNow for hourglass::runtime::Handler {
     fn run_now(&self, task: &hourglass::task::ClaimedTask) -> hourglass::runtime::TaskRun {
         tokio_runtime().block_on(self.run(task, None))
     }
-}
-
-/// One multi-threaded tokio runtime per test binary, for blocking on futures from test threads.
-pub fn tokio_runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-    })
 }
 
 // --- a tiny HTTP/1.1 client for the admin server --------------------------
@@ -543,28 +360,6 @@ pub fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
         let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
         (metric == name && labels.iter().all(|p| rest.contains(p))).then(|| value.parse().ok())?
     })
-}
-
-/// A task type by name (tests use valid names).
-pub fn ty(name: &str) -> hourglass::task_type::TaskType {
-    name.parse().unwrap()
-}
-
-/// The Redis key `hourglass:{t}:suffix`.
-pub fn key(t: &str, suffix: &str) -> String {
-    format!("hourglass:{{{t}}}:{suffix}")
-}
-
-/// A `Store` on `server` under the default prefix.
-pub async fn store(server: &RedisServer) -> hourglass::store::Store {
-    let prefix: hourglass::config::KeyPrefix = "hourglass".parse().unwrap();
-    hourglass::store::Store::connect(&server.url(), &prefix).await.unwrap()
-}
-
-/// Redis `TIME` in ms: the clock every script uses.
-pub fn redis_now(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
 }
 
 /// A valid component whose one core module has `funcs` functions of `locals`

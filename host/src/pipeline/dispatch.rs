@@ -175,20 +175,20 @@ impl Run {
                 Outcome::Cancelled
             }
         };
-        if let Some(span) = span {
-            span.end(&outcome);
-        }
         let settlement = Settlement { lease: self.task.lease(), outcome, run: info };
         // Counted down just before it is queued, so the settler never lingers
         // for an outcome already in its queue.
         claim.unreported.fetch_sub(1, Ordering::AcqRel);
-        let finished = Finished { settlement, permits: self.permits, claim_unreported: claim.unreported.clone() };
+        let finished = Finished { settlement, span, permits: self.permits, claim_unreported: claim.unreported.clone() };
         let unsent = match &claim.settle_tx {
             Some(tx) => tx.send(finished).err().map(|e| e.0),
             None => Some(finished),
         };
         if let Some(unsent) = unsent {
             claim.state.metrics.unsettled(&unsent.settlement.run);
+            if let Some(span) = unsent.span {
+                span.stopped();
+            }
         }
     }
 }

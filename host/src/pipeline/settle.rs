@@ -9,8 +9,9 @@ use tracing::warn;
 
 use super::state::{Finished, InFlight, Permits, Runner};
 use crate::logging::clean_id;
-use crate::task::{Ended, Outcome, SettleResult, Settlement};
+use crate::task::{Ended, Outcome, Settlement};
 use crate::task_type::TaskType;
+use crate::traces::RunSpan;
 
 /// Most outcomes one settle call writes.
 const SETTLE_MAX: usize = 512;
@@ -24,12 +25,17 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 struct Gathered {
     batch: Vec<Settlement>,
     permits: Vec<Permits>,
+    /// The runs' spans (traced types only), ended with what the settle committed.
+    spans: Vec<(usize, RunSpan)>,
     /// Unreported-outcome counters of the claims in `batch`, each once.
     claims: Vec<Arc<AtomicUsize>>,
 }
 
 impl Gathered {
     fn push(&mut self, finished: Finished) {
+        if let Some(span) = finished.span {
+            self.spans.push((self.batch.len(), span));
+        }
         self.batch.push(finished.settlement);
         self.permits.push(finished.permits);
         if !self.claims.iter().any(|c| Arc::ptr_eq(c, &finished.claim_unreported)) {
@@ -86,7 +92,7 @@ impl Runner {
                 let Some(next) = next else { break };
                 gathered.push(next);
             }
-            let Gathered { batch, permits, .. } = std::mem::take(&mut gathered);
+            let Gathered { batch, permits, spans, .. } = std::mem::take(&mut gathered);
             let (results, group_reports) = self.write_outcomes(&task_type, &batch).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
             if tracing::enabled!(target: "hourglass::task", tracing::Level::TRACE) {
@@ -97,7 +103,7 @@ impl Runner {
                         host = self.store.holder(),
                         task_type = task_type.as_str(),
                         task_id = &*crate::logging::clean_id_cow(&s.lease.id),
-                        outcome = Ended::of(&s.outcome, *r).as_str(),
+                        outcome = r.as_str(),
                     );
                 }
             }
@@ -105,17 +111,21 @@ impl Runner {
             let mut committed_followups = group_reports > 0;
             for (s, r) in batch.iter().zip(&results) {
                 match (r, &s.outcome) {
-                    (SettleResult::Fenced, _) => {
+                    (Ended::Fenced, _) => {
                         warn!(task_type = %task_type, task_id = %clean_id(&s.lease.id), attempt = s.run.attempt,
                         "outcome ignored: the lease had expired and the task was claimed again")
                     }
-                    (SettleResult::Settled, Outcome::Ack { followups, groups }) => {
+                    (Ended::Succeeded, Outcome::Ack { followups, groups }) => {
                         committed_followups |= !followups.is_empty() || !groups.is_empty()
                     }
                     _ => {}
                 }
             }
             metrics.settled(&batch, &results);
+            // A run's span ends with what Redis committed, not what the run asked for.
+            for (i, span) in spans {
+                span.end(results[i], batch[i].outcome.error());
+            }
             {
                 let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for s in &batch {
@@ -142,7 +152,7 @@ impl Runner {
     /// One settle call for `batch`, retried until it is written: the script
     /// checks every key before its first write, so a failed call changed nothing.
     /// Also returns how many group reports the settle put in the outbox.
-    async fn write_outcomes(&self, task_type: &TaskType, batch: &[Settlement]) -> (Vec<SettleResult>, usize) {
+    async fn write_outcomes(&self, task_type: &TaskType, batch: &[Settlement]) -> (Vec<Ended>, usize) {
         let mut backoff = Duration::from_millis(50);
         loop {
             let events = self.registry.config().events_maxlen(task_type);

@@ -158,6 +158,8 @@ impl TypeState {
 /// how many outcomes of the same claim are still to come.
 pub(crate) struct Finished {
     pub(crate) settlement: Settlement,
+    /// The run's span (traced types only): the settler ends it once the outcome is stored.
+    pub(crate) span: Option<crate::traces::RunSpan>,
     pub(crate) permits: Permits,
     pub(crate) claim_unreported: Arc<AtomicUsize>,
 }

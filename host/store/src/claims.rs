@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::outbox::encode_followup;
 use super::reply::parse_claim;
 use super::{Store, duration_ms};
-use crate::task::{Claim, Lease, Outcome, SettleResult, Settlement};
+use crate::task::{Claim, Ended, Lease, Outcome, Settlement};
 use crate::task_type::TaskType;
 
 /// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
@@ -107,12 +107,7 @@ impl Store {
     /// `P:{T}:events` (capped at about `events_maxlen`) when it is given.
     /// Follow-ups committed with acks wait in the type's outbox until
     /// [`Store::flush_outbox`] moves them on: the host does that right after.
-    pub async fn settle(
-        &self,
-        t: &TaskType,
-        batch: &[Settlement],
-        events_maxlen: Option<u64>,
-    ) -> Result<Vec<SettleResult>> {
+    pub async fn settle(&self, t: &TaskType, batch: &[Settlement], events_maxlen: Option<u64>) -> Result<Vec<Ended>> {
         Ok(self.settle_reporting(t, batch, events_maxlen).await?.0)
     }
 
@@ -123,7 +118,7 @@ impl Store {
         t: &TaskType,
         batch: &[Settlement],
         events_maxlen: Option<u64>,
-    ) -> Result<(Vec<SettleResult>, usize)> {
+    ) -> Result<(Vec<Ended>, usize)> {
         if batch.is_empty() {
             return Ok((Vec::new(), 0));
         }
@@ -197,23 +192,24 @@ impl Store {
             bail!("settle of {t}: {} results for {} entries", replies.len(), entries.len());
         }
         // Follow-ups committed with acks wait in the outbox; the caller moves them on (`flush_outbox`).
-        let mut results = vec![SettleResult::Fenced; batch.len()];
+        let mut results = vec![Ended::Fenced; batch.len()];
         for (entry, reply) in entries.iter().zip(replies) {
             match entry {
                 SettleEntry::Plain { tasks, .. } => {
                     let taken = super::reply::bytes(reply).context("settle: a claim's acks are not a mask")?;
                     for &(i, index) in tasks {
                         if taken.get(index) == Some(&b'1') {
-                            results[i] = SettleResult::Settled;
+                            results[i] = Ended::Succeeded;
                         }
                     }
                 }
                 SettleEntry::Full(i) => {
                     results[*i] = match super::reply::int(reply).context("settle: a task's result is not a number")? {
-                        1 => SettleResult::Settled,
-                        2 => SettleResult::Cancelled,
-                        3 => SettleResult::Rescheduled,
-                        _ => SettleResult::Fenced,
+                        // Committed as asked.
+                        1 => batch[*i].outcome.ended(),
+                        2 => Ended::Cancelled,
+                        3 => Ended::Rescheduled,
+                        _ => Ended::Fenced,
                     }
                 }
             }

@@ -46,6 +46,7 @@
 //! - [`task_type`]: the validated type name, its shards and hash tags; [`task`]: a task's life
 //!   (claimed, leased, its outcome, settled); [`group`]: workflow group ids, callbacks, summaries;
 //! - [`target`]: where Redis is (one server or a cluster, ACL credentials, TLS), and the `[redis]` table;
+//!   [`redis_server`]: the one spawner of a `redis-server` (the host's managed one, the bench, the tests);
 //! - [`conn`](self) (`store/conn.rs`): one server or a cluster, connect errors, `CLUSTER NODES`;
 //! - `keys.rs`: the key layout; `scripts.rs` + `scripts/*.lua`: the scripts;
 //! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
@@ -57,6 +58,7 @@
 //! - `reply.rs`: reading replies.
 
 pub mod group;
+pub mod redis_server;
 pub mod target;
 pub mod task;
 pub mod task_type;
@@ -174,8 +176,11 @@ impl Store {
 
     /// This store, with scripts that take "now" (ms) from the integer at
     /// `clock_key` instead of Redis `TIME`. For tests only: the model test
-    /// (tests/model.rs) steps time by hand to expire leases exactly when it
+    /// (tests/store/model.rs) steps time by hand to expire leases exactly when it
     /// means to. One server only (the key is outside every type's slot).
+    /// Built only with the `manual-clock` feature, which the store's own
+    /// tests turn on: a production build has no such switch.
+    #[cfg(feature = "manual-clock")]
     pub fn with_manual_clock(mut self, clock_key: &str) -> Store {
         self.scripts = Arc::new(Scripts::with_manual_clock(clock_key));
         self

@@ -55,8 +55,9 @@ impl Scripts {
     }
 
     /// The scripts, reading "now" (ms) from the integer at `key` instead of
-    /// `TIME`: tests step time by hand with it (tests/model.rs), and a key
+    /// `TIME`: tests step time by hand with it (tests/store/model.rs), and a key
     /// outside the type's slot only works on one server.
+    #[cfg(feature = "manual-clock")]
     pub(super) fn with_manual_clock(key: &str) -> Scripts {
         assert!(PRELUDE.contains(SERVER_CLOCK), "the prelude's now_ms changed: update SERVER_CLOCK");
         let manual = format!("return tonumber(redis.call('GET', '{}')) or 0", key.replace(['\\', '\''], ""));

@@ -147,8 +147,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// What the outcome is called in spans, events and metrics, were it committed.
-    pub fn ended(&self) -> Ended {
+    /// What committing the outcome as asked amounts to (settle.lua's `1`).
+    pub(crate) fn ended(&self) -> Ended {
         match self {
             Outcome::Ack { .. } => Ended::Succeeded,
             Outcome::Retry { .. } => Ended::Retried,
@@ -166,7 +166,9 @@ impl Outcome {
     }
 }
 
-/// How a run ended once it was settled: its outcome as committed, or fenced.
+/// How a run ended once it was settled: its outcome as settle.lua committed
+/// it, or fenced. [`Store::settle`](crate::Store::settle) decodes it once from
+/// the script's reply; metrics, events, spans and logs all read this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     /// The ack was committed.
@@ -184,16 +186,6 @@ pub enum Ended {
 }
 
 impl Ended {
-    /// What settling `outcome` with `result` amounted to.
-    pub fn of(outcome: &Outcome, result: SettleResult) -> Ended {
-        match result {
-            SettleResult::Fenced => Ended::Fenced,
-            SettleResult::Cancelled => Ended::Cancelled,
-            SettleResult::Rescheduled => Ended::Rescheduled,
-            SettleResult::Settled => outcome.ended(),
-        }
-    }
-
     /// Its name in metrics, spans and the dashboard.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -205,20 +197,6 @@ impl Ended {
             Ended::Fenced => "fenced",
         }
     }
-}
-
-/// What settling one task did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettleResult {
-    /// The outcome was committed.
-    Settled,
-    /// The token was stale (the lease was lost): nothing changed.
-    Fenced,
-    /// Settled, as cancelled: `hourglass cancel` had asked to stop it, so a failure is not retried.
-    Cancelled,
-    /// Settled, as rescheduled: the dead letter asked for gave way to a
-    /// schedule a client wrote during the run (a failed attempt, not a death).
-    Rescheduled,
 }
 
 /// A request to stop one run, from `hourglass cancel` through Redis.

@@ -2,8 +2,6 @@
 //! against a real Redis: the claim script's arming of occurrences and its
 //! limits directly through `Store`, then real hosts.
 
-mod support;
-
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -11,12 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Host, RedisServer, key, now_ms, plugin, redis_now, stat, store, test_plugin, ty, wait_for};
 use hourglass::config::Rate;
 use hourglass::store::{Cancelled, ClaimLimits, ScheduleMode, TaskState};
 use hourglass::task::ClaimedTask;
 use hourglass::task::{Outcome, Settlement};
 use redis::Commands;
-use support::{Host, RedisServer, key, now_ms, plugin, redis_now, stat, store, test_plugin, ty, wait_for};
 
 const LONG: Duration = Duration::from_secs(120);
 
@@ -301,7 +299,7 @@ fn a_schedule_made_from_the_cli_runs_and_an_edit_or_removal_takes_effect_at_once
     assert!(due[0].1 > (now_ms() + 3_600_000) as f64, "the new rule's occurrence is armed: {due:?}");
     let (ok, out, _) = cli(&["schedules"]);
     assert!(ok && out.contains("often") && out.contains("cli"), "{out}");
-    let page = support::get(&support::admin_addr(&host), "/").body;
+    let page = crate::support::get(&crate::support::admin_addr(&host), "/").body;
     assert!(
         page.contains("Recurring schedules") && page.contains("data-schedule=\"often\""),
         "the dashboard does not list it"
@@ -314,7 +312,7 @@ fn a_schedule_made_from_the_cli_runs_and_an_edit_or_removal_takes_effect_at_once
     // Removal.
     let (ok, _, err) = cli(&["unschedule", "tick", "often"]);
     assert!(ok, "{err}");
-    assert_eq!(support::zcard(&mut conn, &key("tick", "due")), 0);
+    assert_eq!(crate::support::zcard(&mut conn, &key("tick", "due")), 0);
     let (ok, _, err) = cli(&["unschedule", "tick", "often"]);
     assert!(!ok && err.contains("there is no recurring schedule tick/often"), "{err}");
     drop(host);
@@ -334,7 +332,7 @@ fn a_schedule_removed_from_runner_toml_stops_without_a_restart() {
     host.wait_log("recurring schedule removed: runner.toml no longer has it", LONG);
     let fields: BTreeMap<String, String> = conn.hgetall(key("tick", "recur")).unwrap();
     assert!(fields.is_empty(), "{fields:?}");
-    assert_eq!(support::zcard(&mut conn, &key("tick", "due")), 0, "the armed occurrence went with it");
+    assert_eq!(crate::support::zcard(&mut conn, &key("tick", "due")), 0, "the armed occurrence went with it");
 }
 
 /// An HTTP server that holds every request `hold` before answering 200, and

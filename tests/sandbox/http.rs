@@ -2,8 +2,6 @@
 //! and order.timeout examples, against a tiny HTTP server on loopback that
 //! each test starts for itself.
 
-mod support;
-
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,12 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::support::{Host, RedisServer, RunNow, capture_logs, now_ms, stat, wait_for};
 use bytesize::ByteSize;
 use hourglass::config::{Config, TypePolicy};
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
 use redis::Commands;
-use support::{Host, RedisServer, RunNow, capture_logs, now_ms, stat, wait_for};
 
 const SECRET: &str = "s3cr3t-t0ken-never-logged";
 
@@ -153,10 +151,10 @@ fn runtime() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         Runtime::new(RuntimeOptions {
-            cache_dir: Some(support::workspace_root().join("target/hourglass-test-cache")),
+            cache_dir: Some(crate::support::workspace_root().join("target/hourglass-test-cache")),
             max_instances: 32,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: support::compiler(),
+            compiler: crate::support::compiler(),
             ..RuntimeOptions::default()
         })
         .expect("runtime")
@@ -164,7 +162,7 @@ fn runtime() -> &'static Runtime {
 }
 
 fn component(name: &str) -> Component {
-    runtime().load(&support::plugin(name)).unwrap_or_else(|e| panic!("load {name}: {e:#}"))
+    runtime().load(&crate::support::plugin(name)).unwrap_or_else(|e| panic!("load {name}: {e:#}"))
 }
 
 /// A handler built the way the host builds it: from a `runner.toml` text,
@@ -386,10 +384,10 @@ fn order_timeout_calls_the_order_service_or_only_logs() {
 #[test]
 fn plugins_without_http_still_load_and_run() {
     // noop was built without any HTTP use: it imports no wasi:http and fits the world.
-    let report = runtime().check(&support::plugin("noop")).unwrap();
+    let report = runtime().check(&crate::support::plugin("noop")).unwrap();
     assert!(report.fits(), "{report}");
     assert!(!report.imports.iter().any(|i| i.starts_with("wasi:http")), "{report}");
-    let report = runtime().check(&support::plugin("webhook")).unwrap();
+    let report = runtime().check(&crate::support::plugin("webhook")).unwrap();
     assert!(report.fits(), "{report}");
     assert!(report.imports.iter().any(|i| i.starts_with("wasi:http/outgoing-handler")), "{report}");
 }
@@ -411,7 +409,7 @@ fn end_to_end_retry_dead_letter_and_secret_kept_out_of_the_log() {
         server.url(),
         token.display()
     );
-    let host = Host::start(&redis, &[("webhook", support::plugin("webhook"))], &config);
+    let host = Host::start(&redis, &[("webhook", crate::support::plugin("webhook"))], &config);
     let mut conn = redis.client();
     let _: () = conn.hset("hourglass:{webhook}:payload", "ok-after-retry", r#"{"n":1}"#).unwrap();
     let _: () = conn.zadd("hourglass:{webhook}:due", "ok-after-retry", now_ms()).unwrap();

@@ -2,8 +2,6 @@
 //! after a known run, completion events, JSON logs, the dashboard's actions,
 //! and the dashboard driven by a real headless Chromium.
 
-mod support;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -11,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use redis::Commands;
-use serde_json::{Value, json};
-use support::{
+use crate::support::{
     Host, RedisServer, admin_addr, get, http, now_ms, plugin, post, sample, schedule_now as schedule, stat,
     test_plugin, wait_for, zcard,
 };
+use redis::Commands;
+use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(60);
 const ADMIN: &str = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n";
@@ -143,7 +141,7 @@ fn mutations_need_the_token_when_one_is_configured() {
     assert_eq!(post(&addr, "/dead/requeue", &format!("type=mail&id_hex={m1}&token=wrong-token-123")).status, 401);
     assert_eq!(post(&addr, "/dead/purge", &format!("type=mail&id_hex={m1}&confirm=yes")).status, 401);
     assert_eq!(post(&addr, "/task/requeue", &format!("type=mail&id_hex={m1}")).status, 401);
-    support::zadd(&mut conn, "mail", "m-later", now_ms() + 3_600_000);
+    crate::support::zadd(&mut conn, "mail", "m-later", now_ms() + 3_600_000);
     for (action, extra) in [("run-now", ""), ("postpone", "&by=5m"), ("cancel", "&confirm=yes")] {
         let r = post(&addr, &format!("/task/{action}"), &format!("type=mail&id_hex={}{extra}", hex("m-later")));
         assert_eq!(r.status, 401, "{action}");
@@ -242,7 +240,7 @@ fn metrics_and_events_match_a_known_run() {
     assert_eq!(sample(&metrics, "hourglass_tasks_succeeded_total", &["type=\"bad\""]), Some(0.0));
     assert_eq!(sample(&metrics, "hourglass_tasks_fenced_total", &["type=\"noop\""]), Some(0.0));
     assert_eq!(sample(&metrics, "hourglass_redis_errors_total", &[]).unwrap_or(0.0), 0.0);
-    let noop_hash = hash_of(&support::plugin("noop"));
+    let noop_hash = hash_of(&crate::support::plugin("noop"));
     assert_eq!(
         sample(&metrics, "hourglass_plugin_info", &["plugin=\"noop\"", &format!("hash=\"{noop_hash}\"")]),
         Some(1.0)
@@ -322,7 +320,7 @@ fn json_logs_carry_task_and_plugin_fields() {
     std::fs::create_dir(dir.path().join("plugins")).unwrap();
     std::fs::copy(test_plugin("chaos"), dir.path().join("plugins/talk.wasm")).unwrap();
     let config = dir.path().join("runner.toml");
-    let cache = support::workspace_root().join("target/test-plugin-cache");
+    let cache = crate::support::workspace_root().join("target/test-plugin-cache");
     std::fs::write(
         &config,
         format!("[redis]\nurl = \"{}\"\n[runner]\ncache_dir = \"{}\"\n", redis.url(), cache.display()),
@@ -666,7 +664,7 @@ fn dashboard_in_a_real_browser_follows_a_workflow_group_to_its_callback() {
     let addr = admin_addr(&host);
     let mut conn = redis.client();
     let cli = |args: &[&str]| {
-        let out = support::hourglass_on(&redis, args);
+        let out = crate::support::hourglass_on(&redis, args);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
     cli(&["group", "open", "report", "week-48"]);
@@ -739,10 +737,10 @@ fn backlog_gauges_follow_the_due_set() {
     let mut conn = redis.client();
     let now = now_ms();
     for i in 0..3 {
-        support::zadd(&mut conn, "report", &format!("late-{i}"), now - 60_000 - i);
+        crate::support::zadd(&mut conn, "report", &format!("late-{i}"), now - 60_000 - i);
     }
     for i in 0..2 {
-        support::zadd(&mut conn, "report", &format!("later-{i}"), now + 3_600_000);
+        crate::support::zadd(&mut conn, "report", &format!("later-{i}"), now + 3_600_000);
     }
     let gauges = |metrics: &str| {
         let g = |name| sample(metrics, name, &["type=\"report\""]);
@@ -761,8 +759,8 @@ fn backlog_gauges_follow_the_due_set() {
     assert!(age >= 60.0, "oldest due age {age}");
 
     // The next samples see a change: two more due, one scheduled one brought forward, then all gone.
-    support::zadd(&mut conn, "report", "late-3", now_ms());
-    support::zadd(&mut conn, "report", "later-0", now_ms());
+    crate::support::zadd(&mut conn, "report", "late-3", now_ms());
+    crate::support::zadd(&mut conn, "report", "later-0", now_ms());
     wait_for("the gauges to follow", LONG, || {
         let (due, later, _) = gauges(&get(&addr, "/metrics").body);
         (due == Some(5.0) && later == Some(1.0)).then_some(())
@@ -777,7 +775,7 @@ fn backlog_gauges_follow_the_due_set() {
     assert!(metrics.contains("# TYPE hourglass_oldest_due_age_seconds gauge"), "{metrics}");
 
     // Every metric the Kubernetes files and their README name is one this host serves.
-    let deploy = support::workspace_root().join("deploy");
+    let deploy = crate::support::workspace_root().join("deploy");
     let mut named = Vec::new();
     for file in ["keda-scaledobject.yaml", "servicemonitor.yaml", "hourglass.yaml", "README.md"] {
         let text = std::fs::read_to_string(deploy.join(file)).unwrap();
@@ -817,8 +815,8 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
 
     // Scheduled: run now, postpone and cancel are offered.
     let in_an_hour = now_ms() + 3_600_000;
-    support::payload(&mut conn, "mail", "later", "ok");
-    support::zadd(&mut conn, "mail", "later", in_an_hour);
+    crate::support::payload(&mut conn, "mail", "later", "ok");
+    crate::support::zadd(&mut conn, "mail", "later", in_an_hour);
     let r = page("later");
     assert_eq!(r.status, 200, "{}", r.body);
     for needle in [
@@ -866,8 +864,8 @@ fn task_page_shows_a_task_and_its_actions_change_only_what_they_should() {
     assert_eq!(score(&mut conn, "later"), None);
 
     // Cancel needs its confirmation, then removes the task and its payload.
-    support::payload(&mut conn, "mail", "doomed", "ok");
-    support::zadd(&mut conn, "mail", "doomed", in_an_hour);
+    crate::support::payload(&mut conn, "mail", "doomed", "ok");
+    crate::support::zadd(&mut conn, "mail", "doomed", in_an_hour);
     assert_eq!(post(&addr, "/task/cancel", &format!("type=mail&id_hex={}", hex("doomed"))).status, 400);
     assert_eq!(score(&mut conn, "doomed"), Some(in_an_hour));
     let r = post(&addr, "/task/cancel", &format!("type=mail&id_hex={}&confirm=yes", hex("doomed")));
@@ -931,8 +929,8 @@ fn dashboard_in_a_real_browser_finds_a_task_and_runs_it_now() {
     let host = Host::start(&redis, &[("mail", test_plugin("chaos"))], ADMIN);
     let addr = admin_addr(&host);
     let mut conn = redis.client();
-    support::payload(&mut conn, "mail", "w-1", "ok");
-    support::zadd(&mut conn, "mail", "w-1", now_ms() + 3_600_000);
+    crate::support::payload(&mut conn, "mail", "w-1", "ok");
+    crate::support::zadd(&mut conn, "mail", "w-1", now_ms() + 3_600_000);
 
     let mut browser = Browser::launch();
     browser.goto(&format!("http://{addr}/"));
@@ -990,7 +988,7 @@ fn dashboard_in_a_real_browser_pauses_and_resumes_a_type_and_cancels_a_running_t
 
     // A running task (30 s of sleep): found by id, cancelled from its page.
     schedule(&mut conn, "mail", "busy", "sleep:30000");
-    wait_for("busy to run", LONG, || (support::leases(&mut conn, "mail").len() == 1).then_some(()));
+    wait_for("busy to run", LONG, || (crate::support::leases(&mut conn, "mail").len() == 1).then_some(()));
     browser.goto(&format!("http://{addr}/task?type=mail&id=busy"));
     browser.wait_until(
         "the running task with its cancel button",
@@ -1005,7 +1003,7 @@ fn dashboard_in_a_real_browser_pauses_and_resumes_a_type_and_cancels_a_running_t
     wait_for("the run to be stopped and counted cancelled", LONG, || {
         (stat(&mut conn, "mail", "cancelled") == 1).then_some(())
     });
-    assert_eq!(support::leases(&mut conn, "mail").len(), 0);
+    assert_eq!(crate::support::leases(&mut conn, "mail").len(), 0);
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 0, "a cancelled task was retried");
 }
 
@@ -1019,7 +1017,7 @@ fn a_group_page_says_when_another_host_ran_the_callback() {
     let viewer = Host::start(&redis, &[], ADMIN);
     let _runner = Host::start(&redis, &[("done", plugin("noop"))], "");
     for args in [&["group", "open", "done", "g-1", "--callback-id", "cb-1"][..], &["group", "seal", "done", "g-1"]] {
-        let out = support::hourglass_on(&redis, args);
+        let out = crate::support::hourglass_on(&redis, args);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     wait_for("the other host to run the callback", LONG, || (stat(&mut c, "done", "succeeded") == 1).then_some(()));

@@ -8,14 +8,12 @@
 //! reported, never asserted. `HOURGLASS_FAULTS_TASKS` sets N; `tests/faults.sh`
 //! runs them all and sums up.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Host, RedisServer, redis_now, stat, wait_for};
+use crate::support::{Host, RedisServer, redis_now, stat, wait_for};
 
 const LONG: Duration = Duration::from_secs(120);
 const TYPE: &str = "work";
@@ -37,7 +35,7 @@ fn config(host_id: &str, n: usize) -> String {
 }
 
 fn plugins() -> Vec<(&'static str, PathBuf)> {
-    vec![(TYPE, support::test_plugin("chaos"))]
+    vec![(TYPE, crate::support::test_plugin("chaos"))]
 }
 
 /// `w0..w<n>` due now (by Redis's clock), each sleeping `sleep_ms` in the plugin.
@@ -49,8 +47,8 @@ fn schedule(conn: &mut redis::Connection, n: usize, sleep_ms: u64) {
 fn schedule_at(conn: &mut redis::Connection, tasks: impl Iterator<Item = (String, i64)>, sleep_ms: u64) {
     let mut pipe = redis::pipe();
     for (id, due) in tasks {
-        pipe.cmd("HSET").arg(support::key(TYPE, "payload")).arg(&id).arg(format!("sleep:{sleep_ms}")).ignore();
-        pipe.cmd("ZADD").arg(support::key(TYPE, "due")).arg(due).arg(&id).ignore();
+        pipe.cmd("HSET").arg(crate::support::key(TYPE, "payload")).arg(&id).arg(format!("sleep:{sleep_ms}")).ignore();
+        pipe.cmd("ZADD").arg(crate::support::key(TYPE, "due")).arg(due).arg(&id).ignore();
     }
     let _: () = pipe.query(conn).unwrap();
 }
@@ -62,7 +60,7 @@ fn long_for(n: usize) -> Duration {
 
 /// Tasks still due or leased.
 fn left(conn: &mut redis::Connection) -> usize {
-    support::zcard(conn, &support::key(TYPE, "due")) + support::leases(conn, TYPE).len()
+    crate::support::zcard(conn, &crate::support::key(TYPE, "due")) + crate::support::leases(conn, TYPE).len()
 }
 
 /// Waits until every task ran and nothing is due or leased.
@@ -115,7 +113,7 @@ struct Commit {
 
 fn commits(conn: &mut redis::Connection) -> HashMap<String, Vec<Commit>> {
     let entries: Vec<(String, HashMap<String, String>)> =
-        redis::cmd("XRANGE").arg(support::key(TYPE, "events")).arg("-").arg("+").query(conn).unwrap();
+        redis::cmd("XRANGE").arg(crate::support::key(TYPE, "events")).arg("-").arg("+").query(conn).unwrap();
     let mut out: HashMap<String, Vec<Commit>> = HashMap::new();
     for (entry, f) in entries.into_iter().filter(|(_, f)| f.get("outcome").map(String::as_str) == Some("succeeded")) {
         let ms = |k: &str| f.get(k).and_then(|v| v.parse().ok()).unwrap_or_default();
@@ -180,7 +178,7 @@ fn check(
             // ending as it was stopped keeps its outcome, which is fenced).
             .filter(|(id, holder)| {
                 logs.get(holder.as_str())
-                    .is_some_and(|l| stopped(l).contains(*id) && !crate::runs(&[l]).contains_key(*id))
+                    .is_some_and(|l| stopped(l).contains(*id) && !self::runs(&[l]).contains_key(*id))
             })
             .count(),
         recovery_ms,
@@ -210,7 +208,7 @@ fn first_commit_after(conn: &mut redis::Connection, held: &HashMap<String, Strin
 // ---------------------------------------------------------------- a host process of our own
 
 /// An `hourglass run` under a wrapper command (`ip netns exec`) or with extra
-/// environment (libfaketime), which `support::Host` does not offer; killed on drop.
+/// environment (libfaketime), which `crate::support::Host` does not offer; killed on drop.
 struct Wrapped {
     child: Child,
     // Holds the config, plugins and log while the host runs.
@@ -225,15 +223,18 @@ impl Wrapped {
         for (task_type, wasm) in plugins() {
             std::fs::copy(wasm, dir.path().join("plugins").join(format!("{task_type}.wasm"))).unwrap();
         }
-        let cache = support::workspace_root().join("target/test-plugin-cache");
+        let cache = crate::support::workspace_root().join("target/test-plugin-cache");
         let config = config.replacen("[runner]\n", &format!("[runner]\ncache_dir = \"{}\"\n", cache.display()), 1);
         std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}")).unwrap();
         let log = dir.path().join("host.log");
         let (program, pre) = match wrapper {
-            [] => (support::hourglass_bin(), Vec::new()),
+            [] => (crate::support::hourglass_bin(), Vec::new()),
             [first, rest @ ..] => (
                 PathBuf::from(first),
-                rest.iter().map(|s| s.to_string()).chain([support::hourglass_bin().display().to_string()]).collect(),
+                rest.iter()
+                    .map(|s| s.to_string())
+                    .chain([crate::support::hourglass_bin().display().to_string()])
+                    .collect(),
             ),
         };
         let mut cmd = Command::new(program);
@@ -302,7 +303,7 @@ fn lose_h1_for_a_while(
     // in the rare case its hands were empty at that moment.
     let (t0_ms, held) = loop {
         wait_for("h1 to hold leases", LONG, || {
-            let holds = support::leases(&mut conn, TYPE).values().any(|h| h == "h1");
+            let holds = crate::support::leases(&mut conn, TYPE).values().any(|h| h == "h1");
             (holds && stat(&mut conn, TYPE, "succeeded") >= (n / 10) as i64).then_some(())
         });
         let t0_ms = redis_now(&mut conn);
@@ -310,7 +311,7 @@ fn lose_h1_for_a_while(
         // What h1 sent before the cut has reached Redis by now.
         std::thread::sleep(Duration::from_millis(200));
         let held: HashMap<String, String> =
-            support::leases(&mut conn, TYPE).into_iter().filter(|(_, holder)| holder == "h1").collect();
+            crate::support::leases(&mut conn, TYPE).into_iter().filter(|(_, holder)| holder == "h1").collect();
         if !held.is_empty() {
             break (t0_ms, held);
         }
@@ -320,7 +321,7 @@ fn lose_h1_for_a_while(
     // When h1's claims were reaped (its tasks due again), by polling from the cut.
     let mut reaped_ms = None;
     wait_for(&format!("all {n} tasks to succeed"), long_for(n), || {
-        if reaped_ms.is_none() && !support::leases(&mut conn, TYPE).values().any(|h| h == "h1") {
+        if reaped_ms.is_none() && !crate::support::leases(&mut conn, TYPE).values().any(|h| h == "h1") {
             reaped_ms = Some(redis_now(&mut conn) - t0_ms);
         }
         (stat(&mut conn, TYPE, "succeeded") >= n as i64 && left(&mut conn) == 0).then_some(())
@@ -489,21 +490,21 @@ fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
     let mut conn = redis.client();
     schedule(&mut conn, n, 200);
     wait_for("both hosts to hold leases", LONG, || {
-        let holders: HashSet<String> = support::leases(&mut conn, TYPE).into_values().collect();
+        let holders: HashSet<String> = crate::support::leases(&mut conn, TYPE).into_values().collect();
         (holders.len() == 2 && stat(&mut conn, TYPE, "succeeded") >= (n / 10) as i64).then_some(())
     });
     // Redis freezes for longer than the lease; its clock runs on, so every lease
     // held now has expired when it answers again.
-    // Redis's clock and every lease (support::leases' script), read at one
+    // Redis's clock and every lease (crate::support::leases' script), read at one
     // instant with the stall: in the same MULTI.
     let ((secs, micros), pairs, ()): ((i64, i64), Vec<String>, ()) = redis::pipe()
         .atomic()
         .cmd("TIME")
         .cmd("EVAL")
-        .arg(support::LEASES_SCRIPT)
+        .arg(crate::support::LEASES_SCRIPT)
         .arg(2)
-        .arg(support::key(TYPE, "claimed"))
-        .arg(support::key(TYPE, "tokens"))
+        .arg(crate::support::key(TYPE, "claimed"))
+        .arg(crate::support::key(TYPE, "tokens"))
         .cmd("DEBUG")
         .arg("SLEEP")
         .arg(STALL_S)
@@ -570,7 +571,7 @@ fn run_on_time(conn: &mut redis::Connection, ids: &[String], done_before: usize)
     let last = *due.last().unwrap();
     loop {
         let (now, later): (String, usize) =
-            redis::Script::new(DUE_LATER).key(support::key(TYPE, "due")).invoke(conn).unwrap();
+            redis::Script::new(DUE_LATER).key(crate::support::key(TYPE, "due")).invoke(conn).unwrap();
         let now: i64 = now.parse().unwrap();
         let expected = due.iter().filter(|&&d| d > now).count();
         assert!(

@@ -1,15 +1,13 @@
 //! The Redis contract: tasks written with raw commands, claimed and settled by `Store`, against a real Redis.
 
-mod support;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hourglass::config::KeyPrefix;
-use hourglass::store::{Cancelled, ClaimLimits, Extended, ScheduleMode, Store, encode_followup};
-use hourglass::task::{ClaimedTask, FollowUp, Lease, Outcome, SettleResult, Settlement};
+use crate::support::{RedisServer, ack, key, redis_now, store, ty, wait_for};
+use hourglass_store::KeyPrefix;
+use hourglass_store::task::{ClaimedTask, Ended, FollowUp, Lease, Outcome, Settlement};
+use hourglass_store::{Cancelled, ClaimLimits, Extended, ScheduleMode, Store, encode_followup};
 use redis::Commands;
-use support::{RedisServer, ack, key, redis_now, store, ty, wait_for};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -134,7 +132,7 @@ async fn sixteen_concurrent_claimers_take_each_task_exactly_once() {
     assert_eq!(all.len(), total, "every task claimed once");
     let unique: HashSet<_> = all.iter().collect();
     assert_eq!(unique.len(), total, "no task claimed twice");
-    assert_eq!(support::leases(&mut c, "bulk").len(), total);
+    assert_eq!(crate::support::leases(&mut c, "bulk").len(), total);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -165,7 +163,7 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     let followup =
         FollowUp { task_type: ty("next"), id: b"f".to_vec(), payload: b"p".to_vec(), due_ms: now, replace: true };
     let r = s.settle(&t, &[ack(&old, vec![followup.clone()])], None).await.unwrap();
-    assert_eq!(r, vec![SettleResult::Fenced]);
+    assert_eq!(r, vec![Ended::Fenced]);
     let outbox: usize = c.hlen(key("flaky", "outbox")).unwrap();
     assert_eq!(outbox, 0, "a fenced ack writes no follow-ups");
     let next_due: usize = c.zcard(key("next", "due")).unwrap();
@@ -174,21 +172,21 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), Some(b"data".to_vec()));
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 0);
     // So is its plain ack (sent as its claim's mask): that claim is gone.
-    assert_eq!(s.settle(&t, &[ack(&old, vec![])], None).await.unwrap(), vec![SettleResult::Fenced]);
+    assert_eq!(s.settle(&t, &[ack(&old, vec![])], None).await.unwrap(), vec![Ended::Fenced]);
     assert!(s.leased(&t, b"x").await.unwrap(), "the new lease stands");
 
     let r = s.settle(&t, &[ack(&new, vec![])], None).await.unwrap();
-    assert_eq!(r, vec![SettleResult::Settled]);
+    assert_eq!(r, vec![Ended::Succeeded]);
     assert!(!s.leased(&t, b"x").await.unwrap());
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), None);
     assert_eq!(hget(&mut c, &key("flaky", "attempts"), b"x"), None);
-    assert!(support::leases(&mut c, "flaky").is_empty());
+    assert!(crate::support::leases(&mut c, "flaky").is_empty());
     let claims: usize = c.zcard(key("flaky", "claims")).unwrap();
     assert_eq!(claims, 0, "a claim's lease goes with its last task");
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 1);
 
     // A second ack with the same token is fenced too (the token is gone).
-    assert_eq!(s.settle(&t, &[ack(&new, vec![])], None).await.unwrap(), vec![SettleResult::Fenced]);
+    assert_eq!(s.settle(&t, &[ack(&new, vec![])], None).await.unwrap(), vec![Ended::Fenced]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -215,7 +213,7 @@ async fn extend_keeps_the_lease_past_its_original_expiry() {
     wait_past(&mut c, claim.lease_expiry_ms);
     let again = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
     assert!(again.tasks.is_empty(), "an extended lease is not reaped");
-    assert_eq!(s.settle(&t, &[ack(&task, vec![])], None).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &[ack(&task, vec![])], None).await.unwrap(), vec![Ended::Succeeded]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -237,7 +235,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
     let batch = [Settlement { lease: task.lease(), outcome: retry, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Retried]);
     let after = redis_now(&mut c);
     let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
     assert!(score >= before + 60_000 && score <= after + 60_000, "{score} vs {before}..{after}");
@@ -255,7 +253,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
     let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
     let batch = [Settlement { lease: again.lease(), outcome: zero, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Retried]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!(third.attempt, 3);
 }
@@ -281,7 +279,7 @@ async fn dead_letter_list_requeue_and_purge() {
         })
         .collect();
     let r = s.settle(&t, &batch, None).await.unwrap();
-    assert_eq!(r, vec![SettleResult::Settled; 3]);
+    assert_eq!(r, vec![Ended::Dead; 3]);
 
     let stats = s.stats(&t).await.unwrap();
     assert_eq!((stats.dead, stats.dead_total, stats.failed, stats.in_flight), (3, 3, 3, 0));
@@ -362,10 +360,7 @@ async fn client_reschedule_during_a_run_wins() {
         Settlement { lease: d.lease(), outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },
     ];
     // The dead letter gave way to the client's schedule: the script says so, and counts no death.
-    assert_eq!(
-        s.settle(&t, &batch, None).await.unwrap(),
-        vec![SettleResult::Settled, SettleResult::Settled, SettleResult::Rescheduled]
-    );
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded, Ended::Retried, Ended::Rescheduled]);
     for id in ["acked", "retried", "dead"] {
         assert_eq!(zscore(&mut c, &due, id.as_bytes()), Some(later), "{id}: the client's schedule stays");
         assert_eq!(hget(&mut c, &payload, id.as_bytes()), Some(b"new".to_vec()), "{id}: new payload stays");
@@ -438,7 +433,7 @@ async fn binary_ids_and_payloads_round_trip() {
     assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
     let dead = Outcome::Dead { error: "no".into() };
     let batch = [Settlement { lease: task.lease(), outcome: dead, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Dead]);
     let listed = s.dead_list(&t, 10).await.unwrap();
     assert_eq!(listed[0].id, id);
     assert_eq!(listed[0].id_hex, hex::encode(&id));
@@ -467,7 +462,7 @@ async fn followups_land_in_the_target_type_exactly_once() {
     let without = FollowUp { task_type: dst.clone(), id: b"i2".to_vec(), payload: vec![], due_ms: now, replace: true };
     let _: () = c.hset(key("invoice", "payload"), "i2", "stale").unwrap();
     let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])], None).await.unwrap();
-    assert_eq!(r, vec![SettleResult::Settled]);
+    assert_eq!(r, vec![Ended::Succeeded]);
     // The host moves the outbox on right after a settle that committed follow-ups.
     assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 2);
 
@@ -522,7 +517,7 @@ async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
         replace: false,
     };
     let batch = [ack(&task, vec![create("waiting"), create("died"), create("fresh")])];
-    assert_eq!(s.settle(&src, &batch, None).await.unwrap(), vec![SettleResult::Settled]);
+    assert_eq!(s.settle(&src, &batch, None).await.unwrap(), vec![Ended::Succeeded]);
     // Create-only is in the entry id, so a host of an older version delivers
     // it (as a replace) rather than dropping it in a rolling upgrade.
     let mut entries: Vec<String> = c.hkeys(key("intruder", "outbox")).unwrap();
@@ -567,7 +562,7 @@ async fn release_hands_tasks_back_at_once() {
     assert_eq!(again.len(), 2, "due again at once");
     assert!(again.iter().all(|t| t.attempt == 1), "the released attempt does not count");
     let stale_ack = s.settle(&t, &[ack(&tasks[0], vec![])], None).await.unwrap();
-    assert_eq!(stale_ack, vec![SettleResult::Fenced]);
+    assert_eq!(stale_ack, vec![Ended::Fenced]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -661,7 +656,7 @@ async fn leases_of_an_older_host_are_adopted_when_they_expire() {
     assert_eq!(s.cancel(&t, b"held").await.unwrap(), Cancelled::Running { holder: "old-2".into() });
 
     let batch: Vec<Settlement> = first.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded; 2]);
 
     // The older host dies too: its cancelled run is not run again once its lease expires.
     wait_past(&mut c, now + 2_000);
@@ -714,7 +709,7 @@ async fn claims_of_the_previous_claim_lease_version_are_reaped_with_their_attemp
     assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 20, 1));
 
     let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![SettleResult::Settled; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded; 2]);
     let fields: Vec<String> = c.hkeys(key("prev", "claimed")).unwrap();
     let mut fields: Vec<&str> = fields.iter().map(String::as_str).collect();
     fields.sort();
@@ -765,7 +760,7 @@ async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
     assert_eq!(ids(&tasks), [b"p1".to_vec(), b"p2".to_vec(), b"p3".to_vec(), b"p4".to_vec()]);
 
     let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])], None).await.unwrap();
-    assert_eq!(r, [SettleResult::Settled, SettleResult::Settled]);
+    assert_eq!(r, [Ended::Succeeded, Ended::Succeeded]);
     assert_eq!(hget(&mut c, &key("parts", "payload"), b"p3"), None, "an acked task's payload goes");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
     assert!(s.leased(&t, b"p2").await.unwrap() && s.leased(&t, b"p4").await.unwrap());
@@ -774,7 +769,7 @@ async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
     // p1 again (already settled) beside the two still leased.
     let r =
         s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])], None).await.unwrap();
-    assert_eq!(r, [SettleResult::Settled, SettleResult::Fenced, SettleResult::Settled]);
+    assert_eq!(r, [Ended::Succeeded, Ended::Fenced, Ended::Succeeded]);
     let stats = s.stats(&t).await.unwrap();
     assert_eq!((stats.succeeded, stats.in_flight), (4, 0));
     let claims: usize = c.zcard(key("parts", "claims")).unwrap();
@@ -806,10 +801,10 @@ async fn a_deleted_token_counter_never_reuses_a_claim_in_flight() {
     assert!(second[0].claim > first[2].token, "claim {} reuses a token in flight", second[0].claim);
 
     let batch: Vec<Settlement> = first.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [SettleResult::Settled; 3]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [Ended::Succeeded; 3]);
     assert!(s.leased(&t, b"b1").await.unwrap() && s.leased(&t, b"b2").await.unwrap(), "the second claim stands");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
     let batch: Vec<Settlement> = second.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [SettleResult::Settled; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [Ended::Succeeded; 2]);
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 5);
 }

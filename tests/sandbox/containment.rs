@@ -9,16 +9,14 @@
 //! host's memory stays under the bound docs/sandbox.md documents, during a
 //! hostile run and after compiling an interpreter-sized plugin.
 
-mod support;
-
 use std::io::Read;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Host, RedisServer, now_ms, plugin, polyglot_plugin, stat, test_plugin, wait_for};
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, plugin, polyglot_plugin, stat, test_plugin, wait_for};
 
 const LONG: Duration = Duration::from_secs(120);
 
@@ -47,7 +45,7 @@ fn hostile(conn: &mut redis::Connection, tasks: &[(String, String)]) {
 fn wait_all_settled(conn: &mut redis::Connection, noops: usize, chaos: usize) {
     wait_for("every ordinary task to succeed and every hostile one to die", LONG, || {
         let ok = stat(conn, "noop", "succeeded") as usize;
-        let dead = support::zcard(conn, "hourglass:{chaos}:dead");
+        let dead = crate::support::zcard(conn, "hourglass:{chaos}:dead");
         (ok >= noops && dead >= chaos).then_some(())
     });
     assert_eq!(stat(conn, "noop", "succeeded") as usize, noops, "an ordinary task ran twice or failed");
@@ -111,7 +109,7 @@ fn handlers_blocked_in_host_calls_end_at_their_deadline_and_hold_only_their_own_
     let log = host.log();
     assert!(!log.contains("maximum concurrent limit"), "the instance pool ran out:\n{log}");
     // Every run ended: no handler is left in flight, and no thread was left blocked behind one.
-    wait_for("no handler in flight", LONG, || support::leases(&mut conn, "chaos").is_empty().then_some(()));
+    wait_for("no handler in flight", LONG, || crate::support::leases(&mut conn, "chaos").is_empty().then_some(()));
     let threads = host.proc_status("Threads:");
     assert!(threads < 30, "{threads} threads: blocked runs kept their threads");
 }
@@ -150,7 +148,7 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     let total = 200 + 2000;
     noop_stream(&mut conn, 2000, 3000);
     wait_for("the hostile tasks", LONG, || {
-        let dead = support::zcard(&mut conn, "hourglass:{chaos}:dead");
+        let dead = crate::support::zcard(&mut conn, "hourglass:{chaos}:dead");
         let ok = stat(&mut conn, "chaos", "succeeded");
         (dead + ok as usize >= tasks.len()).then_some(())
     });
@@ -181,7 +179,7 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     assert_eq!(stat(&mut conn, "chaos", "succeeded"), 4, "only the log floods succeed");
     let outbox: usize = conn.hlen("hourglass:{chaos}:outbox").unwrap();
     assert_eq!(outbox, 0, "a run over its budget committed follow-ups");
-    assert_eq!(support::zcard(&mut conn, "hourglass:{noop}:due"), 0);
+    assert_eq!(crate::support::zcard(&mut conn, "hourglass:{noop}:due"), 0);
 
     // What the events stream keeps of an error is capped like the errors hash.
     let events: redis::streams::StreamRangeReply = conn.xrange_all("hourglass:{chaos}:events").unwrap();
@@ -231,10 +229,10 @@ fn an_interpreter_compiles_in_a_worker_and_the_host_stays_near_idle() {
     let (host, mut conn, rss_idle) = warm_cold_host(&redis, "[types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\"]\n");
 
     // Dropped in while ordinary tasks keep coming.
-    let sampler = support::MemorySampler::start(host.pid());
+    let sampler = crate::support::MemorySampler::start(host.pid());
     noop_stream(&mut conn, 2000, 5000);
     host.drop_in("py.echo", &wasm);
-    support::zadd(&mut conn, "py.echo", "first", now_ms());
+    crate::support::zadd(&mut conn, "py.echo", "first", now_ms());
     wait_for("the compiled plugin to run a task", Duration::from_secs(600), || {
         (stat(&mut conn, "py.echo", "succeeded") == 1).then_some(())
     });
@@ -279,7 +277,7 @@ fn every_example_compiles_under_the_default_limits_as_on_a_64_core_machine() {
         let out = dir.path().join("out.cwasm");
         let _ = std::fs::remove_file(&out);
         let mut command = std::process::Command::new("prlimit");
-        command.arg(format!("--as={limit}")).arg("--").arg(support::hourglass_bin());
+        command.arg(format!("--as={limit}")).arg("--").arg(crate::support::hourglass_bin());
         command
             .args(["compile-worker", "--out", "out.cwasm"])
             .args(threads.map(|n| ["--threads", n]).into_iter().flatten());
@@ -323,14 +321,14 @@ fn every_example_compiles_under_the_default_limits_as_on_a_64_core_machine() {
 fn a_compile_bomb_is_stopped_at_its_memory_limit_beside_ordinary_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let bomb = dir.path().join("bomb.wasm");
-    std::fs::write(&bomb, support::compile_bomb(1, 20_000, 400, 300)).unwrap();
+    std::fs::write(&bomb, crate::support::compile_bomb(1, 20_000, 400, 300)).unwrap();
     let redis = RedisServer::start();
     let (host, mut conn, rss_idle) = warm_cold_host(&redis, "[runner]\ncompile_memory_limit = \"256MiB\"\n");
 
-    let sampler = support::MemorySampler::start(host.pid());
+    let sampler = crate::support::MemorySampler::start(host.pid());
     noop_stream(&mut conn, 3000, 6000);
     host.drop_in("bomb", &bomb);
-    support::zadd(&mut conn, "bomb", "b-1", now_ms());
+    crate::support::zadd(&mut conn, "bomb", "b-1", now_ms());
     host.wait_log("compile exceeded 256 MiB (compile_memory_limit)", LONG);
     wait_all_settled(&mut conn, 3200, 0);
     let peaks = sampler.finish();
@@ -363,10 +361,10 @@ fn a_compile_bomb_is_stopped_at_its_memory_limit_beside_ordinary_tasks() {
 fn slow_compiles_and_oversized_files_are_refused_by_their_limits() {
     let dir = tempfile::tempdir().unwrap();
     let slow = dir.path().join("slow.wasm");
-    std::fs::write(&slow, support::compile_bomb(1, 20_000, 400, 300)).unwrap();
+    std::fs::write(&slow, crate::support::compile_bomb(1, 20_000, 400, 300)).unwrap();
     let huge = dir.path().join("huge.wasm");
     // A valid component header, then 3 MiB of anything: refused unread.
-    let mut bytes = support::compile_bomb(1, 1, 1, 1);
+    let mut bytes = crate::support::compile_bomb(1, 1, 1, 1);
     bytes.resize(3 << 20, 0);
     std::fs::write(&huge, bytes).unwrap();
     let redis = RedisServer::start();
@@ -418,8 +416,8 @@ fn a_type_reaches_another_types_tasks_only_where_runner_toml_grants_it() {
     let mut conn = redis.client();
     let due = now_ms() + 8000;
     for id in ["v-1", "v-2"] {
-        support::payload(&mut conn, "victim", id, "original");
-        support::zadd(&mut conn, "victim", id, due);
+        crate::support::payload(&mut conn, "victim", id, "original");
+        crate::support::zadd(&mut conn, "victim", id, due);
     }
     noop_stream(&mut conn, 1000, 3000);
     hostile(
@@ -439,7 +437,7 @@ fn a_type_reaches_another_types_tasks_only_where_runner_toml_grants_it() {
 
     wait_for("the fresh follow-up to run", LONG, || (stat(&mut conn, "victim", "succeeded") == 1).then_some(()));
     wait_for("the refused runs to die", LONG, || {
-        (support::zcard(&mut conn, "hourglass:{chaos}:dead") == 2).then_some(())
+        (crate::support::zcard(&mut conn, "hourglass:{chaos}:dead") == 2).then_some(())
     });
     assert_eq!(stat(&mut conn, "relay", "succeeded"), 2, "the granted runs succeed");
     for id in ["move-it", "plant"] {
@@ -508,7 +506,7 @@ fn shutdown_past_the_grace_period_stops_hung_handlers_and_hands_their_leases_bac
     let tasks: Vec<(String, String)> = (0..50).map(|i| (format!("hung-{i}"), "sleep:600000".to_owned())).collect();
     hostile(&mut conn, &tasks);
     noop_stream(&mut conn, 500, 500);
-    wait_for("the hung tasks to run", LONG, || (support::leases(&mut conn, "chaos").len() == 50).then_some(()));
+    wait_for("the hung tasks to run", LONG, || (crate::support::leases(&mut conn, "chaos").len() == 50).then_some(()));
     wait_all_settled(&mut conn, 500, 0);
     host.signal("TERM");
     assert_eq!(host.wait_exit(Duration::from_secs(30)), Some(0));
@@ -517,7 +515,7 @@ fn shutdown_past_the_grace_period_stops_hung_handlers_and_hands_their_leases_bac
     let after_stop = log.split_once("INFO hourglass::host: stopped").map(|(_, rest)| rest.trim()).unwrap_or("missing");
     assert!(after_stop.is_empty(), "lines after \"stopped\": {after_stop}");
     assert!(!log.contains("failed: "), "a stopped run was reported as failed:\n{log}");
-    assert_eq!(support::leases(&mut conn, "chaos").len(), 0, "leases not handed back");
-    assert_eq!(support::zcard(&mut conn, "hourglass:{chaos}:due"), 50, "the hung tasks are due again");
+    assert_eq!(crate::support::leases(&mut conn, "chaos").len(), 0, "leases not handed back");
+    assert_eq!(crate::support::zcard(&mut conn, "hourglass:{chaos}:due"), 50, "the hung tasks are due again");
     assert_eq!(stat(&mut conn, "chaos", "failed"), 0);
 }

@@ -119,18 +119,6 @@ impl RedisServer {
         }
     }
 
-    /// Kills it and starts it again by the same spec (same folder, socket,
-    /// port and data), as a crash and a restart would; `args` replace the extra arguments.
-    pub fn restart(&mut self, args: Vec<String>) -> Result<()> {
-        self.kill();
-        if let Some(socket) = self.socket() {
-            let _ = std::fs::remove_file(socket);
-        }
-        self.spec.args = args;
-        self.child = Some(start(&self.spec, "a restart")?);
-        self.wait_ready(Duration::from_secs(10))
-    }
-
     fn see_log(&self) -> String {
         self.spec.log.as_ref().map(|l| format!("; see {}", l.display())).unwrap_or_default()
     }

@@ -1,27 +1,25 @@
 //! The wasmtime sandbox against real compiled plugins: outcomes, crashes, limits, isolation, logs.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::support::{RunNow, capture_logs};
 use bytesize::ByteSize;
 use hourglass::config::TypePolicy;
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
-use support::{RunNow, capture_logs};
 
 /// One runtime for most tests, as in the host: many handlers, one engine.
 fn runtime() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         Runtime::new(RuntimeOptions {
-            cache_dir: Some(support::workspace_root().join("target/hourglass-test-cache")),
+            cache_dir: Some(crate::support::workspace_root().join("target/hourglass-test-cache")),
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: support::compiler(),
+            compiler: crate::support::compiler(),
             ..RuntimeOptions::default()
         })
         .expect("runtime")
@@ -30,7 +28,7 @@ fn runtime() -> &'static Runtime {
 
 fn chaos() -> Component {
     static C: OnceLock<Component> = OnceLock::new();
-    C.get_or_init(|| runtime().load(&support::test_plugin("chaos")).expect("load chaos")).clone()
+    C.get_or_init(|| runtime().load(&crate::support::test_plugin("chaos")).expect("load chaos")).clone()
 }
 
 /// The chaos tests' policy: follow-ups may go to `device.alert` and `noop` (create-only).
@@ -78,9 +76,9 @@ fn error_of(run: &TaskRun) -> String {
 
 #[test]
 fn noop_succeeds() {
-    let component = runtime().load(&support::plugin("noop")).unwrap();
+    let component = runtime().load(&crate::support::plugin("noop")).unwrap();
     assert_eq!(component.hash().len(), 12);
-    assert_eq!(component.path(), support::plugin("noop"));
+    assert_eq!(component.path(), crate::support::plugin("noop"));
     let h = Handler::new(component, "noop", &TypePolicy::default(), Arc::default());
     let run = h.run_now(&task("noop", b"n-1", ""));
     assert_eq!(run.result, Ok(()));
@@ -249,7 +247,7 @@ fn followups_are_validated() {
 
 #[test]
 fn device_offline_schedules_an_alert() {
-    let component = runtime().load(&support::plugin("device.offline")).unwrap();
+    let component = runtime().load(&crate::support::plugin("device.offline")).unwrap();
     let may_alert = TypePolicy { may_schedule: vec!["device.alert".parse().unwrap()], ..TypePolicy::default() };
     let h = Handler::new(component, "device.offline", &may_alert, Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("device.offline", b"sensor-9", "")));
@@ -259,7 +257,7 @@ fn device_offline_schedules_an_alert() {
     assert_eq!(run.followups[0].task_type.as_str(), "device.alert");
     assert_eq!(run.followups[0].id, b"sensor-9");
 
-    let alert = runtime().load(&support::plugin("device.alert")).unwrap();
+    let alert = runtime().load(&crate::support::plugin("device.alert")).unwrap();
     let h = Handler::new(alert, "device.alert", &TypePolicy::default(), Arc::default());
     let mut t = task("device.alert", b"sensor-9", "");
     t.payload = run.followups[0].payload.clone();
@@ -268,7 +266,7 @@ fn device_offline_schedules_an_alert() {
 
 #[test]
 fn order_timeout_and_flaky_examples() {
-    let component = runtime().load(&support::plugin("order.timeout")).unwrap();
+    let component = runtime().load(&crate::support::plugin("order.timeout")).unwrap();
     let h = Handler::new(component, "order.timeout", &TypePolicy::default(), Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", b"o-1", r#"{"order_id":"A17","amount":12.5}"#)));
     assert_eq!(run.result, Ok(()));
@@ -278,7 +276,7 @@ fn order_timeout_and_flaky_examples() {
         other => panic!("{other:?}"),
     }
 
-    let component = runtime().load(&support::plugin("flaky")).unwrap();
+    let component = runtime().load(&crate::support::plugin("flaky")).unwrap();
     let h = Handler::new(component, "flaky", &TypePolicy::default(), Arc::default());
     let mut t = task("flaky", b"f-1", r#"{"fail_times":2}"#);
     for attempt in 1..=2 {
@@ -334,7 +332,7 @@ fn invalid_files_are_rejected_with_one_clear_line() {
 
 #[test]
 fn wrong_world_is_rejected_naming_what_it_is() {
-    let path = support::test_plugin("wrong-world");
+    let path = crate::support::test_plugin("wrong-world");
     let err = format!("{:#}", runtime().load(&path).unwrap_err());
     assert!(err.starts_with(&path.display().to_string()), "{err}");
     assert!(err.contains("does not export `handle` of hourglass:plugin/task-handler@0.1.0"), "{err}");
@@ -344,7 +342,7 @@ fn wrong_world_is_rejected_naming_what_it_is() {
 
 #[test]
 fn check_describes_good_and_wrong_plugins() {
-    let good = runtime().check(&support::test_plugin("chaos")).unwrap();
+    let good = runtime().check(&crate::support::test_plugin("chaos")).unwrap();
     assert!(good.fits());
     let text = good.to_string();
     assert!(text.contains("world:   hourglass:plugin/task-handler@0.1.0"), "{text}");
@@ -353,7 +351,7 @@ fn check_describes_good_and_wrong_plugins() {
     assert!(text.contains("handle: func(task: record { id: list<u8>"), "{text}");
     assert!(text.contains("OK, fits"), "{text}");
 
-    let bad = runtime().check(&support::test_plugin("wrong-world")).unwrap();
+    let bad = runtime().check(&crate::support::test_plugin("wrong-world")).unwrap();
     assert!(!bad.fits());
     let text = bad.to_string();
     eprintln!("{good}\n{bad}");
@@ -368,7 +366,7 @@ fn a_second_runtime_loads_from_the_shared_cache() {
     let opts = RuntimeOptions { cache_dir: Some(cache.clone()), max_instances: 4, ..RuntimeOptions::default() };
     let first = Runtime::new(opts.clone()).unwrap();
     let started = Instant::now();
-    first.load(&support::test_plugin("chaos")).unwrap();
+    first.load(&crate::support::test_plugin("chaos")).unwrap();
     let cold = started.elapsed();
     drop(first);
     // wasmtime writes cache entries as it compiles; the folder is not empty now.
@@ -377,7 +375,7 @@ fn a_second_runtime_loads_from_the_shared_cache() {
 
     let second = Runtime::new(opts).unwrap();
     let started = Instant::now();
-    let component = second.load(&support::test_plugin("chaos")).unwrap();
+    let component = second.load(&crate::support::test_plugin("chaos")).unwrap();
     let warm = started.elapsed();
     let h = Handler::new(component, "chaos", &TypePolicy::default(), Arc::default());
     assert_eq!(h.run_now(&task("chaos", b"x", "ok")).result, Ok(()));
@@ -413,12 +411,16 @@ fn many_tasks_in_parallel_share_one_runtime() {
 
 /// What compiling in a worker process costs against compiling in process,
 /// for BENCHMARKS.md (ignored: it prints numbers, it asserts nothing about
-/// time): `cargo test --release -p hourglass --test runtime -- --ignored --nocapture measure_compile`.
+/// time): `cargo test --release -p hourglass --test sandbox -- --ignored --nocapture runtime::measure_compile`.
 #[test]
 #[ignore]
 fn measure_compile_in_a_worker_against_in_process() {
-    let plugins = [support::plugin("noop"), support::test_plugin("chaos"), support::polyglot_plugin("js.echo")];
-    for compiler in [hourglass::runtime::Compiler::InProcess, support::compiler()] {
+    let plugins = [
+        crate::support::plugin("noop"),
+        crate::support::test_plugin("chaos"),
+        crate::support::polyglot_plugin("js.echo"),
+    ];
+    for compiler in [hourglass::runtime::Compiler::InProcess, crate::support::compiler()] {
         let label = if compiler == hourglass::runtime::Compiler::InProcess { "in process" } else { "worker" };
         for path in &plugins {
             let rounds = if path.ends_with("js.echo.wasm") { 3 } else { 10 };

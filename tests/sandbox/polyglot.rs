@@ -12,17 +12,15 @@
 //! harness' start-up wait; the restart at the end then loads them from the
 //! on-disk compile cache.
 //!
-//! `cargo test -p hourglass --test polyglot -- --ignored --nocapture measure`
+//! `cargo test -p hourglass --test sandbox -- --ignored --nocapture polyglot::measure`
 //! prints the numbers in BENCHMARKS.md ("Polyglot plugins").
-
-mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::{Host, RedisServer, RunNow, now_ms, polyglot_plugin, stat, wait_for};
 use redis::Commands;
-use support::{Host, RedisServer, RunNow, now_ms, polyglot_plugin, stat, wait_for};
 
 /// Generous: the first run compiles the interpreter (tens of seconds on a busy machine).
 const LONG: Duration = Duration::from_secs(600);
@@ -198,7 +196,7 @@ mod measure {
             cache_dir: Some(cache.to_owned()),
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: support::compiler(),
+            compiler: crate::support::compiler(),
             ..RuntimeOptions::default()
         })
         .unwrap()
@@ -242,8 +240,8 @@ mod measure {
     #[ignore = "benchmark: prints the numbers in BENCHMARKS.md"]
     fn measure() {
         let cases: Vec<(&str, std::path::PathBuf, &[u8])> = vec![
-            ("noop", support::plugin("noop"), b""),
-            ("flaky", support::plugin("flaky"), br#"{"fail_times": 0}"#),
+            ("noop", crate::support::plugin("noop"), b""),
+            ("flaky", crate::support::plugin("flaky"), br#"{"fail_times": 0}"#),
             ("py.echo", polyglot_plugin("py.echo"), br#"{"fail_times": 0}"#),
             ("js.echo", polyglot_plugin("js.echo"), br#"{"fail_times": 0}"#),
         ];

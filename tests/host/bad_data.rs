@@ -9,18 +9,16 @@
 //! runs the script through `Store`, checks the error and that the snapshot is
 //! unchanged, then restores the key and drives the tasks to their end.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::{RedisServer, ack, key, ty};
 use hourglass::config::KeyPrefix;
 use hourglass::health::{Trouble, classify};
 use hourglass::store::{ClaimLimits, ScheduleMode, Store};
 use hourglass::task::{ClaimedTask, FollowUp};
 use hourglass::task::{Outcome, Settlement};
 use redis::Commands;
-use support::{RedisServer, ack, key, ty};
 
 /// The kinds of value a client can leave at a key.
 const KINDS: [&str; 6] = ["string", "list", "set", "hash", "zset", "stream"];
@@ -369,7 +367,7 @@ async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &
         s.settle(&t, &batch, None).await.unwrap();
     }
     let due: usize = c.zcard(key("wt", "due")).unwrap();
-    let leases = support::leases(c, "wt").len();
+    let leases = crate::support::leases(c, "wt").len();
     let dead: usize = c.zcard(key("wt", "dead")).unwrap();
     let succeeded: Option<u64> = c.hget(key("wt", "stats"), "succeeded").unwrap();
     assert_eq!(leases, 0, "{script:?}: tasks left leased");
@@ -400,8 +398,8 @@ fn no_task_vanished(c: &mut redis::Connection, script: Script, scene: &Scene) {
         let saved: Vec<Option<f64>> =
             ["due", "dead"].iter().map(|k| c.zscore(format!("{}:saved", key("wt", k)), id).unwrap_or(None)).collect();
         let tokens = key("wt", "tokens");
-        let leased = support::leases_in(c, &key("wt", "claimed"), &tokens).contains_key(id)
-            || support::leases_in(c, &format!("{}:saved", key("wt", "claimed")), &tokens).contains_key(id);
+        let leased = crate::support::leases_in(c, &key("wt", "claimed"), &tokens).contains_key(id)
+            || crate::support::leases_in(c, &format!("{}:saved", key("wt", "claimed")), &tokens).contains_key(id);
         let settled_ok = script == Script::Deliver && scene.claimed[0].id == id.as_bytes();
         assert!(
             places.iter().chain(&saved).any(Option::is_some) || leased || settled_ok,
@@ -484,7 +482,7 @@ async fn a_broken_key_fails_every_script_cleanly_and_loses_nothing() {
 
 #[test]
 fn a_wrong_typed_key_faults_its_type_only_and_the_tasks_run_once_it_is_fixed() {
-    use support::{Host, admin_addr, get, plugin, sample, stat, wait_for};
+    use crate::support::{Host, admin_addr, get, plugin, sample, stat, wait_for};
     let redis = RedisServer::start();
     let host = Host::start(
         &redis,
@@ -496,7 +494,7 @@ fn a_wrong_typed_key_faults_its_type_only_and_the_tasks_run_once_it_is_fixed() {
     // The report: a string where the payload hash belongs, then five tasks.
     let _: () = c.set(key("wt", "payload"), "oops").unwrap();
     let _: () = c.set(key("wt2", "seq"), "not a number").unwrap();
-    let now = support::now_ms();
+    let now = crate::support::now_ms();
     for id in IDS {
         let _: () = c.zadd(key("wt", "due"), id, now).unwrap();
         let _: () = c.zadd(key("wt2", "due"), id, now).unwrap();

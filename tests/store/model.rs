@@ -21,19 +21,16 @@
 //! `redis://` URL; the test writes only keys under `hgmodel-<pid>:` and
 //! deletes them after each case). docs/correctness.md has the figures.
 
-mod support;
-
 // The exhaustive check of the protocol in small worlds, beside this random one against Redis.
-#[path = "model/protocol.rs"]
 mod protocol;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use hourglass::store::{Cancelled, ClaimLimits, Extended, Keys, ScheduleMode, Store};
-use hourglass::task::{Claim, Lease, Outcome, RunInfo, SettleResult, Settlement};
-use hourglass::task_type::TaskType;
+use hourglass_store::task::{Claim, Ended, Lease, Outcome, RunInfo, Settlement};
+use hourglass_store::task_type::TaskType;
+use hourglass_store::{Cancelled, ClaimLimits, Extended, Keys, ScheduleMode, Store};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
@@ -500,10 +497,10 @@ impl Model {
     }
 
     /// What settle.lua does with one run (a batch holds each id once, so runs settle one by one).
-    fn settle(&mut self, run: &Run, end: End, events: bool) -> SettleResult {
+    fn settle(&mut self, run: &Run, end: End, events: bool) -> Ended {
         let Some((c, k)) = self.leased_in(&run.lease) else {
             self.covered.fenced += 1;
-            return SettleResult::Fenced;
+            return Ended::Fenced;
         };
         let id = String::from_utf8(run.lease.id.clone()).unwrap();
         let attempt = self.claims[&c].attempts[k];
@@ -526,10 +523,10 @@ impl Model {
                 }
                 if matches!(end, End::Ack) {
                     count(&mut self.s.stats, "succeeded", 1);
-                    SettleResult::Settled
+                    Ended::Succeeded
                 } else {
                     count(&mut self.s.stats, "cancelled", 1);
-                    SettleResult::Cancelled
+                    Ended::Cancelled
                 }
             }
             End::Retry { delay_ms } => {
@@ -540,7 +537,7 @@ impl Model {
                 self.covered.retried += 1;
                 // A client's schedule made during the run wins.
                 self.s.due.entry(id.clone()).or_insert(self.now + delay_ms as i64);
-                SettleResult::Settled
+                Ended::Retried
             }
             End::Dead => {
                 self.s.errors.insert(id.clone(), "dead".into());
@@ -548,12 +545,12 @@ impl Model {
                 if due_again {
                     // A client's schedule made during the run stands: rescheduled, not dead.
                     self.s.attempts.remove(&id);
-                    SettleResult::Rescheduled
+                    Ended::Rescheduled
                 } else {
                     self.s.dead.insert(id.clone(), self.now);
                     self.s.attempts.insert(id.clone(), attempt.to_string());
                     count(&mut self.s.stats, "dead", 1);
-                    SettleResult::Settled
+                    Ended::Dead
                 }
             }
         };
@@ -875,7 +872,7 @@ impl Case<'_> {
                     .settle(&t, &batch, events.then_some(EVENTS_MAXLEN))
                     .await
                     .map_err(|e| fail("settle", e))?;
-                let expected: Vec<SettleResult> =
+                let expected: Vec<Ended> =
                     runs.iter().map(|(run, end)| self.model.settle(run, *end, *events)).collect();
                 if results != expected {
                     return Err(format!("step {n}: settle gave {results:?}, the model {expected:?}"));
@@ -1045,10 +1042,10 @@ fn cases() -> u32 {
 fn the_scripts_agree_with_the_model_under_random_interleavings() {
     // A private redis-server, unless the user points the test at their own.
     let own = std::env::var("HOURGLASS_MODEL_REDIS").ok();
-    let server = own.is_none().then(support::RedisServer::start);
+    let server = own.is_none().then(crate::support::RedisServer::start);
     let url = own.clone().unwrap_or_else(|| server.as_ref().unwrap().url());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let prefix: hourglass::config::KeyPrefix = format!("hgmodel-{}", std::process::id()).parse().unwrap();
+    let prefix: hourglass_store::KeyPrefix = format!("hgmodel-{}", std::process::id()).parse().unwrap();
     let clock_key = format!("{}:clock", prefix.as_str());
     let store = rt.block_on(Store::connect(&url, &prefix)).unwrap().with_manual_clock(&clock_key);
 

@@ -1,11 +1,9 @@
 //! The `hourglass` command line against a real redis-server: happy paths and bad input.
 
-mod support;
-
 use std::process::{Command, Output};
 
+use crate::support::{RedisServer, now_ms};
 use redis::Commands;
-use support::{RedisServer, now_ms};
 
 fn hourglass(redis: Option<&RedisServer>, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass"));
@@ -326,7 +324,7 @@ fn configmap_runner_toml(manifest: &str) -> String {
 
 #[test]
 fn the_kubernetes_configmap_parses_with_the_hosts_own_parser() {
-    let path = support::workspace_root().join("deploy/hourglass.yaml");
+    let path = crate::support::workspace_root().join("deploy/hourglass.yaml");
     let manifest = std::fs::read_to_string(&path).unwrap();
     let text = configmap_runner_toml(&manifest);
     assert!(text.contains("[admin]"), "no runner.toml block found in {}", path.display());
@@ -368,7 +366,7 @@ fn plugin_check_reports_what_compiling_took_and_refuses_what_the_limits_refuse()
     )
     .unwrap();
     let config = config.to_str().unwrap();
-    let noop = support::plugin("noop");
+    let noop = crate::support::plugin("noop");
     let check = |file: &str| hourglass(None, &["--config", config, "plugin", "check", file]);
 
     let out = check(noop.to_str().unwrap());
@@ -380,7 +378,7 @@ fn plugin_check_reports_what_compiling_took_and_refuses_what_the_limits_refuse()
     assert!(again.contains("compile: from the cache (compiled before)"), "{again}");
 
     let bomb = dir.path().join("bomb.wasm");
-    std::fs::write(&bomb, support::compile_bomb(1, 20_000, 400, 300)).unwrap();
+    std::fs::write(&bomb, crate::support::compile_bomb(1, 20_000, 400, 300)).unwrap();
     let out = check(bomb.to_str().unwrap());
     assert!(!out.status.success());
     let err = stderr(&out);

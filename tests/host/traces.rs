@@ -2,20 +2,18 @@
 //! OTLP/HTTP receiver in the test decodes what the host exports, and a plain
 //! HTTP server sees the `traceparent` of the plugin's outbound request.
 
-mod support;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Host, RedisServer, schedule_now, stat, test_plugin, wait_for};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use redis::Commands;
-use support::{Host, RedisServer, schedule_now, stat, test_plugin, wait_for};
 
 const LONG: Duration = Duration::from_secs(60);
 

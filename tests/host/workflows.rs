@@ -1,15 +1,13 @@
 //! Workflow groups: the store's contract (open, add, seal, every way a child ends) and hosts running them.
 
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::{Host, RedisServer, ack, key, now_ms, stat, store, test_plugin, ty, wait_for};
 use hourglass::group::{Callback, FireWhen, GroupRef};
 use hourglass::store::{ClaimLimits, Fired, GroupRefusal, NewChild, Sealed, Store};
 use hourglass::task::{ClaimedTask, Outcome, Settlement};
 use redis::Commands;
-use support::{Host, RedisServer, ack, key, now_ms, stat, store, test_plugin, ty, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -262,7 +260,7 @@ async fn bad_group_requests_are_refused_whole() {
     let err = s.group_add(&g, &children("step", &["a"])).await.unwrap_err();
     assert!(format!("{err:#}").contains("no group \"g1\""), "{err:#}");
     assert!(matches!(GroupRefusal::of(&err), Some(GroupRefusal::NoSuchGroup(_))), "{err:#}");
-    assert_eq!(support::zcard(&mut c, &key("step", "due")), 0, "nothing scheduled for a group that is not open");
+    assert_eq!(crate::support::zcard(&mut c, &key("step", "due")), 0, "nothing scheduled for a group that is not open");
     let err = s.group_seal(&g).await.unwrap_err();
     assert!(format!("{err:#}").contains("open it first"), "{err:#}");
 
@@ -308,7 +306,7 @@ fn ten_thousand_children_over_three_hosts_one_killed_fire_the_callback_once() {
     let config = "[runner]\nlease = \"2s\"\n[types.work]\nmay_schedule = [\"work\", \"done\"]\n";
     let plugins = [("work", test_plugin("chaos"))];
     let hosts: Vec<Host> = (0..3).map(|_| Host::start(&server, &plugins, config)).collect();
-    let rt = support::tokio_runtime();
+    let rt = crate::support::tokio_runtime();
     let s = rt.block_on(store(&server));
     let g = group("done", "big");
     rt.block_on(s.group_open(&g, &callback("big", FireWhen::AllEnded))).unwrap();
@@ -368,7 +366,7 @@ fn a_redis_restart_mid_group_loses_no_child_and_no_callback() {
     let mut c = server.client();
     let config = "[runner]\nlease = \"2s\"\n";
     let host = Host::start(&server, &[("work", test_plugin("chaos"))], config);
-    let rt = support::tokio_runtime();
+    let rt = crate::support::tokio_runtime();
     let s = rt.block_on(store(&server));
     let g = group("done", "restart");
     rt.block_on(s.group_open(&g, &callback("restart", FireWhen::AllEnded))).unwrap();
@@ -401,7 +399,7 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
                   [types.rogue]\nmay_schedule = [\"work\"]\n[types.work]\nevents = true\n";
     let plugins = [("fan", test_plugin("chaos")), ("work", test_plugin("chaos")), ("rogue", test_plugin("chaos"))];
     let host = Host::start(&server, &plugins, config);
-    support::schedule_now(&mut c, "fan", "f1", "fanout:done:g1:work:5:ok");
+    crate::support::schedule_now(&mut c, "fan", "f1", "fanout:done:g1:work:5:ok");
     let sum = wait_for("the callback", WAIT, || summary(&mut c, "done", "g1"));
     assert_eq!((sum["added"].as_u64(), sum["succeeded"].as_u64()), (Some(5), Some(5)));
     assert_eq!(sum["payload"], "from chaos");
@@ -414,22 +412,28 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
     }
 
     // Without a grant for the callback's type the run fails, and nothing is opened.
-    support::schedule_now(&mut c, "rogue", "r1", "fanout:done:g2:work:5:ok");
+    crate::support::schedule_now(&mut c, "rogue", "r1", "fanout:done:g2:work:5:ok");
     host.wait_log("may not schedule \"done\" tasks", WAIT);
-    let rt = support::tokio_runtime();
+    let rt = crate::support::tokio_runtime();
     let s = rt.block_on(store(&server));
     assert!(rt.block_on(s.group_show(&group("done", "g2"))).unwrap().is_none());
-    let metrics = support::get(&support::admin_addr(&host), "/metrics").body;
-    assert!(support::sample(&metrics, "hourglass_groups_opened_total", &["type=\"done\""]).is_some_and(|v| v >= 1.0));
+    let metrics = crate::support::get(&crate::support::admin_addr(&host), "/metrics").body;
     assert!(
-        support::sample(&metrics, "hourglass_groups_completed_total", &["type=\"done\"", "callback=\"callback\""])
-            .is_some_and(|v| v >= 1.0),
+        crate::support::sample(&metrics, "hourglass_groups_opened_total", &["type=\"done\""]).is_some_and(|v| v >= 1.0)
+    );
+    assert!(
+        crate::support::sample(
+            &metrics,
+            "hourglass_groups_completed_total",
+            &["type=\"done\"", "callback=\"callback\""]
+        )
+        .is_some_and(|v| v >= 1.0),
         "{metrics}"
     );
 
     // The dashboard: a group's page, and the open groups of its callback's type.
-    let addr = support::admin_addr(&host);
-    let page = support::get(&addr, "/group?type=done&group=g1");
+    let addr = crate::support::admin_addr(&host);
+    let page = crate::support::get(&addr, "/group?type=done&group=g1");
     assert_eq!(page.status, 200);
     assert!(
         page.body.contains("data-state=done")
@@ -438,14 +442,14 @@ fn a_handler_fans_out_and_the_grants_bound_it() {
         "{}",
         page.body
     );
-    assert_eq!(support::get(&addr, "/group?type=done&group=nope").status, 404);
-    assert_eq!(support::get(&addr, "/group?type=Bad&group=g1").status, 400);
+    assert_eq!(crate::support::get(&addr, "/group?type=done&group=nope").status, 404);
+    assert_eq!(crate::support::get(&addr, "/group?type=Bad&group=g1").status, 400);
     rt.block_on(s.group_open(&group("done", "still-open"), &callback("x", FireWhen::AllEnded))).unwrap();
-    let listing = support::get(&addr, "/?type=done").body;
+    let listing = crate::support::get(&addr, "/?type=done").body;
     assert!(listing.contains("Open workflow groups") && listing.contains("still-open"), "{listing}");
     wait_for("the sampled gauge of open groups", WAIT, || {
-        let metrics = support::get(&addr, "/metrics").body;
-        (support::sample(&metrics, "hourglass_groups_open", &["type=\"done\""]) == Some(1.0)).then_some(())
+        let metrics = crate::support::get(&addr, "/metrics").body;
+        (crate::support::sample(&metrics, "hourglass_groups_open", &["type=\"done\""]) == Some(1.0)).then_some(())
     });
 }
 
@@ -456,7 +460,7 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
     let redis = RedisServer::start();
     let mut c = redis.client();
     let ok = |args: &[&str]| {
-        let out = support::hourglass_on(&redis, args);
+        let out = crate::support::hourglass_on(&redis, args);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -478,13 +482,13 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
 
     // Refusals and bad arguments: one line naming the group, non-zero, nothing written.
     let before: Vec<(String, f64)> = c.zrange_withscores(key("order.mail", "due"), 0, -1).unwrap();
-    let out = support::hourglass_on(&redis, &["group", "add", "order.ship", "o-17", "order.mail", "late"]);
+    let out = crate::support::hourglass_on(&redis, &["group", "add", "order.ship", "o-17", "order.mail", "late"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success());
     assert_eq!(err.trim(), r#"error: group order.ship/o-17: group "o-17" is sealed: no children can be added"#);
     let after: Vec<(String, f64)> = c.zrange_withscores(key("order.mail", "due"), 0, -1).unwrap();
     assert_eq!(before, after, "a refused add schedules nothing");
-    let out = support::hourglass_on(&redis, &["group", "show", "order.ship", "nope"]);
+    let out = crate::support::hourglass_on(&redis, &["group", "show", "order.ship", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no group order.ship/nope"));
     for bad in [
@@ -493,7 +497,7 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
         &["group", "open", "ship", "g", "--when", "sometimes"],
         &["group", "add", "ship", "g", "step"],
     ] {
-        let out = support::hourglass_on(&redis, bad);
+        let out = crate::support::hourglass_on(&redis, bad);
         assert!(!out.status.success(), "{bad:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.trim().lines().count() <= 3 && err.contains("error"), "{bad:?}: {err}");
@@ -504,7 +508,7 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
 
 /// Runs a Python program with the Python client (clients/python), the socket of `redis` as `sys.argv[1]`; its stdout.
 fn python(redis: &RedisServer, program: &str) -> String {
-    let dir = support::workspace_root().join("clients/python");
+    let dir = crate::support::workspace_root().join("clients/python");
     let python = dir.join(".venv/bin/python");
     assert!(python.exists(), "no {}: run 'bash clients/test.sh --install-only'", python.display());
     let program = format!(
@@ -515,7 +519,7 @@ fn python(redis: &RedisServer, program: &str) -> String {
 
 /// Runs a Node program with the Node client (clients/node), the socket of `redis` as `process.argv[1]`; its stdout.
 fn node(redis: &RedisServer, program: &str) -> String {
-    let dir = support::workspace_root().join("clients/node");
+    let dir = crate::support::workspace_root().join("clients/node");
     assert!(
         dir.join("node_modules/ioredis").exists(),
         "no ioredis in {}: run 'bash clients/test.sh --install-only'",
@@ -551,7 +555,7 @@ fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
     let cli = |args: &[&str]| {
         let mut all = vec!["--config", config.to_str().unwrap()];
         all.extend_from_slice(args);
-        let out = support::hourglass_on(&server, &all);
+        let out = crate::support::hourglass_on(&server, &all);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
 
@@ -574,7 +578,7 @@ fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
         ),
     );
     assert_eq!(py, js, "both clients name the same shards");
-    let rt = support::tokio_runtime();
+    let rt = crate::support::tokio_runtime();
     let s = rt.block_on(store(&server)).with_type_shards(&ty("work"), 3);
     let work = ty("work");
     let rust: Vec<String> =

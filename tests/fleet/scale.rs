@@ -1,15 +1,13 @@
 //! Scale out: many hosts on one Redis, a Redis Cluster with failover, and a
 //! restricted ACL user. Real `hourglass run` processes, real redis-servers.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
 use redis::Commands;
-use support::{Host, RedisServer, now_ms, plugin, stat, test_plugin, wait_for};
 
 const LONG: Duration = Duration::from_secs(90);
 
@@ -68,12 +66,16 @@ fn host_states(host: &Host) -> (HashMap<String, String>, HashMap<String, HashMap
 
 /// Ids of `task_type` whose lease `host_id` holds now.
 fn held_by(conn: &mut impl redis::ConnectionLike, task_type: &str, host_id: &str) -> HashSet<String> {
-    support::leases(conn, task_type).into_iter().filter(|(_, holder)| holder == host_id).map(|(id, _)| id).collect()
+    crate::support::leases(conn, task_type)
+        .into_iter()
+        .filter(|(_, holder)| holder == host_id)
+        .map(|(id, _)| id)
+        .collect()
 }
 
 fn left(conn: &mut impl redis::ConnectionLike, task_type: &str) -> usize {
     let due: usize = redis::cmd("ZCARD").arg(format!("hourglass:{{{task_type}}}:due")).query(conn).unwrap();
-    due + support::leases(conn, task_type).len()
+    due + crate::support::leases(conn, task_type).len()
 }
 
 // ---------------------------------------------------------------- many hosts
@@ -259,7 +261,7 @@ fn a_restricted_acl_user_runs_everything_and_its_password_never_shows() {
         ],
         &format!(
             "username = \"runner\"\npassword = \"{password}\"\n[runner]\nwakeup = \"notify\"\nhost_id = \"restricted\"\n{}",
-            support::DEVICE_GRANTS
+            crate::support::DEVICE_GRANTS
         ),
     );
     let mut conn = redis.client();
@@ -542,7 +544,9 @@ fn cluster_runs_every_task_on_every_master_with_follow_ups_across_slots() {
     plugins.push(("device.alert", plugin("device.alert")));
     let url = cluster.url();
     let hosts: Vec<Host> = (1..=2)
-        .map(|i| Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n{}", support::DEVICE_GRANTS)))
+        .map(|i| {
+            Host::start_at(&url, &plugins, &format!("[runner]\nhost_id = \"c{i}\"\n{}", crate::support::DEVICE_GRANTS))
+        })
         .collect();
     for host in &hosts {
         host.wait_log("keyspace notifications on every cluster master", LONG);
@@ -823,7 +827,7 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     wait_for("some done", LONG, || (cstat(&mut conn, &t) > 200).then_some(()));
     let acked_before: i64 = cstat(&mut conn, &t);
     // Fail the type's master over to its replica, mid-stream, with tasks leased.
-    let held = support::leases(&mut conn, &t);
+    let held = crate::support::leases(&mut conn, &t);
     let cut = Instant::now();
     let master = cluster.master_of(&due);
     let replica = cluster.replica_of(master);
@@ -854,7 +858,7 @@ fn cluster_failover_loses_no_acked_work_and_the_runner_carries_on() {
     let ids: Vec<String> = (0..2000).map(|i| format!("a{i}")).chain((0..200).map(|i| format!("b{i}"))).collect();
     let lost = ids.iter().filter(|id| !runs.contains_key(*id)).count();
     let twice: Vec<&String> = runs.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
-    // The line docs/correctness.md quotes, as tests/faults.rs prints for its faults.
+    // The line docs/correctness.md quotes, as tests/fleet/faults.rs prints for its faults.
     eprintln!(
         "FAULT cluster failover mid-stream: scheduled {}, completed {}, lost {lost}, run twice {} (held by faulted host {}), recovery {} ms",
         ids.len(),

@@ -1,18 +1,16 @@
 //! Operator controls on running hosts: pause and resume a type on every host,
 //! and cancel a task, scheduled or running on another host.
 
-mod support;
-
 use std::process::Output;
 use std::time::Duration;
 
+use crate::support::{Host, RedisServer, admin_addr, get, leases, now_ms, plugin, stat, test_plugin, wait_for, zcard};
 use redis::Commands;
-use support::{Host, RedisServer, admin_addr, get, leases, now_ms, plugin, stat, test_plugin, wait_for, zcard};
 
 const LONG: Duration = Duration::from_secs(90);
 
 fn hourglass(redis: &RedisServer, args: &[&str]) -> Output {
-    support::hourglass_on(redis, args)
+    crate::support::hourglass_on(redis, args)
 }
 
 fn text(out: &[u8]) -> String {

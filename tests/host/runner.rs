@@ -1,13 +1,11 @@
 //! End to end: a real `hourglass run` process, a real redis-server and real
 //! compiled plugins; tasks are written with raw Redis commands as any client would.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::support::{Host, RedisServer, leases, now_ms, payload, plugin, stat, test_plugin, wait_for, zadd, zcard};
 use redis::Commands;
-use support::{Host, RedisServer, leases, now_ms, payload, plugin, stat, test_plugin, wait_for, zadd, zcard};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -307,7 +305,7 @@ fn handler_schedules_a_follow_up_into_another_type() {
     let _host = Host::start(
         &redis,
         &[("device.offline", plugin("device.offline")), ("device.alert", plugin("device.alert"))],
-        support::DEVICE_GRANTS,
+        crate::support::DEVICE_GRANTS,
     );
     let mut conn = redis.client();
     // Heartbeats postpone the offline check; the last one is allowed to lapse.

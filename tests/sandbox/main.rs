@@ -1,0 +1,12 @@
+//! Tests of the sandbox: the runtime's limits and host calls, hostile plugins beside ordinary tasks, outbound HTTP, and the Python and JavaScript plugins.
+//!
+//! One test binary per area (tests/<area>/main.rs), each module a file of its own;
+//! `cargo test --test sandbox <module>::` runs one module.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod containment;
+mod http;
+mod polyglot;
+mod runtime;
