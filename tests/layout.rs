@@ -82,6 +82,12 @@ fn without_test_modules(code: &str) -> String {
 
 /// The modules `code` names as `crate::<module>` or in `crate::{a, b::c}`, outside comments and test modules.
 fn imports(code: &str) -> BTreeSet<String> {
+    names_after(code, "crate::")
+}
+
+/// The names `code` takes from `prefix` (`crate::`, `super::`, `crate::admin::`): `prefix<name>` or
+/// `prefix{a, b::c}`, outside comments and test modules.
+fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let code = without_test_modules(code);
     let mut found = BTreeSet::new();
     let ident = |s: &str| -> String {
@@ -94,8 +100,12 @@ fn imports(code: &str) -> BTreeSet<String> {
         .map(|l| l.split(" // ").next().unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n");
-    for (at, _) in code.match_indices("crate::") {
-        let after = &code[at + 7..];
+    for (at, _) in code.match_indices(prefix) {
+        // `crate::` inside `hourglass_store::crate::`-like paths is not ours; `super::` must start a path.
+        if code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let after = &code[at + prefix.len()..];
         if let Some(group) = after.strip_prefix('{') {
             // The names at the group's top level, each up to its first `::`.
             let mut depth = 0usize;
@@ -194,6 +204,10 @@ fn the_finder_sees_a_cycle() {
     let code = "#[cfg(test)]\nmod tests {\n    use crate::admin;\n    fn f() { {} }\n}\nuse crate::clock;\n";
     assert_eq!(imports(code), names(&["clock"]));
     assert_eq!(imports("#[cfg(test)]\nmod tests;\nuse crate::cli;"), names(&["cli"]));
+    assert_eq!(
+        names_after("use super::{state::A, run};\nsuper::super::x();", "super::"),
+        names(&["run", "state", "super"])
+    );
 }
 
 #[test]
@@ -211,6 +225,38 @@ fn imports_between_top_level_modules_have_no_cycle() {
         let found = cycles(&graph);
         assert!(found.is_empty(), "import cycles between top-level modules of {name}: {found:?}");
     }
+}
+
+/// Inside a module with files of its own (`runtime/`, `admin/`, the
+/// store's `groups/`), its files import one another one way too: a file's
+/// `super::<sibling>` and `crate::<module>::<sibling>` are its edges.
+#[test]
+fn imports_between_the_files_of_one_module_have_no_cycle() {
+    let mut modules_read = 0;
+    for (name, src) in crates() {
+        let mut folders: Vec<PathBuf> =
+            sources(&src).iter().filter_map(|p| p.parent().map(Path::to_path_buf)).collect();
+        folders.sort();
+        folders.dedup();
+        for folder in folders.into_iter().filter(|f| *f != src) {
+            let files: Vec<PathBuf> = sources(&folder).into_iter().filter(|p| p.parent() == Some(&folder)).collect();
+            let stem = |p: &Path| p.file_stem().unwrap().to_string_lossy().into_owned();
+            let siblings: BTreeSet<String> = files.iter().map(|p| stem(p)).collect();
+            let module_path = folder.strip_prefix(&src).unwrap().to_string_lossy().replace('/', "::");
+            let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for path in &files {
+                let code = std::fs::read_to_string(path).unwrap();
+                let mut names = names_after(&code, "super::");
+                names.extend(names_after(&code, &format!("crate::{module_path}::")));
+                names.retain(|n| siblings.contains(n) && *n != stem(path));
+                graph.insert(stem(path), names);
+            }
+            modules_read += 1;
+            let found = cycles(&graph);
+            assert!(found.is_empty(), "import cycles between the files of {name}'s {module_path}: {found:?}");
+        }
+    }
+    assert!(modules_read >= 4, "read {modules_read} modules with files: the walk found too little");
 }
 
 #[test]

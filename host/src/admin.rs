@@ -8,6 +8,7 @@
 
 mod dashboard;
 mod groups;
+mod page;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;

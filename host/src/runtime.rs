@@ -20,6 +20,7 @@ mod handler;
 mod outgoing;
 mod pipe;
 mod priority;
+mod run;
 mod state;
 
 use std::fmt;
@@ -41,7 +42,8 @@ pub use compile::{
     worker_if_asked as compile_worker_if_asked,
 };
 pub use handler::{Failure, Handler, Limits, TaskRun};
-pub use state::{HostBudget, LOG_CAP, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
+pub use run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
+pub use state::LOG_CAP;
 
 use state::HostState;
 

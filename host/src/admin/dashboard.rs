@@ -8,13 +8,11 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use super::page::{SCRIPT, esc, header, state_name};
 use super::{AdminState, PageParams, TaskQuery, html};
 use crate::clock::format_ms;
 use crate::store::{TaskState, TaskView};
 use crate::task_type::TaskType;
-
-const STYLE: &str = include_str!("dashboard.css");
-pub(super) const SCRIPT: &str = include_str!("dashboard.js");
 
 /// Minutes shown by the "due over the next hour" chart (one bar each).
 const CHART_MINUTES: usize = 60;
@@ -28,22 +26,6 @@ pub(crate) async fn all_types(state: &AdminState) -> Result<Vec<TaskType>> {
     types.sort();
     types.dedup();
     Ok(types)
-}
-
-/// Escapes text for HTML content and attribute values.
-pub(super) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// `GET /`: the whole page. Reads only.
@@ -250,34 +232,6 @@ async fn schedules(state: &AdminState, h: &mut String) {
     h.push_str("</tbody></table></section>");
 }
 
-/// The page head and the header bar: this host, the task search box, the token field.
-pub(super) fn header(state: &AdminState, search_type: Option<&str>, search_id: &str, h: &mut String) {
-    let uptime = state.host.started.elapsed().as_secs();
-    let _ = write!(
-        h,
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
-         <title>Hourglass</title><style>{STYLE}</style></head><body data-token={}>\
-         <header><h1><a href=\"/\">Hourglass</a></h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>\
-         <form method=get action=/task class=search role=search><input name=type required placeholder=type \
-         aria-label=\"task type\" value=\"{}\"><input name=id required placeholder=\"task id\" aria-label=\"task id\" \
-         value=\"{}\"><button>Find task</button></form>",
-        state.token.is_some(),
-        esc(&state.host.id),
-        uptime / 3600,
-        uptime / 60 % 60,
-        esc(&state.host.addr.to_string()),
-        esc(search_type.unwrap_or_default()),
-        esc(search_id),
-    );
-    if state.token.is_some() {
-        h.push_str(
-            "<label class=token>token <input id=token type=password autocomplete=off \
-             placeholder=\"needed to change tasks\"></label>",
-        );
-    }
-    h.push_str("</header>");
-}
-
 /// `GET /task?type=T&id=ID` (or `&id_hex=HEX`): where one task is, with the
 /// actions that fit its state. Reads only; the actions are POST forms.
 pub(crate) async fn task_page(State(state): State<AdminState>, Query(query): Query<TaskQuery>) -> Response {
@@ -315,11 +269,6 @@ pub(crate) async fn task_page(State(state): State<AdminState>, Query(query): Que
     };
     let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
     (status, html(h)).into_response()
-}
-
-/// A task state's name as `show --json` gives it (`scheduled`, `running`, ...).
-pub(super) fn state_name(state: TaskState) -> String {
-    serde_json::to_value(state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
 /// One task: its state, what is known about it, and the buttons that apply.

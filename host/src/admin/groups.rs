@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::dashboard::{SCRIPT, esc, header};
+use super::page::{SCRIPT, esc, header, state_name};
 use super::{AdminState, html};
 use crate::clock::format_ms;
 use crate::group::{GroupId, GroupRef};
@@ -150,7 +150,7 @@ fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::T
                  the type's events stream, when on, says which"
                     .to_owned(),
             ),
-            _ => (super::dashboard::state_name(run.state), crate::show::headline(run)),
+            _ => (state_name(run.state), crate::show::headline(run)),
         };
         let _ = write!(
             h,

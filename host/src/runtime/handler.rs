@@ -17,7 +17,8 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::TaskHandler;
 use super::bindings::hourglass::plugin::types as wit_types;
-use super::state::{Grants, HostBudget, HostState, MAX_RESOURCES, OUTPUT_CAP, RunMeta, RunParts, cap_error};
+use super::run::{HostBudget, MAX_RESOURCES, OUTPUT_CAP, RunMeta};
+use super::state::{Grants, HostState, RunParts, cap_error};
 use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
 use crate::config::TypePolicy;
 use crate::logging::clean_id;

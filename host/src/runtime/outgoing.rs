@@ -34,7 +34,7 @@ use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::state::{HostBudget, RunMeta};
+use super::run::{HostBudget, RunMeta};
 use crate::config::TypePolicy;
 use crate::outbound::{Allowed, AllowedHosts, Target, not_public};
 
