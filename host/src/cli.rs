@@ -44,12 +44,30 @@ pub struct Cli {
 pub enum Command {
     /// Run the host: claim due tasks and run their handlers until SIGINT/SIGTERM.
     Run(RunArgs),
-    /// Schedule a task (or re-schedule it: the same id is an upsert).
-    Schedule(ScheduleArgs),
+    /// The commands that work on the store alone (listed among these).
+    #[command(flatten)]
+    Store(StoreCommand),
     /// Add (or change) a recurring schedule by a cron expression, stored in Redis for every host.
     Cron(CronArgs),
     /// Add (or change) a recurring schedule by a fixed interval, stored in Redis for every host.
     Every(EveryArgs),
+    /// Inspect plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin: runs `hourglass-bench` (see BENCHMARKS.md).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The benchmark's arguments (`hourglass bench --help` lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+        args: Vec<std::ffi::OsString>,
+    },
+}
+
+/// The subcommands that need only a connected store.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Schedule a task (or re-schedule it: the same id is an upsert).
+    Schedule(ScheduleArgs),
     /// List the recurring schedules with their next fire times.
     Schedules {
         /// Print JSON instead of a table.
@@ -105,16 +123,6 @@ pub enum Command {
     /// Workflow groups: open one with a callback, add children, seal it, show it (docs/workflows.md).
     #[command(subcommand)]
     Group(GroupCommand),
-    /// Inspect plugins.
-    #[command(subcommand)]
-    Plugin(PluginCommand),
-    /// Measure throughput, lateness, footprint and reload time on the `noop` plugin: runs `hourglass-bench` (see BENCHMARKS.md).
-    #[command(disable_help_flag = true)]
-    Bench {
-        /// The benchmark's arguments (`hourglass bench --help` lists them).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
-        args: Vec<std::ffi::OsString>,
-    },
 }
 
 /// `hourglass run`.
@@ -191,24 +199,24 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
         Command::Bench { args } => Err(run_bench(config_path.as_deref(), redis_override.as_deref(), &args)),
         Command::Cron(args) => recurring::cron(&config, redis_override.as_deref(), args).await,
         Command::Every(args) => recurring::every(&config, redis_override.as_deref(), args).await,
-        command => {
-            // Every other command works on the store alone.
+        Command::Store(command) => {
             let store = connect(&config, redis_override.as_deref()).await?;
             match command {
-                Command::Schedule(args) => tasks::schedule(&store, args).await,
-                Command::Cancel { task_type, id } => tasks::cancel(&store, task_type, id).await,
-                Command::Show(args) => tasks::show(&store, args).await,
-                Command::Schedules { json } => recurring::list(&store, json).await,
-                Command::Unschedule { task_type, name } => recurring::unschedule(&store, task_type, name).await,
-                Command::Pause { task_type, for_ } => queues::pause(&store, task_type, for_).await,
-                Command::Resume { task_type } => queues::resume(&store, task_type).await,
-                Command::Stats { task_type, json, hosts: true, .. } => queues::hosts(&store, task_type, json).await,
-                Command::Stats { task_type, json, watch, .. } => queues::stats(&store, task_type, json, watch).await,
-                Command::Dead(cmd) => queues::dead(&store, cmd).await,
-                Command::Group(cmd) => group::run(&store, cmd).await,
-                Command::Run(_) | Command::Plugin(_) | Command::Bench { .. } | Command::Cron(_) | Command::Every(_) => {
-                    unreachable!("handled above")
+                StoreCommand::Schedule(args) => tasks::schedule(&store, args).await,
+                StoreCommand::Cancel { task_type, id } => tasks::cancel(&store, task_type, id).await,
+                StoreCommand::Show(args) => tasks::show(&store, args).await,
+                StoreCommand::Schedules { json } => recurring::list(&store, json).await,
+                StoreCommand::Unschedule { task_type, name } => recurring::unschedule(&store, task_type, name).await,
+                StoreCommand::Pause { task_type, for_ } => queues::pause(&store, task_type, for_).await,
+                StoreCommand::Resume { task_type } => queues::resume(&store, task_type).await,
+                StoreCommand::Stats { task_type, json, hosts: true, .. } => {
+                    queues::hosts(&store, task_type, json).await
                 }
+                StoreCommand::Stats { task_type, json, watch, .. } => {
+                    queues::stats(&store, task_type, json, watch).await
+                }
+                StoreCommand::Dead(cmd) => queues::dead(&store, cmd).await,
+                StoreCommand::Group(cmd) => group::run(&store, cmd).await,
             }
         }
     }
@@ -245,9 +253,8 @@ fn run_bench(config: Option<&Path>, redis: Option<&str>, args: &[std::ffi::OsStr
 fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
     let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeOptions {
         cache_dir: Some(config.runner.cache_dir.clone()),
-        compiler: crate::runtime::Compiler::this_binary(),
         compile_limits: crate::runtime::CompileLimits::from(&config.runner),
-        ..Default::default()
+        ..crate::runtime::RuntimeOptions::new(crate::runtime::Compiler::this_binary())
     })?;
     let report = runtime.check(file)?;
     print!("{report}");

@@ -105,13 +105,17 @@ pub struct RuntimeOptions {
     pub worker_threads: usize,
 }
 
-impl Default for RuntimeOptions {
-    fn default() -> Self {
+impl RuntimeOptions {
+    /// The defaults (64 instances of at most 64 MiB, no cache, the default
+    /// compile limits and executor threads), compiling with `compiler`: there
+    /// is no default compiler, so compiling without limits
+    /// ([`Compiler::InProcess`]) is always a caller's explicit choice.
+    pub fn new(compiler: Compiler) -> Self {
         RuntimeOptions {
             cache_dir: None,
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: Compiler::InProcess,
+            compiler,
             compile_limits: CompileLimits::default(),
             worker_threads: crate::config::RunnerConfig::default().worker_threads(),
         }

@@ -259,7 +259,7 @@ fn plugins_are_counted_while_they_load() {
     }
     let mut config = Config::default();
     config.runner.plugins_dir = dir.path().to_owned();
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let runtime = Runtime::new(RuntimeOptions::new(crate::support::compiler())).unwrap();
     let registry = Registry::new(runtime, config).unwrap();
     assert_eq!(registry.loading(), Some((0, 2)), "nothing loaded yet, two to go");
     assert!(registry.types().is_empty());

@@ -154,8 +154,7 @@ fn runtime() -> &'static Runtime {
             cache_dir: Some(crate::support::workspace_root().join("target/hourglass-test-cache")),
             max_instances: 32,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: crate::support::compiler(),
-            ..RuntimeOptions::default()
+            ..RuntimeOptions::new(crate::support::compiler())
         })
         .expect("runtime")
     })

@@ -196,8 +196,7 @@ mod measure {
             cache_dir: Some(cache.to_owned()),
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: crate::support::compiler(),
-            ..RuntimeOptions::default()
+            ..RuntimeOptions::new(crate::support::compiler())
         })
         .unwrap()
     }

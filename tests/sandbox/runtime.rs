@@ -19,8 +19,7 @@ fn runtime() -> &'static Runtime {
             cache_dir: Some(crate::support::workspace_root().join("target/hourglass-test-cache")),
             max_instances: 64,
             max_memory: ByteSize::mib(64).as_u64(),
-            compiler: crate::support::compiler(),
-            ..RuntimeOptions::default()
+            ..RuntimeOptions::new(crate::support::compiler())
         })
         .expect("runtime")
     })
@@ -363,7 +362,11 @@ fn check_describes_good_and_wrong_plugins() {
 #[test]
 fn a_second_runtime_loads_from_the_shared_cache() {
     let cache: PathBuf = tempfile::tempdir().unwrap().keep();
-    let opts = RuntimeOptions { cache_dir: Some(cache.clone()), max_instances: 4, ..RuntimeOptions::default() };
+    let opts = RuntimeOptions {
+        cache_dir: Some(cache.clone()),
+        max_instances: 4,
+        ..RuntimeOptions::new(crate::support::compiler())
+    };
     let first = Runtime::new(opts.clone()).unwrap();
     let started = Instant::now();
     first.load(&crate::support::test_plugin("chaos")).unwrap();
@@ -431,8 +434,7 @@ fn measure_compile_in_a_worker_against_in_process() {
                 let rt = Runtime::new(RuntimeOptions {
                     cache_dir: Some(cache.path().to_owned()),
                     max_instances: 4,
-                    compiler: compiler.clone(),
-                    ..RuntimeOptions::default()
+                    ..RuntimeOptions::new(compiler.clone())
                 })
                 .unwrap();
                 let started = Instant::now();

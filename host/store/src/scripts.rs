@@ -38,6 +38,7 @@ pub(super) struct Scripts {
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// The prelude's reading of the server's clock, which a manual clock replaces.
+#[cfg(feature = "manual-clock")]
 const SERVER_CLOCK: &str =
     "local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
 
