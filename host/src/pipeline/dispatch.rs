@@ -10,6 +10,7 @@ use tracing::{debug, error, info, warn};
 
 use super::state::{Finished, InFlightRun, Permits, Runner, TypeState};
 use crate::backoff;
+use crate::config::TypePolicy;
 use crate::logging::clean_id;
 use crate::registry::Entry;
 use crate::runtime::{Failure, TaskRun};
@@ -169,7 +170,7 @@ impl Run {
             return;
         };
         let outcome = match run {
-            Some(run) => decide(&claim.entry, task, run.result, run.followups, run.groups, started_ms),
+            Some(run) => decide(&claim.entry.policy, task, run.result, run.followups, run.groups, started_ms),
             None => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
@@ -195,14 +196,13 @@ impl Run {
 
 /// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
 pub(crate) fn decide(
-    entry: &Entry,
+    policy: &TypePolicy,
     task: &ClaimedTask,
     result: Result<(), Failure>,
     followups: Vec<FollowUp>,
     groups: Vec<GroupWork>,
     started_ms: i64,
 ) -> Outcome {
-    let policy = &entry.policy;
     let id = clean_id(&task.id);
     let lateness_ms = started_ms - task.due_ms;
     match result {
@@ -230,5 +230,76 @@ pub(crate) fn decide(
             warn!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, retry_in = ?delay, "failed: {}", crate::logging::Clean(&text));
             Outcome::Retry { delay, error: text }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn task(attempt: u32) -> ClaimedTask {
+        ClaimedTask {
+            task_type: "t".parse().unwrap(),
+            id: b"id".to_vec(),
+            payload: Vec::new(),
+            attempt,
+            due_ms: 0,
+            token: 1,
+            claim: 1,
+        }
+    }
+
+    fn policy(max_attempts: u32) -> TypePolicy {
+        TypePolicy {
+            max_attempts,
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(60),
+            ..TypePolicy::default()
+        }
+    }
+
+    fn decided(attempt: u32, max_attempts: u32, result: Result<(), Failure>) -> Outcome {
+        decide(&policy(max_attempts), &task(attempt), result, Vec::new(), Vec::new(), 0)
+    }
+
+    #[test]
+    fn success_is_an_ack_with_its_follow_ups() {
+        let followup = FollowUp {
+            task_type: "u".parse().unwrap(),
+            id: b"next".to_vec(),
+            payload: Vec::new(),
+            due_ms: 0,
+            replace: false,
+        };
+        let outcome = decide(&policy(3), &task(1), Ok(()), vec![followup.clone()], Vec::new(), 0);
+        assert_eq!(outcome, Outcome::Ack { followups: vec![followup], groups: Vec::new() });
+    }
+
+    #[test]
+    fn a_failure_retries_with_capped_backoff_until_the_last_attempt() {
+        for attempt in 1..5 {
+            let Outcome::Retry { delay, error } = decided(attempt, 5, Err(Failure::Error("boom".into()))) else {
+                panic!("attempt {attempt} of 5 is retried");
+            };
+            assert_eq!(error, "boom");
+            let ceiling = Duration::from_secs(1 << (attempt - 1)).min(Duration::from_secs(60));
+            assert!(delay >= ceiling / 2 && delay <= ceiling, "attempt {attempt}: {delay:?} outside {ceiling:?}/2..");
+        }
+        assert_eq!(decided(5, 5, Err(Failure::Error("boom".into()))), Outcome::Dead { error: "boom".into() });
+        // A re-delivery past max_attempts (a lost lease counts an attempt) is dead too.
+        assert!(matches!(decided(9, 5, Err(Failure::Error("x".into()))), Outcome::Dead { .. }));
+    }
+
+    #[test]
+    fn retry_after_is_the_plugins_delay_and_permanent_is_dead_at_once() {
+        let asked = Duration::from_secs(42 * 60);
+        let Outcome::Retry { delay, .. } = decided(1, 5, Err(Failure::RetryAfter(asked))) else { panic!("retried") };
+        assert_eq!(delay, asked, "the plugin's delay, not the backoff (nor its cap)");
+        assert_eq!(
+            decided(1, 5, Err(Failure::Permanent("bad input".into()))),
+            Outcome::Dead { error: "permanent: bad input".into() }
+        );
     }
 }

@@ -170,3 +170,36 @@ impl Runner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::task::Lease;
+
+    fn finished(id: &str, claim: &Arc<AtomicUsize>) -> Finished {
+        let slots = Arc::new(Semaphore::new(2));
+        let permits = (slots.clone().try_acquire_owned().unwrap(), slots.try_acquire_owned().unwrap());
+        let lease = Lease { id: id.as_bytes().to_vec(), token: 1, claim: 1 };
+        let settlement = Settlement { lease, outcome: Outcome::Cancelled, run: Default::default() };
+        Finished { settlement, span: None, permits, claim_unreported: claim.clone() }
+    }
+
+    #[test]
+    fn a_batch_waits_for_its_claims_until_each_has_reported_every_outcome() {
+        let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(1)));
+        let mut gathered = Gathered::default();
+        gathered.push(finished("a", &first));
+        gathered.push(finished("b", &first));
+        assert_eq!(gathered.claims.len(), 1, "a claim is tracked once");
+        assert!(gathered.claims_reported(), "the first claim has no outcome still to come");
+        gathered.push(finished("c", &second));
+        assert!(!gathered.claims_reported(), "the second claim still runs a task");
+        second.store(0, Ordering::Release);
+        assert!(gathered.claims_reported());
+        let ids: Vec<&[u8]> = gathered.batch.iter().map(|s| &s.lease.id[..]).collect();
+        assert_eq!(ids, [b"a", b"b", b"c"]);
+        assert_eq!(gathered.permits.len(), 3, "every slot is held until the settle");
+    }
+}
