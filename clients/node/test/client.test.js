@@ -153,7 +153,7 @@ test("a sharded type routes each id to its shard, as the Python client does", as
 });
 
 test("the shipped scripts are the host's", () => {
-  const host = path.join(__dirname, "..", "..", "..", "host", "src", "store", "scripts");
+  const host = path.join(__dirname, "..", "..", "..", "host", "store", "src", "scripts");
   for (const name of fs.readdirSync(path.join(__dirname, "..", "scripts"))) {
     const mine = fs.readFileSync(path.join(__dirname, "..", "scripts", name));
     assert.ok(mine.equals(fs.readFileSync(path.join(host, name))), `${name}: run 'bash clients/sync-scripts.sh'`);

@@ -19,7 +19,7 @@ import redis.asyncio
 import hourglass_client as hg
 from hourglass_client import Child, Hourglass
 
-HOST_SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "host", "src", "store", "scripts")
+HOST_SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "host", "store", "src", "scripts")
 
 
 class Server:
