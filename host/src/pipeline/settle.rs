@@ -43,6 +43,27 @@ impl Gathered {
         }
     }
 
+    /// Takes what is queued; while the claims in hand still have tasks
+    /// running, lingers briefly for them, so that one script call settles
+    /// whole claims rather than one or two tasks. Later claims are not
+    /// waited for: their slots are what the next claim is made of, so
+    /// merging them would stall the pipeline.
+    async fn take_more(&mut self, rx: &mut mpsc::UnboundedReceiver<Finished>) {
+        let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
+        while self.batch.len() < SETTLE_MAX {
+            let next = match rx.try_recv() {
+                Ok(next) => Some(next),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) if self.claims_reported() => None,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
+                }
+            };
+            let Some(next) = next else { break };
+            self.push(next);
+        }
+    }
+
     /// Every outcome of the claims in hand is queued (and so taken or about to be).
     fn claims_reported(&self) -> bool {
         self.claims.iter().all(|c| c.load(Ordering::Acquire) == 0)
@@ -74,24 +95,7 @@ impl Runner {
         let mut gathered = Gathered::default();
         while let Some(first) = rx.recv().await {
             gathered.push(first);
-            // Take what is queued; while the claims in hand still have tasks
-            // running, linger briefly for them, so that one script call
-            // settles whole claims rather than one or two tasks. Later
-            // claims are not waited for: their slots are what the next
-            // claim is made of, so merging them would stall the pipeline.
-            let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
-            while gathered.batch.len() < SETTLE_MAX {
-                let next = match rx.try_recv() {
-                    Ok(next) => Some(next),
-                    Err(mpsc::error::TryRecvError::Disconnected) => None,
-                    Err(mpsc::error::TryRecvError::Empty) if gathered.claims_reported() => None,
-                    Err(mpsc::error::TryRecvError::Empty) => {
-                        tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
-                    }
-                };
-                let Some(next) = next else { break };
-                gathered.push(next);
-            }
+            gathered.take_more(&mut rx).await;
             let Gathered { batch, permits, spans, .. } = std::mem::take(&mut gathered);
             let (results, group_reports) = self.write_outcomes(&task_type, &batch).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
@@ -201,5 +205,58 @@ mod tests {
         let ids: Vec<&[u8]> = gathered.batch.iter().map(|s| &s.lease.id[..]).collect();
         assert_eq!(ids, [b"a", b"b", b"c"]);
         assert_eq!(gathered.permits.len(), 3, "every slot is held until the settle");
+    }
+
+    fn batch_ids(gathered: &Gathered) -> Vec<String> {
+        gathered.batch.iter().map(|s| String::from_utf8_lossy(&s.lease.id).into_owned()).collect()
+    }
+
+    // Paused time: the linger is stepped by tokio, not by this machine's speed.
+    #[tokio::test(start_paused = true)]
+    async fn it_lingers_for_its_claims_outcomes_still_to_come_but_not_for_later_claims() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let claim = Arc::new(AtomicUsize::new(1));
+        let mut gathered = Gathered::default();
+        gathered.push(finished("a", &claim));
+        // The claim's last outcome arrives while the gather lingers (the
+        // spawned task runs only once it waits): it joins the batch.
+        let last = finished("b", &claim);
+        let (sender, counter) = (tx.clone(), claim.clone());
+        tokio::spawn(async move {
+            counter.store(0, Ordering::Release);
+            sender.send(last).ok().unwrap();
+        });
+        gathered.take_more(&mut rx).await;
+        assert_eq!(batch_ids(&gathered), ["a", "b"]);
+
+        // A claim fully reported takes what is queued and does not wait for a later claim.
+        let later = Arc::new(AtomicUsize::new(1));
+        let mut gathered = Gathered::default();
+        gathered.push(finished("c", &claim));
+        tx.send(finished("d", &later)).ok().unwrap();
+        let started = tokio::time::Instant::now();
+        gathered.take_more(&mut rx).await;
+        assert_eq!(batch_ids(&gathered), ["c", "d"]);
+        // "d"'s claim still runs a task: the gather lingered for it, then gave up.
+        assert!(started.elapsed() >= SETTLE_LINGER, "{:?}", started.elapsed());
+        let mut gathered = Gathered::default();
+        gathered.push(finished("e", &claim));
+        let started = tokio::time::Instant::now();
+        gathered.take_more(&mut rx).await;
+        assert_eq!((batch_ids(&gathered), started.elapsed()), (vec!["e".to_owned()], Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_batch_holds_at_most_settle_max_outcomes() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let claim = Arc::new(AtomicUsize::new(0));
+        for i in 0..SETTLE_MAX + 10 {
+            tx.send(finished(&i.to_string(), &claim)).ok().unwrap();
+        }
+        let mut gathered = Gathered::default();
+        gathered.push(rx.recv().await.unwrap());
+        gathered.take_more(&mut rx).await;
+        assert_eq!(gathered.batch.len(), SETTLE_MAX);
+        assert_eq!(rx.len(), 10, "the rest waits for the next batch");
     }
 }
