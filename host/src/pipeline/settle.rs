@@ -202,8 +202,7 @@ mod tests {
         assert!(!gathered.claims_reported(), "the second claim still runs a task");
         second.store(0, Ordering::Release);
         assert!(gathered.claims_reported());
-        let ids: Vec<&[u8]> = gathered.batch.iter().map(|s| &s.lease.id[..]).collect();
-        assert_eq!(ids, [b"a", b"b", b"c"]);
+        assert_eq!(batch_ids(&gathered), ["a", "b", "c"]);
         assert_eq!(gathered.permits.len(), 3, "every slot is held until the settle");
     }
 
@@ -229,7 +228,8 @@ mod tests {
         gathered.take_more(&mut rx).await;
         assert_eq!(batch_ids(&gathered), ["a", "b"]);
 
-        // A claim fully reported takes what is queued and does not wait for a later claim.
+        // What is queued is taken, a later claim's outcome too; that claim
+        // then still runs a task, so the gather lingers for it, and gives up.
         let later = Arc::new(AtomicUsize::new(1));
         let mut gathered = Gathered::default();
         gathered.push(finished("c", &claim));
@@ -237,8 +237,8 @@ mod tests {
         let started = tokio::time::Instant::now();
         gathered.take_more(&mut rx).await;
         assert_eq!(batch_ids(&gathered), ["c", "d"]);
-        // "d"'s claim still runs a task: the gather lingered for it, then gave up.
         assert!(started.elapsed() >= SETTLE_LINGER, "{:?}", started.elapsed());
+        // A batch whose claims have reported everything does not linger at all.
         let mut gathered = Gathered::default();
         gathered.push(finished("e", &claim));
         let started = tokio::time::Instant::now();
