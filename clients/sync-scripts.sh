@@ -3,7 +3,7 @@
 # host/store/src/scripts/; each client carries a byte-for-byte copy of the
 # ones it runs (clients/python/hourglass_client/scripts/, clients/node/scripts/),
 # so a group step from Python or Node is exactly the host's step, and the
-# script SHAs are the host's too. tests/layout.rs fails when a copy differs.
+# script SHAs are the host's too. tests/host/layout.rs fails when a copy differs.
 #
 #   bash clients/sync-scripts.sh           # copy them (after changing a script)
 #   bash clients/sync-scripts.sh --check   # exit 1, naming each copy that differs

@@ -253,7 +253,7 @@ fn run_bench(config: Option<&Path>, redis: Option<&str>, args: &[std::ffi::OsStr
 fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
     let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeOptions {
         cache_dir: Some(config.runner.cache_dir.clone()),
-        compile_limits: crate::runtime::CompileLimits::from(&config.runner),
+        compile_limits: config.runner.compile_limits(),
         ..crate::runtime::RuntimeOptions::new(crate::runtime::Compiler::this_binary())
     })?;
     let report = runtime.check(file)?;

@@ -31,7 +31,7 @@ pub async fn run(
         max_instances: u32::try_from(config.runner.concurrency).unwrap_or(u32::MAX),
         max_memory: largest_memory.as_u64(),
         compiler: crate::runtime::Compiler::this_binary(),
-        compile_limits: crate::runtime::CompileLimits::from(&config.runner),
+        compile_limits: config.runner.compile_limits(),
         worker_threads: config.runner.worker_threads(),
     })
     .context("cannot start the Wasm runtime")?;

@@ -14,23 +14,26 @@
 //! - [`pipeline::claim`]: a type's claim loop: slots, leases taken, sleep until due, lease renewals.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
 //! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance (compiled in a
-//!   worker process under limits).
+//!   worker process under limits): the `hourglass-runtime` crate (`host/runtime/`), which links no Redis.
 //! - [`pipeline::dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
 //! - [`pipeline::settle`]: outcomes written in batches; slots freed once they are stored.
 //! - [`pipeline::outbox`]: the follow-ups and group reports those settles committed, moved on to their types.
 //!
 //! [`pipeline`] runs that path for every type and drains it at shutdown; its
-//! stages share [`pipeline::state`], which imports none of them. Imports
+//! stages share [`pipeline::state`], which imports none of them, and write to
+//! Redis's task path through [`pipeline::ledger`] (claim, renew, settle, hand
+//! back), a trait the store implements and unit tests script. Imports
 //! point one way: no module imports one that imports it back
-//! (`tests/layout.rs` checks it).
+//! (`tests/host/layout.rs` checks it).
 //!
 //! Around it:
 //!
-//! - [`config`]: `runner.toml`. From the store crate, re-exported under the same names:
-//!   [`task_type`] (the validated type name), [`task`] (the vocabulary of a task's life: claimed,
-//!   leased, its outcome, settled), [`group`] (workflow groups: ids, callbacks, summaries) and
-//!   [`target`] (where Redis is: one server or a cluster, ACL credentials, TLS).
-//! - [`outbound`], [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
+//! - [`config`]: `runner.toml`. The vocabulary both crates below it share is the
+//!   `hourglass-task` crate (`host/task/`), re-exported under the same names: [`task_type`]
+//!   (the validated type name), [`task`] (a task's life: claimed, run, its outcome, how it
+//!   ended) and [`group`] (workflow groups: ids, callbacks); from the store, [`target`] (where
+//!   Redis is: one server or a cluster, ACL credentials, TLS).
+//! - [`outbound`] (the runtime's), [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
 //! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
@@ -54,11 +57,9 @@ pub mod host;
 pub mod hosts;
 pub mod logging;
 pub mod managed;
-pub mod outbound;
 pub mod pipeline;
 pub mod recurrence;
 pub mod registry;
-pub mod runtime;
 pub mod schedules;
 pub mod secrets;
 pub mod show;
@@ -66,7 +67,10 @@ pub mod telemetry;
 pub mod traces;
 pub mod wakeup;
 
-// The Redis side is the `hourglass-store` crate (`host/store/`); these names
-// keep one path per concept for the host's modules and for applications.
+// The sandbox is the `hourglass-runtime` crate (`host/runtime/`), the Redis
+// side the `hourglass-store` crate (`host/store/`); these names keep one path
+// per concept for the host's modules and for applications.
+pub use hourglass_runtime as runtime;
+pub use hourglass_runtime::outbound;
 pub use hourglass_store as store;
 pub use hourglass_store::{group, redis_server, target, task, task_type};

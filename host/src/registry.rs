@@ -150,7 +150,7 @@ impl Registry {
                     let policy = config.policy(task_type);
                     let values = values.get(task_type).cloned().unwrap_or_default();
                     let plugin_name = file_stem(file);
-                    let handler = Handler::new(component.clone(), plugin_name, &policy, values);
+                    let handler = Handler::new(component.clone(), plugin_name, &policy.sandbox(), values);
                     let entry = Entry {
                         handler: Arc::new(handler),
                         policy,
@@ -276,7 +276,7 @@ impl Registry {
                 warn!("runner.toml: the change to {what} takes effect after a restart");
             }
         }
-        self.runtime.set_compile_limits(crate::runtime::CompileLimits::from(&new.runner));
+        self.runtime.set_compile_limits(new.runner.compile_limits());
         self.config.store(Arc::new(new));
         info!("runner.toml reloaded");
         self.reload();

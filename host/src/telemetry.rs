@@ -76,7 +76,7 @@ fn describe() {
         "Runs stopped because this host lost their lease (reaped, or not renewed in time); nothing was settled."
     );
     describe_counter!(
-        "hourglass_followups_refused_total",
+        crate::runtime::FOLLOWUPS_REFUSED_TOTAL,
         "Follow-ups a handler asked for into a type runner.toml does not grant it (may_schedule)."
     );
     describe_counter!(
@@ -320,12 +320,6 @@ pub fn followup_kept_existing(from: &TaskType, to: &TaskType) {
     handle();
     counter!("hourglass_followups_kept_existing_total", "type" => from.to_string(), "target" => to.to_string())
         .increment(1);
-}
-
-/// A handler of `from` asked to schedule into `to`, which runner.toml does not grant it.
-pub fn followup_refused(from: &TaskType, to: &TaskType) {
-    handle();
-    counter!("hourglass_followups_refused_total", "type" => from.to_string(), "target" => to.to_string()).increment(1);
 }
 
 /// A workflow group with callbacks of `callback_type` was opened by a run's work.

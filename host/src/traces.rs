@@ -20,9 +20,7 @@ use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{
-    Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
-};
+use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -35,6 +33,7 @@ use crate::config::traces_url;
 use crate::store::Store;
 use crate::task::{ClaimedTask, Ended};
 use crate::task_type::TaskType;
+pub use hourglass_runtime::trace::RunTrace;
 
 /// How often finished spans are sent to the collector (the SDK's default).
 const EXPORT_EVERY: Duration = Duration::from_secs(5);
@@ -159,19 +158,20 @@ impl Batch {
                 KeyValue::new("hourglass.plugin.hash", plugin_hash.to_owned()),
             ])
             .start_with_context(&self.traces.tracer, &parent);
-        RunSpan { span }
+        RunSpan { span, tracer: self.traces.tracer.clone() }
     }
 }
 
 /// The span of one run; ends with [`RunSpan::end`], or when dropped (a run ended by shutdown).
 pub struct RunSpan {
     span: opentelemetry_sdk::trace::Span,
+    tracer: SdkTracer,
 }
 
 impl RunSpan {
-    /// The span's context: the parent of the run's outbound HTTP spans.
-    pub fn context(&self) -> SpanContext {
-        self.span.span_context().clone()
+    /// What the sandbox needs to trace the run's outbound HTTP requests as children of this span.
+    pub fn run_trace(&self) -> RunTrace {
+        RunTrace { parent: self.span.span_context().clone(), tracer: self.tracer.clone() }
     }
 
     /// Ends the span, after the settle, with what it committed: `succeeded`,
@@ -188,60 +188,6 @@ impl RunSpan {
     pub fn stopped(mut self) {
         self.span.set_attribute(KeyValue::new("hourglass.outcome", "stopped"));
         self.span.end();
-    }
-}
-
-/// The span of one outbound HTTP request of a run; ends when dropped.
-pub struct HttpSpan {
-    span: opentelemetry_sdk::trace::Span,
-}
-
-/// Starts the client span of one outbound request under the run's span and
-/// writes its `traceparent` into the request's headers (replacing the guest's, if any).
-pub fn http_request(parent: &SpanContext, request: &mut http::Request<impl Sized>) -> Option<HttpSpan> {
-    let traces = TRACES.load_full()?;
-    let uri = request.uri();
-    let mut attributes = vec![
-        KeyValue::new("http.request.method", request.method().as_str().to_owned()),
-        KeyValue::new("server.address", uri.host().unwrap_or_default().to_owned()),
-        // No query: it may carry secrets.
-        KeyValue::new(
-            "url.full",
-            format!(
-                "{}://{}{}",
-                uri.scheme_str().unwrap_or("http"),
-                uri.authority().map_or("", |a| a.as_str()),
-                uri.path()
-            ),
-        ),
-    ];
-    if let Some(port) = uri.port_u16() {
-        attributes.push(KeyValue::new("server.port", i64::from(port)));
-    }
-    let cx = Context::new().with_remote_span_context(parent.clone());
-    let span = traces
-        .tracer
-        .span_builder(request.method().as_str().to_owned())
-        .with_kind(SpanKind::Client)
-        .with_attributes(attributes)
-        .start_with_context(&traces.tracer, &cx);
-    let cx = Context::new().with_remote_span_context(span.span_context().clone());
-    TraceContextPropagator::new().inject_context(&cx, &mut opentelemetry_http::HeaderInjector(request.headers_mut()));
-    Some(HttpSpan { span })
-}
-
-impl HttpSpan {
-    /// Records the response status (4xx and 5xx mark the span as an error).
-    pub fn status(&mut self, status: u16) {
-        self.span.set_attribute(KeyValue::new("http.response.status_code", i64::from(status)));
-        if status >= 400 {
-            self.span.set_status(Status::error(format!("HTTP {status}")));
-        }
-    }
-
-    /// Records why the request failed.
-    pub fn failed(&mut self, error: &dyn std::fmt::Display) {
-        self.span.set_status(Status::error(error.to_string()));
     }
 }
 
@@ -310,6 +256,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use opentelemetry::trace::TraceContextExt;
+
     use super::*;
 
     #[test]

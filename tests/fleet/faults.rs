@@ -495,23 +495,24 @@ fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
     });
     // Redis freezes for longer than the lease; its clock runs on, so every lease
     // held now has expired when it answers again.
-    // Redis's clock and every lease (crate::support::leases' script), read at one
-    // instant with the stall: in the same MULTI.
-    let ((secs, micros), pairs, ()): ((i64, i64), Vec<String>, ()) = redis::pipe()
+    // Redis's clock and every lease (the store's holders script, as
+    // crate::support::leases runs it), read at one instant with the stall: in the same MULTI.
+    let ((secs, micros), holders, ()): ((i64, i64), redis::Value, ()) = redis::pipe()
         .atomic()
         .cmd("TIME")
         .cmd("EVAL")
-        .arg(crate::support::LEASES_SCRIPT)
+        .arg(hourglass::store::holders_source())
         .arg(2)
-        .arg(crate::support::key(TYPE, "claimed"))
         .arg(crate::support::key(TYPE, "tokens"))
+        .arg(crate::support::key(TYPE, "claimed"))
+        .arg(crate::support::ALL_IDS)
         .cmd("DEBUG")
         .arg("SLEEP")
         .arg(STALL_S)
         .query(&mut conn)
         .unwrap();
     let t0_ms = secs * 1000 + micros / 1000;
-    let held: HashMap<String, String> = pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+    let held: HashMap<String, String> = crate::support::lease_map(holders);
     assert!(!held.is_empty(), "nothing was leased at the stall");
     wait_all_done(&mut conn, n);
     // Recovery: from the stall's start until the first task leased at it was

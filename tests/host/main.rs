@@ -1,4 +1,4 @@
-//! Tests of one host from outside: the runner, controls, recurring schedules, the CLI, the admin server and dashboard, traces, bad data in Redis, and workflows.
+//! Tests of one host from outside: the runner, controls, recurring schedules, the CLI, the admin server and dashboard, traces, bad data in Redis, and workflows; and the shape of the crates (layout).
 //!
 //! One test binary per area (tests/<area>/main.rs), each module a file of its own;
 //! `cargo test --test host <module>::` runs one module.
@@ -10,6 +10,7 @@ mod admin;
 mod bad_data;
 mod cli;
 mod controls;
+mod layout;
 mod runner;
 mod schedules;
 mod traces;

@@ -171,7 +171,7 @@ fn handler_from_toml(plugin: &str, task_type: &str, table: &str) -> Handler {
     let config = Config::parse(&text, "runner.toml").unwrap_or_else(|e| panic!("{e:#}"));
     let t = task_type.parse().unwrap();
     let values = hourglass::secrets::resolve_all(config.config_values()).unwrap();
-    Handler::new(component(plugin), plugin, &config.policy(&t), values[&t].clone())
+    Handler::new(component(plugin), plugin, &config.policy(&t).sandbox(), values[&t].clone())
 }
 
 /// A webhook handler posting to `server` (allowed), with the token from a secret file.
@@ -374,7 +374,7 @@ fn order_timeout_calls_the_order_service_or_only_logs() {
     assert_eq!(server.seen().len(), 2);
 
     // Without order_service it only logs (the quick start).
-    let h = Handler::new(component("order.timeout"), "order.timeout", &TypePolicy::default(), Arc::default());
+    let h = Handler::new(component("order.timeout"), "order.timeout", &TypePolicy::default().sandbox(), Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", "o-4", r#"{"order_id":"B1","amount":3}"#, 1)));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("B1") && logs.contains("log only"), "{logs}");

@@ -220,7 +220,7 @@ mod measure {
             may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
             ..TypePolicy::default()
         };
-        Handler::new(component, task_type, &policy, Arc::new(BTreeMap::new()))
+        Handler::new(component, task_type, &policy.sandbox(), Arc::new(BTreeMap::new()))
     }
 
     /// The smallest memory_limit (MiB) under which one task succeeds.
@@ -262,7 +262,7 @@ mod measure {
             let t = Instant::now();
             let component = rt.load(&path).unwrap();
             let cached = t.elapsed();
-            let h = Handler::new(component, task_type, &TypePolicy::default(), Arc::new(BTreeMap::new()));
+            let h = Handler::new(component, task_type, &TypePolicy::default().sandbox(), Arc::new(BTreeMap::new()));
             let task = task(task_type, payload);
             assert!(h.run_now(&task).result.is_ok(), "{task_type} failed");
             let t = Instant::now();

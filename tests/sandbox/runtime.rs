@@ -54,7 +54,7 @@ fn task(task_type: &str, id: &[u8], payload: &str) -> ClaimedTask {
 
 fn handler_with(component: Component, policy: &TypePolicy, config: &[(&str, &str)]) -> Handler {
     let config: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    Handler::new(component, "chaos", policy, Arc::new(config))
+    Handler::new(component, "chaos", &policy.sandbox(), Arc::new(config))
 }
 
 /// Runs chaos with `payload` under a 10s deadline and 64 MiB.
@@ -78,7 +78,7 @@ fn noop_succeeds() {
     let component = runtime().load(&crate::support::plugin("noop")).unwrap();
     assert_eq!(component.hash().len(), 12);
     assert_eq!(component.path(), crate::support::plugin("noop"));
-    let h = Handler::new(component, "noop", &TypePolicy::default(), Arc::default());
+    let h = Handler::new(component, "noop", &TypePolicy::default().sandbox(), Arc::default());
     let run = h.run_now(&task("noop", b"n-1", ""));
     assert_eq!(run.result, Ok(()));
     assert!(run.followups.is_empty());
@@ -248,7 +248,7 @@ fn followups_are_validated() {
 fn device_offline_schedules_an_alert() {
     let component = runtime().load(&crate::support::plugin("device.offline")).unwrap();
     let may_alert = TypePolicy { may_schedule: vec!["device.alert".parse().unwrap()], ..TypePolicy::default() };
-    let h = Handler::new(component, "device.offline", &may_alert, Arc::default());
+    let h = Handler::new(component, "device.offline", &may_alert.sandbox(), Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("device.offline", b"sensor-9", "")));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("WARN") && logs.contains("sensor-9"), "{logs}");
@@ -257,7 +257,7 @@ fn device_offline_schedules_an_alert() {
     assert_eq!(run.followups[0].id, b"sensor-9");
 
     let alert = runtime().load(&crate::support::plugin("device.alert")).unwrap();
-    let h = Handler::new(alert, "device.alert", &TypePolicy::default(), Arc::default());
+    let h = Handler::new(alert, "device.alert", &TypePolicy::default().sandbox(), Arc::default());
     let mut t = task("device.alert", b"sensor-9", "");
     t.payload = run.followups[0].payload.clone();
     assert_eq!(h.run_now(&t).result, Ok(()));
@@ -266,7 +266,7 @@ fn device_offline_schedules_an_alert() {
 #[test]
 fn order_timeout_and_flaky_examples() {
     let component = runtime().load(&crate::support::plugin("order.timeout")).unwrap();
-    let h = Handler::new(component, "order.timeout", &TypePolicy::default(), Arc::default());
+    let h = Handler::new(component, "order.timeout", &TypePolicy::default().sandbox(), Arc::default());
     let (run, logs) = capture_logs(|| h.run_now(&task("order.timeout", b"o-1", r#"{"order_id":"A17","amount":12.5}"#)));
     assert_eq!(run.result, Ok(()));
     assert!(logs.contains("A17") && logs.contains("cancelled"), "{logs}");
@@ -276,7 +276,7 @@ fn order_timeout_and_flaky_examples() {
     }
 
     let component = runtime().load(&crate::support::plugin("flaky")).unwrap();
-    let h = Handler::new(component, "flaky", &TypePolicy::default(), Arc::default());
+    let h = Handler::new(component, "flaky", &TypePolicy::default().sandbox(), Arc::default());
     let mut t = task("flaky", b"f-1", r#"{"fail_times":2}"#);
     for attempt in 1..=2 {
         t.attempt = attempt;
@@ -380,7 +380,7 @@ fn a_second_runtime_loads_from_the_shared_cache() {
     let started = Instant::now();
     let component = second.load(&crate::support::test_plugin("chaos")).unwrap();
     let warm = started.elapsed();
-    let h = Handler::new(component, "chaos", &TypePolicy::default(), Arc::default());
+    let h = Handler::new(component, "chaos", &TypePolicy::default().sandbox(), Arc::default());
     assert_eq!(h.run_now(&task("chaos", b"x", "ok")).result, Ok(()));
     eprintln!("chaos.wasm: cold load {cold:?}, cached load {warm:?}");
     let _ = std::fs::remove_dir_all(&cache);

@@ -120,52 +120,48 @@ pub fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("ZCARD").arg(key).query(conn).unwrap()
 }
 
-/// The tasks of `task_type` leased now: id → the host id that holds them. Read
-/// from the claim records (`claimed`, see the host's `scripts/prelude.lua`)
-/// and from the per-task leases older hosts left in `tokens`.
+/// The tasks of `task_type` leased now: id → the host id that holds them, as
+/// the store's own `holders` script reads them (from the claim records and
+/// the per-task leases older hosts left in `tokens`).
 pub fn leases(conn: &mut impl redis::ConnectionLike, task_type: &str) -> std::collections::HashMap<String, String> {
     leases_in(conn, &format!("hourglass:{{{task_type}}}:claimed"), &format!("hourglass:{{{task_type}}}:tokens"))
 }
 
-/// The script behind [`leases_in`]: KEYS 1 `claimed`, 2 `tokens`; returns id, holder pairs
-/// (tests/faults.rs runs it inside a MULTI).
-pub const LEASES_SCRIPT: &str = r#"
-    -- A key planted with another type (tests of bad data) holds no leases.
-    local function hgetall(k)
-      if redis.call('TYPE', k)['ok'] == 'hash' then return redis.call('HGETALL', k) end
-      return {}
-    end
-    local out = {}
-    local legacy = hgetall(KEYS[2])
-    for i = 1, #legacy, 2 do
-      out[#out + 1] = legacy[i]
-      out[#out + 1] = string.match(legacy[i + 1], '@(.*)$') or ''
-    end
-    local all = hgetall(KEYS[1])
-    local fields = {}
-    for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-    for c, packed in pairs(fields) do
-      local live = fields[c .. ':live']
-      if live and string.match(c, '^%d+$') then
-        local rec = cmsgpack.unpack(packed)
-        for k, id in ipairs(rec[2]) do
-          if string.sub(live, k, k) == '1' then
-            out[#out + 1] = id
-            out[#out + 1] = rec[1]
-          end
-        end
-      end
-    end
-    return out"#;
+/// Most ids per host the lease readers ask `holders` for: all of them.
+pub const ALL_IDS: u64 = 1 << 40;
 
-/// [`leases`], from the claim records in `claimed` and the per-task leases in `tokens`.
+/// [`leases`], from the claim records in `claimed` and the per-task leases in
+/// `tokens`. A key planted with another type (the bad-data tests) holds no
+/// leases: it is read as an absent key (the script refuses the whole call
+/// when either key is not a hash).
 pub fn leases_in(
     conn: &mut impl redis::ConnectionLike,
     claimed: &str,
     tokens: &str,
 ) -> std::collections::HashMap<String, String> {
-    let pairs: Vec<String> = redis::Script::new(LEASES_SCRIPT).key(claimed).key(tokens).invoke(conn).unwrap();
-    pairs.chunks_exact(2).map(|p| (p[0].clone(), p[1].clone())).collect()
+    let mut hash_or_absent = |key: &str| -> String {
+        let kind: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
+        if matches!(kind.as_str(), "hash" | "none") { key.to_owned() } else { format!("{key}:not-a-hash") }
+    };
+    let (tokens, claimed) = (hash_or_absent(tokens), hash_or_absent(claimed));
+    let reply: redis::Value = redis::Script::new(&hourglass_store::holders_source())
+        .key(tokens)
+        .key(claimed)
+        .arg(ALL_IDS)
+        .invoke(conn)
+        .unwrap();
+    lease_map(reply)
+}
+
+/// The `holders` script's reply (the store's decoder) as id → host.
+pub fn lease_map(value: redis::Value) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    for h in hourglass_store::HolderCount::decode(value).unwrap() {
+        for id in h.ids {
+            out.insert(String::from_utf8(id).unwrap(), h.host.clone());
+        }
+    }
+    out
 }
 
 /// A plain success of `task`, with `followups`, to settle.

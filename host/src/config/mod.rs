@@ -135,9 +135,19 @@ pub struct RunnerConfig {
 }
 
 impl RunnerConfig {
+    /// What one compile may take: `max_plugin_size`, `compile_memory_limit`, `compile_timeout`, `compile_threads`.
+    pub fn compile_limits(&self) -> crate::runtime::CompileLimits {
+        crate::runtime::CompileLimits {
+            max_plugin_size: self.max_plugin_size.as_u64(),
+            memory: self.compile_memory_limit.as_u64(),
+            cpu_time: self.compile_timeout,
+            threads: self.compile_threads,
+        }
+    }
+
     /// Threads that run handlers: `worker_threads`, else the machine's cores up to [`MAX_DEFAULT_WORKER_THREADS`].
     pub fn worker_threads(&self) -> usize {
-        self.worker_threads.unwrap_or_else(|| cores().min(MAX_DEFAULT_WORKER_THREADS))
+        self.worker_threads.unwrap_or_else(crate::runtime::default_worker_threads)
     }
 
     /// Threads of the host's own runtime: `host_threads`, else the machine's cores up to [`MAX_DEFAULT_HOST_THREADS`].
@@ -151,15 +161,15 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Default thread counts stop growing with the machine here: more threads
-/// than the work keeps busy cost CPU per task in wake-ups (BENCHMARKS.md,
-/// "Host CPU by thread count"); `worker_threads` raises them.
-pub const MAX_DEFAULT_WORKER_THREADS: usize = 8;
-/// See [`MAX_DEFAULT_WORKER_THREADS`].
+pub use crate::runtime::{DEFAULT_COMPILE_THREADS, MAX_DEFAULT_WORKER_THREADS, MAX_THREADS};
+/// Like [`MAX_DEFAULT_WORKER_THREADS`], for the host's own runtime: defaults
+/// stop growing with the machine (`host_threads` raises it).
 pub const MAX_DEFAULT_HOST_THREADS: usize = 4;
 
 impl Default for RunnerConfig {
     fn default() -> Self {
+        // The compile limits' defaults are the sandbox's own (hourglass-runtime).
+        let compile = crate::runtime::CompileLimits::default();
         RunnerConfig {
             plugins_dir: PathBuf::from("plugins"),
             cache_dir: PathBuf::from(".hourglass/cache"),
@@ -170,27 +180,15 @@ impl Default for RunnerConfig {
             wakeup: WakeupMode::Auto,
             poll_interval: Duration::from_millis(100),
             host_id: None,
-            max_plugin_size: ByteSize::mib(64),
-            compile_memory_limit: ByteSize::mib(DEFAULT_COMPILE_MEMORY_MIB),
-            compile_timeout: Duration::from_secs(DEFAULT_COMPILE_SECS),
-            compile_threads: DEFAULT_COMPILE_THREADS,
+            max_plugin_size: ByteSize::b(compile.max_plugin_size),
+            compile_memory_limit: ByteSize::b(compile.memory),
+            compile_timeout: compile.cpu_time,
+            compile_threads: compile.threads,
             worker_threads: None,
             host_threads: None,
         }
     }
 }
-
-/// Defaults of `compile_memory_limit` and `compile_timeout`: the Python and
-/// JavaScript examples (interpreters) need up to 640 MiB of address space and
-/// 10 s of CPU here (BENCHMARKS.md); these leave room for larger plugins and
-/// slower machines.
-const DEFAULT_COMPILE_MEMORY_MIB: u64 = 1024;
-const DEFAULT_COMPILE_SECS: u64 = 120;
-/// Compile threads: the figures above were measured with two, and a compile
-/// runs once per plugin version (then it is mapped from the cache).
-pub const DEFAULT_COMPILE_THREADS: usize = 2;
-/// Most threads of a compile, of the handler executor or of the host's runtime a config may ask for.
-pub const MAX_THREADS: usize = 256;
 
 /// The most a config may ask for, so a typo cannot make the host unusable.
 pub(crate) const MAX_CONCURRENCY: usize = 100_000;

@@ -164,6 +164,23 @@ pub struct TypeConfig {
 }
 
 impl TypePolicy {
+    /// The sandbox's part of it: what the type's runs are held to.
+    pub fn sandbox(&self) -> crate::runtime::SandboxPolicy {
+        crate::runtime::SandboxPolicy {
+            timeout: self.timeout,
+            memory_limit: self.memory_limit,
+            host_memory_limit: self.host_memory_limit,
+            max_payload: self.max_payload,
+            instance_reuse: self.instance_reuse,
+            allowed_outbound_hosts: self.allowed_outbound_hosts.clone(),
+            http_timeout: self.http_timeout,
+            http_max_response: self.http_max_response,
+            http_concurrency: self.http_concurrency,
+            may_schedule: self.may_schedule.clone(),
+            may_replace: self.may_replace.clone(),
+        }
+    }
+
     /// Shard `shard`'s part of the type's `max_running` and `rate`, so that its
     /// `shards` shards, each claimed on its own, never exceed them together:
     /// max_running split as evenly as whole tasks allow (config validation

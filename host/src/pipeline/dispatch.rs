@@ -126,7 +126,7 @@ impl Run {
         };
         let since = Instant::now();
         // A panic in the host's own code fails the task, not the host.
-        let handled = claim.entry.handler.run(task, span.as_ref().map(crate::traces::RunSpan::context));
+        let handled = claim.entry.handler.run(task, span.as_ref().map(crate::traces::RunSpan::run_trace));
         let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
         let run = tokio::select! {
             biased;

@@ -41,10 +41,11 @@
 //!
 //! # Layout
 //!
-//! The vocabulary first, then the rooms of the store itself:
+//! The vocabulary first (re-exported from `hourglass-task`, which the
+//! runtime shares), then the rooms of the store itself:
 //!
 //! - [`task_type`]: the validated type name, its shards and hash tags; [`task`]: a task's life
-//!   (claimed, leased, its outcome, settled); [`group`]: workflow group ids, callbacks, summaries;
+//!   (claimed, leased, its outcome, settled); [`group`]: workflow group ids, callbacks;
 //! - [`target`]: where Redis is (one server or a cluster, ACL credentials, TLS), and the `[redis]` table;
 //!   [`redis_server`]: the one spawner of a `redis-server` (the host's managed one, the bench, the tests);
 //! - [`conn`](self) (`store/conn.rs`): one server or a cluster, connect errors, `CLUSTER NODES`;
@@ -57,11 +58,9 @@
 //! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
 //! - `reply.rs`: reading replies.
 
-pub mod group;
+pub use hourglass_task::{group, task, task_type};
 pub mod redis_server;
 pub mod target;
-pub mod task;
-pub mod task_type;
 
 mod claims;
 mod conn;
@@ -99,6 +98,7 @@ pub use tasks::{Cancelled, ScheduleMode};
 use crate::task_type::{TaskType, shard_tags};
 use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT, why_no_answer};
 use scripts::Scripts;
+pub use scripts::holders_source;
 
 /// Bound of the per-call work of "all" dead-letter operations and outbox scans.
 const BATCH: usize = 1000;

@@ -97,6 +97,13 @@ impl Store {
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot list the holders of {t} leases"))?;
+        HolderCount::decode(value)
+    }
+}
+
+impl HolderCount {
+    /// The reply of the `holders` script (see [`holders_source`](crate::holders_source)), per host.
+    pub fn decode(value: Value) -> Result<Vec<HolderCount>> {
         let Value::Array(items) = value else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         let mut it = items.into_iter();
@@ -109,7 +116,9 @@ impl Store {
         }
         Ok(out)
     }
+}
 
+impl Store {
     /// The servers to talk to directly: this one, or every node of the cluster.
     pub async fn nodes(&self) -> Result<Vec<Node>> {
         if !self.target.is_cluster() {

@@ -42,6 +42,15 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 const SERVER_CLOCK: &str =
     "local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
 
+/// The source of `holders` (who holds which leases of a type; read-only),
+/// prelude included: for a caller that must read the leases inside its own
+/// `MULTI` (`EVAL` with KEYS tokens, claimed and ARGV most ids per host), as
+/// the fault tests do at the instant they stall Redis. The store's own reader
+/// is [`Store::holders`](crate::Store::holders).
+pub fn holders_source() -> String {
+    format!("{PRELUDE}{}", include_str!("scripts/holders.lua"))
+}
+
 /// `scripts/<name>.lua` behind `$prelude`.
 macro_rules! script {
     ($prelude:expr, $name:literal) => {

@@ -148,7 +148,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// What committing the outcome as asked amounts to (settle.lua's `1`).
-    pub(crate) fn ended(&self) -> Ended {
+    pub fn ended(&self) -> Ended {
         match self {
             Outcome::Ack { .. } => Ended::Succeeded,
             Outcome::Retry { .. } => Ended::Retried,
@@ -167,7 +167,7 @@ impl Outcome {
 }
 
 /// How a run ended once it was settled: its outcome as settle.lua committed
-/// it, or fenced. [`Store::settle`](crate::Store::settle) decodes it once from
+/// it, or fenced. `Store::settle` (hourglass-store) decodes it once from
 /// the script's reply; metrics, events, spans and logs all read this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {

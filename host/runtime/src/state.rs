@@ -22,14 +22,19 @@ use super::bindings::hourglass::plugin::{
 use super::outgoing::OutboundHooks;
 use super::pipe::CappedPipe;
 use super::run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, RunMeta};
-use crate::group::{Callback, FireWhen, GroupId, GroupRef};
-use crate::task::{FollowUp, GroupWork};
-use crate::task_type::TaskType;
+use hourglass_task::group::{Callback, FireWhen, GroupId, GroupRef};
+use hourglass_task::task::{FollowUp, GroupWork};
+use hourglass_task::task_type::TaskType;
 
 /// Bytes of `log` text one run may emit; later lines are dropped (one warning says so).
 pub const LOG_CAP: usize = 64 * 1024;
 /// Limits on follow-ups of one run (mirrored in the WIT docs).
 pub(crate) const MAX_FOLLOWUPS: usize = 1000;
+
+/// The counter of follow-ups a run asked for into a type its policy does not
+/// grant (`type`, `target`), emitted through the `metrics` facade: the host's
+/// recorder exports it with its description.
+pub const FOLLOWUPS_REFUSED_TOTAL: &str = "hourglass_followups_refused_total";
 const MAX_FOLLOWUP_ID: usize = 1024;
 const MAX_FOLLOWUP_PAYLOAD: usize = 1024 * 1024;
 /// What a buffered follow-up costs beyond its bytes (type name, vector headers).
@@ -79,7 +84,7 @@ pub(crate) struct Grants {
 }
 
 impl Grants {
-    pub(crate) fn new(policy: &crate::config::TypePolicy) -> Grants {
+    pub(crate) fn new(policy: &crate::policy::SandboxPolicy) -> Grants {
         let replace: BTreeSet<TaskType> = policy.may_replace.iter().cloned().collect();
         let schedule = policy.may_schedule.iter().cloned().chain(replace.iter().cloned()).collect();
         Grants { schedule, replace }
@@ -262,7 +267,8 @@ impl HostState {
         match self.grants.check(&self.meta.task_type, to) {
             Ok(replace) => Ok(replace),
             Err(why) => {
-                crate::telemetry::followup_refused(&self.meta.task_type, to);
+                metrics::counter!(FOLLOWUPS_REFUSED_TOTAL, "type" => self.meta.task_type.to_string(), "target" => to.to_string())
+                    .increment(1);
                 if !std::mem::replace(&mut self.refused_followup, true) {
                     self.meta
                         .warn(format_args!("follow-up refused (further refusals of this run are not logged): {why}"));

@@ -35,8 +35,8 @@ use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::run::{HostBudget, RunMeta};
-use crate::config::TypePolicy;
 use crate::outbound::{Allowed, AllowedHosts, Target, not_public};
+use crate::policy::SandboxPolicy;
 
 /// Outbound HTTP settings of one task type, shared by all its runs.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ pub(crate) struct HttpPolicy {
 }
 
 impl HttpPolicy {
-    pub(crate) fn new(policy: &TypePolicy) -> HttpPolicy {
+    pub(crate) fn new(policy: &SandboxPolicy) -> HttpPolicy {
         HttpPolicy {
             allowed: policy.allowed_outbound_hosts.clone(),
             timeout: policy.http_timeout,
@@ -66,7 +66,7 @@ pub(crate) struct Caller {
     pub(crate) plugin: Arc<str>,
     pub(crate) meta: Arc<RunMeta>,
     /// The run's span: each request gets a child span and carries its `traceparent`.
-    pub(crate) trace: Option<opentelemetry::trace::SpanContext>,
+    pub(crate) trace: Option<crate::trace::RunTrace>,
 }
 
 /// Refusals one run logs in full; later ones are only counted, so a guest
@@ -233,9 +233,7 @@ impl Sender {
     /// Sends the request; when the run is traced, inside a client span whose
     /// `traceparent` the request carries.
     async fn send(self, mut request: http::Request<WasiBody>) -> Result<(http::Response<WasiBody>, IoFuture), Error> {
-        let Some(mut span) =
-            self.caller.trace.as_ref().and_then(|parent| crate::traces::http_request(parent, &mut request))
-        else {
+        let Some(mut span) = self.caller.trace.as_ref().map(|run| crate::trace::http_request(run, &mut request)) else {
             return self.exchange(request).await;
         };
         let result = self.exchange(request).await;

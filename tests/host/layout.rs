@@ -4,7 +4,8 @@
 //! module's code names (comments and its `#[cfg(test)]` modules aside,
 //! `use crate::{a, b}` included) is an edge of the graph, and a cycle fails
 //! the test naming its modules. Between crates, cargo keeps the arrows one
-//! way: `hourglass-store` cannot name `hourglass` or wasmtime.
+//! way: `hourglass-task` names none of the others, `hourglass-store` (Redis)
+//! and `hourglass-runtime` (wasmtime) name only it, and `hourglass` sits on top.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,7 +16,12 @@ const MAX_LINES: usize = 600;
 /// The crates read here: their names and `src` folders.
 fn crates() -> Vec<(&'static str, PathBuf)> {
     let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-    vec![("hourglass", host.join("src")), ("hourglass-store", host.join("store/src"))]
+    vec![
+        ("hourglass", host.join("src")),
+        ("hourglass-task", host.join("task/src")),
+        ("hourglass-store", host.join("store/src")),
+        ("hourglass-runtime", host.join("runtime/src")),
+    ]
 }
 
 fn sources(src: &Path) -> Vec<PathBuf> {
@@ -221,7 +227,9 @@ fn imports_between_top_level_modules_have_no_cycle() {
             names.remove(&module);
             graph.entry(module).or_default().extend(names);
         }
-        assert!(graph.len() > 10, "read {} modules of {name}: the walk found too little", graph.len());
+        // The vocabulary crate has 4 modules; every other has more than 10.
+        let least = if name == "hourglass-task" { 4 } else { 11 };
+        assert!(graph.len() >= least, "read {} modules of {name}: the walk found too little", graph.len());
         let found = cycles(&graph);
         assert!(found.is_empty(), "import cycles between top-level modules of {name}: {found:?}");
     }

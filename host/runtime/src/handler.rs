@@ -12,17 +12,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytesize::ByteSize;
-use opentelemetry::trace::SpanContext;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::TaskHandler;
 use super::bindings::hourglass::plugin::types as wit_types;
+use super::policy::SandboxPolicy;
 use super::run::{HostBudget, MAX_RESOURCES, OUTPUT_CAP, RunMeta};
 use super::state::{Grants, HostState, RunParts, cap_error};
+use super::trace::RunTrace;
 use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
-use crate::config::TypePolicy;
-use crate::logging::clean_id;
-use crate::task::{ClaimedTask, FollowUp, GroupWork};
+use hourglass_task::clean::clean_id;
+use hourglass_task::task::{ClaimedTask, FollowUp, GroupWork};
 
 /// Idle warm instances one handler keeps for its next tasks (`instance_reuse`).
 const WARM_PER_HANDLER: usize = 8;
@@ -143,7 +143,7 @@ impl Handler {
     pub fn new(
         component: Component,
         plugin_name: impl Into<String>,
-        policy: &TypePolicy,
+        policy: &SandboxPolicy,
         config: Arc<BTreeMap<String, String>>,
     ) -> Handler {
         Handler {
@@ -188,7 +188,7 @@ impl Handler {
     /// the run wherever it is: in guest code (the epoch callback traps it) or
     /// blocked in a host call (the future is dropped, which cancels the call
     /// and frees the instance).
-    pub async fn run(&self, task: &ClaimedTask, trace: Option<SpanContext>) -> TaskRun {
+    pub async fn run(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> TaskRun {
         if let Some(refused) = self.refuse_oversize(task) {
             return refused;
         }
@@ -232,7 +232,7 @@ impl Handler {
     /// state carry over from one task to the next, so a task can see data an
     /// earlier task of the same type left behind, and a handler that corrupts
     /// its own state without failing affects the tasks after it.
-    async fn run_reusing(&self, task: &ClaimedTask, trace: Option<SpanContext>) -> TaskRun {
+    async fn run_reusing(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> TaskRun {
         let deadline = Instant::now() + self.limits.timeout;
         let parts = self.run_parts(task, deadline, trace.clone());
         let meta = parts.meta.clone();
@@ -365,7 +365,7 @@ impl Handler {
     }
 
     /// The parts of the state that belong to one task: who logs, the outbound HTTP hooks, the deadline.
-    fn run_parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<SpanContext>) -> RunParts {
+    fn run_parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<RunTrace>) -> RunParts {
         let meta = Arc::new(RunMeta {
             plugin: self.plugin_name.clone(),
             plugin_hash: self.component.hash().to_owned(),

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytesize::ByteSize;
 
-use crate::logging::Clean;
-use crate::task_type::TaskType;
+use hourglass_task::clean::Clean;
+use hourglass_task::task_type::TaskType;
 
 /// Bytes of stdout and of stderr kept per run; the rest is dropped.
 pub const OUTPUT_CAP: usize = 64 * 1024;

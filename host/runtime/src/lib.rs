@@ -1,5 +1,9 @@
 //! The wasmtime sandbox: compiles plugins (with an on-disk cache) and runs one task per fresh instance.
 //!
+//! This crate links no Redis: it is handed tasks (`hourglass-task`'s
+//! `ClaimedTask`) and returns what each run asked for ([`TaskRun`]); the
+//! host's pipeline claims and settles them. Cargo keeps the arrow one way.
+//!
 //! One [`Runtime`] owns the engine (pooling allocator, epoch interruption),
 //! the linker (deny-all WASI, the `hourglass:plugin` imports, and `wasi:http`
 //! whose every request passes the type's allow-list in `outgoing`) and the
@@ -12,6 +16,22 @@
 //! Everything is async: a run that passes its deadline is ended wherever it
 //! is, in guest code or blocked in a host call, and its instance, pooled slot
 //! and host memory come back at once.
+//!
+//! # Layout
+//!
+//! In the order a plugin meets them:
+//!
+//! - `compile.rs`: compiling in a child process under limits (`compile-worker`); `cache.rs`: the
+//!   on-disk cache of compiled plugins; `check.rs`: a component checked against the world;
+//!   `priority.rs`: compiles at low CPU priority;
+//! - `policy.rs`: what a type's runs are held to; `handler.rs`: a component bound to it, one run
+//!   per fresh `Store`; `run.rs`: a run's identity, caps and budget; `state.rs`: its host state and
+//!   the `hourglass:plugin` imports; `pipe.rs`: captured output;
+//! - [`outbound`]: allow-lists and address checks; `outgoing.rs`: `wasi:http` requests through them;
+//!   [`trace`]: the client spans of a traced run's requests.
+
+pub mod outbound;
+pub mod trace;
 
 mod cache;
 mod check;
@@ -19,6 +39,7 @@ mod compile;
 mod handler;
 mod outgoing;
 mod pipe;
+mod policy;
 mod priority;
 mod run;
 mod state;
@@ -38,19 +59,20 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 pub use check::{CheckReport, CompileReport};
 pub use compile::{
-    CompileLimits, CompileStats, Compiler, Refused, WorkerArgs, is_refused, worker as compile_worker,
-    worker_if_asked as compile_worker_if_asked,
+    CompileLimits, CompileStats, Compiler, DEFAULT_COMPILE_THREADS, Refused, WorkerArgs, is_refused,
+    worker as compile_worker, worker_if_asked as compile_worker_if_asked,
 };
 pub use handler::{Failure, Handler, Limits, TaskRun};
+pub use policy::SandboxPolicy;
 pub use run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
-pub use state::LOG_CAP;
+pub use state::{FOLLOWUPS_REFUSED_TOTAL, LOG_CAP};
 
 use state::HostState;
 
 mod bindings {
     //! Host bindings of `plugin-sdk/wit`, the one contract with plugins.
     wasmtime::component::bindgen!({
-        path: "../plugin-sdk/wit",
+        path: "../../plugin-sdk/wit",
         world: "task-handler",
         // `handle` is called with call_async; the hourglass imports are quick and stay sync.
         exports: { default: async },
@@ -88,6 +110,18 @@ const WARM_IDLE_MAX: usize = 64;
 /// guest in a loop yields its executor thread.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 
+/// Most threads of a compile or of the handler executor a caller may ask for.
+pub const MAX_THREADS: usize = 256;
+/// The handler executor's default stops growing with the machine here: more
+/// threads than the work keeps busy cost CPU per task in wake-ups
+/// (BENCHMARKS.md, "Host CPU by thread count"); `worker_threads` raises it.
+pub const MAX_DEFAULT_WORKER_THREADS: usize = 8;
+
+/// Threads that run handlers when none are asked for: the machine's cores, up to [`MAX_DEFAULT_WORKER_THREADS`].
+pub fn default_worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_DEFAULT_WORKER_THREADS)
+}
+
 /// Sizing of a [`Runtime`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeOptions {
@@ -117,7 +151,7 @@ impl RuntimeOptions {
             max_memory: ByteSize::mib(64).as_u64(),
             compiler,
             compile_limits: CompileLimits::default(),
-            worker_threads: crate::config::RunnerConfig::default().worker_threads(),
+            worker_threads: default_worker_threads(),
         }
     }
 }

@@ -58,20 +58,27 @@ pub struct CompileLimits {
     pub threads: usize,
 }
 
+/// Default `compile_memory_limit` and `compile_timeout`: the Python and
+/// JavaScript examples (interpreters) need up to 640 MiB of address space and
+/// 10 s of CPU here (BENCHMARKS.md); these leave room for larger plugins and
+/// slower machines.
+const DEFAULT_COMPILE_MEMORY: u64 = 1024 * 1024 * 1024;
+const DEFAULT_COMPILE_CPU: Duration = Duration::from_secs(120);
+/// Default `max_plugin_size`.
+const DEFAULT_MAX_PLUGIN_SIZE: u64 = 64 * 1024 * 1024;
+/// Compile threads: the figures above were measured with two, and a compile
+/// runs once per plugin version (then it is mapped from the cache).
+pub const DEFAULT_COMPILE_THREADS: usize = 2;
+
+/// The defaults of runner.toml's `max_plugin_size`, `compile_memory_limit`,
+/// `compile_timeout` and `compile_threads`; the same on any number of cores.
 impl Default for CompileLimits {
     fn default() -> Self {
-        let runner = crate::config::RunnerConfig::default();
-        CompileLimits::from(&runner)
-    }
-}
-
-impl From<&crate::config::RunnerConfig> for CompileLimits {
-    fn from(r: &crate::config::RunnerConfig) -> Self {
         CompileLimits {
-            max_plugin_size: r.max_plugin_size.as_u64(),
-            memory: r.compile_memory_limit.as_u64(),
-            cpu_time: r.compile_timeout,
-            threads: r.compile_threads,
+            max_plugin_size: DEFAULT_MAX_PLUGIN_SIZE,
+            memory: DEFAULT_COMPILE_MEMORY,
+            cpu_time: DEFAULT_COMPILE_CPU,
+            threads: DEFAULT_COMPILE_THREADS,
         }
     }
 }
@@ -275,7 +282,7 @@ pub(crate) fn in_child(
         cpu: Some(cpu_time(&usage)),
         peak_rss: Some(u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024),
     };
-    let stderr = crate::runtime::one_line(&String::from_utf8_lossy(&stderr));
+    let stderr = crate::one_line(&String::from_utf8_lossy(&stderr));
     let plugin = path.display();
     if overstayed.load(Ordering::SeqCst) {
         return Err(refused(format!(
@@ -375,8 +382,8 @@ pub struct WorkerArgs {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = crate::config::DEFAULT_COMPILE_THREADS as u16,
-        value_parser = clap::value_parser!(u16).range(1..=crate::config::MAX_THREADS as i64)
+        default_value_t = DEFAULT_COMPILE_THREADS as u16,
+        value_parser = clap::value_parser!(u16).range(1..=crate::MAX_THREADS as i64)
     )]
     pub threads: u16,
 }
@@ -442,7 +449,7 @@ pub fn worker(args: &WorkerArgs) -> ExitCode {
     let compiled = match compiled {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{}", crate::runtime::one_line(&format!("{e:#}")));
+            eprintln!("{}", crate::one_line(&format!("{e:#}")));
             return ExitCode::from(EXIT_INVALID as u8);
         }
     };

@@ -1,0 +1,18 @@
+//! Hourglass's vocabulary: what a task type, a task, its outcome and a workflow group are.
+//!
+//! Every other crate speaks these words: `hourglass-store` writes them to
+//! Redis, `hourglass-runtime` hands them to plugins, and the host moves them
+//! between the two. This crate does no I/O and links neither redis nor
+//! wasmtime, so both sides can depend on it without depending on each other.
+//!
+//! # Layout
+//!
+//! - [`task_type`]: the validated type name, its shards and their hash tags;
+//! - [`task`]: a task's life: claimed, run, its outcome, how it ended once settled;
+//! - [`group`]: workflow group ids, callbacks and when they fire;
+//! - [`clean`]: text from outside (ids, guest lines) escaped for one log line.
+
+pub mod clean;
+pub mod group;
+pub mod task;
+pub mod task_type;
