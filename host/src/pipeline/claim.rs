@@ -1,16 +1,16 @@
 //! Claim: a type's loop that takes due tasks under a lease as slots free up, sleeps until the next is due, and renews leases.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{error, info, warn};
 
+use super::ledger::{Ledger, renew};
 use super::state::{Permits, Runner, TypeState};
 use crate::health::Trouble;
 use crate::logging::clean_id;
-use crate::store::{ClaimLimits, Extended};
+use crate::store::ClaimLimits;
 use crate::task::Lease;
 use crate::task_type::TaskType;
 
@@ -72,7 +72,7 @@ impl Runner {
                 rate,
                 fair_by: entry.policy.fair_by.clone(),
             };
-            let claim = match self.store.claim(&task_type, &limits).await {
+            let claim = match Ledger::claim(&self.store, &task_type, &limits).await {
                 Ok(c) => {
                     state.metrics.claimed(&c);
                     if c.paused != was_paused {
@@ -193,35 +193,11 @@ impl Runner {
             if due.is_empty() {
                 continue;
             }
-            match self.store.extend(&task_type, &due, self.lease.as_millis() as u64).await {
-                Ok(extended) => {
-                    self.health.succeeded(&task_type, "extend");
-                    let mut lost: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-                    let mut map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-                    for (key, extended) in due.iter().zip(extended) {
-                        match (extended, map.get_mut(key)) {
-                            (Extended::Extended, Some(run)) => run.renewed = Instant::now(),
-                            (Extended::Cancelled, Some(run)) => {
-                                // The cancel message was missed: the mark in Redis says so.
-                                run.renewed = Instant::now();
-                                run.stop.cancel();
-                            }
-                            (Extended::Lost, Some(run)) => {
-                                if run.lose() {
-                                    lost.entry(key.claim).or_default().push(clean_id(&key.id));
-                                }
-                            }
-                            (_, None) => {}
-                        }
-                    }
-                    for (claim, ids) in lost {
-                        warn!(task_type = %task_type, claim, tasks = ids.len(), ids = %ids.join(","),
-                            "lease lost while running (reaped: another host may run these tasks): their runs are stopped");
-                    }
-                }
-                Err(e) => {
-                    self.health.failed(&task_type, "extend", &e);
-                }
+            let lease_ms = self.lease.as_millis() as u64;
+            let lost = renew(&self.store, &self.health, &task_type, &state.in_flight, &due, lease_ms).await;
+            for (claim, ids) in lost {
+                warn!(task_type = %task_type, claim, tasks = ids.len(), ids = %ids.join(","),
+                    "lease lost while running (reaped: another host may run these tasks): their runs are stopped");
             }
         }
     }

@@ -6,12 +6,14 @@
 //! and [`settle`] writes the outcomes in batches and only then frees the
 //! slots; [`outbox`] then moves the follow-ups they committed on to their
 //! types (also at each heartbeat). They share [`state`], which imports none
-//! of them. This module starts those loops for every type that has a plugin
+//! of them, and reach Redis's task path through [`ledger`] (claim, renew,
+//! settle, hand back: the store, or scripted answers in unit tests). This module starts those loops for every type that has a plugin
 //! and, at shutdown, stops claiming, lets running tasks finish within the
 //! grace period, ends the rest and hands their leases back.
 
 pub mod claim;
 pub mod dispatch;
+pub mod ledger;
 pub mod outbox;
 pub mod settle;
 pub mod state;
@@ -32,6 +34,7 @@ use crate::store::Store;
 use crate::task::CancelRequest;
 use crate::task_type::TaskType;
 use crate::wakeup::Wakeups;
+use ledger::Ledger;
 use state::{Runner, TypeState};
 
 /// What the runner is handed by the host that starts it.
@@ -175,7 +178,7 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
         if leases.is_empty() {
             continue;
         }
-        match runner.store.release(task_type, &leases).await {
+        match Ledger::release(&runner.store, task_type, &leases).await {
             Ok(n) => {
                 warn!(task_type = %task_type, handed_back = n, "leases of unfinished tasks handed back: due now for any host")
             }

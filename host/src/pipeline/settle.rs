@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use super::ledger::write_outcomes;
 use super::state::{Finished, InFlight, Permits, Runner};
 use crate::logging::clean_id;
 use crate::task::{Ended, Outcome, Settlement};
@@ -17,8 +18,6 @@ use crate::traces::RunSpan;
 const SETTLE_MAX: usize = 512;
 /// How long the settler waits for more outcomes of running tasks before writing what it has.
 const SETTLE_LINGER: Duration = Duration::from_micros(500);
-/// Longest wait between attempts to write outcomes while Redis is down or the type faulted.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Outcomes the settler has taken from its queue for one script call.
 #[derive(Default)]
@@ -97,7 +96,8 @@ impl Runner {
             gathered.push(first);
             gathered.take_more(&mut rx).await;
             let Gathered { batch, permits, spans, .. } = std::mem::take(&mut gathered);
-            let (results, group_reports) = self.write_outcomes(&task_type, &batch).await;
+            let events = || self.registry.config().events_maxlen(&task_type);
+            let (results, group_reports) = write_outcomes(&self.store, &self.health, &task_type, &batch, events).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
             if tracing::enabled!(target: "hourglass::task", tracing::Level::TRACE) {
                 for (s, r) in batch.iter().zip(&results) {
@@ -151,27 +151,6 @@ impl Runner {
         flusher.abort();
         let _ = flusher.await;
         self.flush_outbox(&task_type).await;
-    }
-
-    /// One settle call for `batch`, retried until it is written: the script
-    /// checks every key before its first write, so a failed call changed nothing.
-    /// Also returns how many group reports the settle put in the outbox.
-    async fn write_outcomes(&self, task_type: &TaskType, batch: &[Settlement]) -> (Vec<Ended>, usize) {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let events = self.registry.config().events_maxlen(task_type);
-            match self.store.settle_reporting(task_type, batch, events).await {
-                Ok(results) => {
-                    self.health.succeeded(task_type, "settle");
-                    return results;
-                }
-                Err(e) => {
-                    self.health.failed(task_type, "settle", &e);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
     }
 }
 
