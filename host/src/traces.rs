@@ -5,8 +5,9 @@
 //! attempt, outcome, lateness, plugin hash) and every outbound request of the
 //! plugin a child span, whose W3C `traceparent` goes out with the request.
 //! A client that wants its own trace continued puts a `traceparent` into the
-//! optional hash `P:{T}:trace` (id → traceparent); the host reads it with one
-//! HMGET per claimed batch, only while tracing is on, and never writes it.
+//! optional hash `P:{T}:trace` (id → traceparent); the pipeline reads it with
+//! one HMGET per claimed batch, only while tracing is on, and never writes
+//! it. This module reads nothing from Redis.
 //!
 //! Spans go in batches to `<otlp_endpoint>/v1/traces` as OTLP over
 //! HTTP/protobuf, sent by the host's own hyper client on its tokio runtime.
@@ -26,13 +27,10 @@ use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
-use tokio::sync::OnceCell;
 
 pub use crate::config::TelemetryConfig;
 use crate::config::traces_url;
-use crate::store::Store;
 use crate::task::{ClaimedTask, Ended};
-use crate::task_type::TaskType;
 pub use hourglass_runtime::trace::RunTrace;
 
 /// How often finished spans are sent to the collector (the SDK's default).
@@ -103,48 +101,22 @@ pub fn start(config: &TelemetryConfig, host_id: &str) -> Result<Option<Exporting
     Ok(Some(Exporting { provider }))
 }
 
-/// The trace state of one claimed batch while tracing is on: the client
-/// traceparents of its tasks, read once (one HMGET) by the first run to start.
-pub struct Batch {
+/// The tracer while tracing is on; see [`tracing`].
+#[derive(Clone)]
+pub struct Tracing {
     traces: Arc<Traces>,
-    store: Store,
-    task_type: TaskType,
-    ids: Vec<Vec<u8>>,
-    parents: OnceCell<HashMap<Vec<u8>, String>>,
 }
 
-/// A [`Batch`] for the tasks of one claim when tracing is on, else `None` (nothing else is paid).
-pub fn batch<'a>(store: &Store, mut tasks: impl Iterator<Item = &'a ClaimedTask>) -> Option<Arc<Batch>> {
-    let traces = TRACES.load_full()?;
-    let first = tasks.next()?;
-    let mut ids = vec![first.id.clone()];
-    ids.extend(tasks.map(|t| t.id.clone()));
-    Some(Arc::new(Batch {
-        traces,
-        store: store.clone(),
-        task_type: first.task_type.clone(),
-        ids,
-        parents: OnceCell::new(),
-    }))
+/// The tracer when tracing is on, else `None`: one atomic load, and nothing else is paid.
+pub fn tracing() -> Option<Tracing> {
+    TRACES.load_full().map(|traces| Tracing { traces })
 }
 
-impl Batch {
-    /// Starts the span of one run, as a child of the client's traceparent when it left one.
-    pub async fn start(&self, task: &ClaimedTask, plugin_hash: &str, started_ms: i64) -> RunSpan {
-        let parents = self
-            .parents
-            .get_or_init(|| async {
-                match self.store.trace_parents(&self.task_type, &self.ids).await {
-                    Ok(found) => self.ids.iter().cloned().zip(found).filter_map(|(id, p)| Some((id, p?))).collect(),
-                    Err(e) => {
-                        // Traces are a nicety: the runs go ahead as new traces.
-                        tracing::warn!(task_type = %self.task_type, "traces: cannot read the client traceparents: {e:#}");
-                        HashMap::new()
-                    }
-                }
-            })
-            .await;
-        let parent = parents.get(&task.id).map_or_else(Context::new, |p| extract(p));
+impl Tracing {
+    /// Starts the span of one run, as a child of the client's `traceparent`
+    /// when it left one (the pipeline reads them, once per claim).
+    pub fn start(&self, task: &ClaimedTask, plugin_hash: &str, started_ms: i64, traceparent: Option<&str>) -> RunSpan {
+        let parent = traceparent.map_or_else(Context::new, extract);
         let span = self
             .traces
             .tracer

@@ -1,5 +1,6 @@
 //! Dispatch: run each claimed task in the sandbox, and decide what its result means (ack, retry, dead letter).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -14,7 +15,9 @@ use crate::config::TypePolicy;
 use crate::logging::clean_id;
 use crate::registry::Entry;
 use crate::runtime::{Failure, TaskRun};
+use crate::store::Store;
 use crate::task::{ClaimedTask, FollowUp, GroupWork, Outcome, RunInfo, Settlement};
+use crate::task_type::TaskType;
 
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
 const SECONDS_NOT_MS: i64 = 100_000_000_000;
@@ -59,7 +62,7 @@ impl Runner {
             // The settler lingers for the outcomes of a claim still to come, so one
             // script call settles whole claims.
             unreported: Arc::new(AtomicUsize::new(tasks.len())),
-            trace: crate::traces::batch(&self.store, tasks.iter().map(|(t, _)| t)),
+            trace: ClaimTrace::of(&self.store, &tasks),
             settle_tx: state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             holder: self.store.holder().into(),
             aborted: self.aborted.clone(),
@@ -80,7 +83,7 @@ struct ClaimRuns {
     state: Arc<TypeState>,
     unreported: Arc<AtomicUsize>,
     /// The claim's trace state, while tracing is on.
-    trace: Option<Arc<crate::traces::Batch>>,
+    trace: Option<ClaimTrace>,
     /// The type's settle queue (none once shutdown closed it).
     settle_tx: Option<tokio::sync::mpsc::UnboundedSender<super::state::Finished>>,
     /// This host's id, for the task events.
@@ -89,6 +92,49 @@ struct ClaimRuns {
     aborted: Arc<AtomicBool>,
     /// Shutdown waits for the claim's last run ([`Runner::runs`]).
     _tracked: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+/// A traced claim: the tracer, and the client traceparents of its tasks,
+/// read once (one HMGET of `P:{T}:trace`) by the first of its runs to start.
+struct ClaimTrace {
+    tracing: crate::traces::Tracing,
+    store: Store,
+    task_type: TaskType,
+    ids: Vec<Vec<u8>>,
+    parents: tokio::sync::OnceCell<HashMap<Vec<u8>, String>>,
+}
+
+impl ClaimTrace {
+    /// The trace state of a claim of `tasks` while tracing is on; `None` (and nothing else paid) otherwise.
+    fn of(store: &Store, tasks: &[(ClaimedTask, Permits)]) -> Option<ClaimTrace> {
+        let tracing = crate::traces::tracing()?;
+        let (first, _) = tasks.first()?;
+        Some(ClaimTrace {
+            tracing,
+            store: store.clone(),
+            task_type: first.task_type.clone(),
+            ids: tasks.iter().map(|(t, _)| t.id.clone()).collect(),
+            parents: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Starts the span of one run, as a child of the client's traceparent when it left one.
+    async fn start(&self, task: &ClaimedTask, plugin_hash: &str, started_ms: i64) -> crate::traces::RunSpan {
+        let parents = self
+            .parents
+            .get_or_init(|| async {
+                match self.store.trace_parents(&self.task_type, &self.ids).await {
+                    Ok(found) => self.ids.iter().cloned().zip(found).filter_map(|(id, p)| Some((id, p?))).collect(),
+                    Err(e) => {
+                        // Traces are a nicety: the runs go ahead as new traces.
+                        warn!(task_type = %self.task_type, "traces: cannot read the client traceparents: {e:#}");
+                        HashMap::new()
+                    }
+                }
+            })
+            .await;
+        self.tracing.start(task, plugin_hash, started_ms, parents.get(&task.id).map(String::as_str))
+    }
 }
 
 /// One claimed task on its way through the sandbox.
@@ -121,7 +167,7 @@ impl Run {
         );
         let started_ms = crate::clock::now_ms();
         let span = match &claim.trace {
-            Some(batch) => Some(batch.start(task, &claim.entry.hash, started_ms).await),
+            Some(trace) => Some(trace.start(task, &claim.entry.hash, started_ms).await),
             None => None,
         };
         let since = Instant::now();
