@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
+use super::dispatch::Dispatcher;
 use super::ledger::{Ledger, renew};
+use super::outbox::Outbox;
 use super::state::{Permits, Runner, TypeState};
 use crate::health::Trouble;
 use crate::logging::clean_id;
@@ -35,6 +37,7 @@ impl Runner {
     /// Claims and dispatches the tasks of one type until shutdown or until the type loses its plugin.
     pub(crate) async fn type_worker(self, task_type: TaskType, state: Arc<TypeState>) {
         let wakeup = self.wakeups.of(&task_type);
+        let dispatcher = Dispatcher::of(&self);
         let heartbeat = tokio::spawn(self.clone().heartbeat(task_type.clone(), state.clone()));
         let lease_watch = tokio::spawn(self.clone().lease_watch(task_type.clone(), state.clone()));
         let mut backoff = Duration::from_millis(50);
@@ -113,7 +116,7 @@ impl Runner {
                 runnable.push((task, task_permits));
             }
             drop(permits);
-            self.dispatch(&state, &entry, runnable);
+            dispatcher.dispatch(&state, &entry, runnable);
             if claimed_all {
                 continue; // more may be due right now
             }
@@ -177,8 +180,9 @@ impl Runner {
     /// its ack and the delivery (at start, then every tick).
     async fn heartbeat(self, task_type: TaskType, state: Arc<TypeState>) {
         let every = self.lease / 3;
+        let outbox = Outbox::of(&self);
         loop {
-            let moved = self.flush_outbox(&task_type).await;
+            let moved = outbox.flush(&task_type).await;
             if moved > 0 {
                 info!(task_type = %task_type, delivered = moved, "delivered follow-ups left in the outbox");
             }

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use super::state::{Finished, InFlightRun, Permits, Runner, TypeState};
@@ -14,7 +15,7 @@ use crate::backoff;
 use crate::config::TypePolicy;
 use crate::logging::clean_id;
 use crate::registry::Entry;
-use crate::runtime::{Failure, TaskRun};
+use crate::runtime::{Failure, Runtime, TaskRun};
 use crate::store::Store;
 use crate::task::{ClaimedTask, FollowUp, GroupWork, Outcome, RunInfo, Settlement};
 use crate::task_type::TaskType;
@@ -22,7 +23,26 @@ use crate::task_type::TaskType;
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
 const SECONDS_NOT_MS: i64 = 100_000_000_000;
 
-impl Runner {
+/// What dispatching uses: the sandbox, the store (this host's id, traced
+/// claims' traceparents), whether shutdown is past its grace period, and the
+/// tracker shutdown waits on.
+pub(crate) struct Dispatcher {
+    runtime: Runtime,
+    store: Store,
+    aborted: Arc<AtomicBool>,
+    runs: TaskTracker,
+}
+
+impl Dispatcher {
+    pub(crate) fn of(runner: &Runner) -> Dispatcher {
+        Dispatcher {
+            runtime: runner.runtime.clone(),
+            store: runner.store.clone(),
+            aborted: runner.aborted.clone(),
+            runs: runner.runs.clone(),
+        }
+    }
+
     /// Starts a run of every claimed task on the guest executor; each outcome
     /// goes to the type's settler as soon as it is known.
     pub(crate) fn dispatch(&self, state: &Arc<TypeState>, entry: &Arc<Entry>, tasks: Vec<(ClaimedTask, Permits)>) {

@@ -57,7 +57,8 @@ pub struct Parts {
 fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, concurrency: usize) -> Arc<TypeState> {
     let (state, queue) = TypeState::new(task_type, slots, claim::claim_size(runner.batch_size, concurrency));
     let state = Arc::new(state);
-    let settler = runner.clone().settler(task_type.clone(), state.in_flight.clone(), state.metrics.clone(), queue);
+    let settler =
+        settle::Settler::of(runner).run(task_type.clone(), state.in_flight.clone(), state.metrics.clone(), queue);
     state.set_settler(tokio::spawn(settler));
     state
 }

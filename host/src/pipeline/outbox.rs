@@ -3,14 +3,27 @@
 use tracing::{info, warn};
 
 use super::state::Runner;
+use crate::health::Health;
 use crate::logging::clean_id;
+use crate::store::Store;
 use crate::task_type::TaskType;
 
-impl Runner {
+/// What moving the outbox on uses: the store, and the health it reports to.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    store: Store,
+    health: Health,
+}
+
+impl Outbox {
+    pub(crate) fn of(runner: &Runner) -> Outbox {
+        Outbox { store: runner.store.clone(), health: runner.health.clone() }
+    }
+
     /// Moves the type's outbox on and returns how many follow-ups went; one
     /// whose target type's keys are broken stays in the outbox (that type is
     /// faulted) while the others go.
-    pub(crate) async fn flush_outbox(&self, task_type: &TaskType) -> usize {
+    pub(crate) async fn flush(&self, task_type: &TaskType) -> usize {
         match self.store.flush_outbox(task_type).await {
             Ok(flushed) => {
                 for target in &flushed.delivered_to {

@@ -8,11 +8,16 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::ledger::write_outcomes;
+use super::outbox::Outbox;
 use super::state::{Finished, InFlight, Permits, Runner};
+use crate::health::Health;
 use crate::logging::clean_id;
+use crate::registry::Registry;
+use crate::store::Store;
 use crate::task::{Ended, Outcome, Settlement};
 use crate::task_type::TaskType;
 use crate::traces::RunSpan;
+use crate::wakeup::Wakeups;
 
 /// Most outcomes one settle call writes.
 const SETTLE_MAX: usize = 512;
@@ -69,10 +74,31 @@ impl Gathered {
     }
 }
 
-impl Runner {
+/// What the settler uses: where outcomes go, the type's policy (events,
+/// `max_running`), the health it reports to, the wake-ups it gives when a
+/// slot frees, and the outbox it moves on after acks with follow-ups.
+pub(crate) struct Settler {
+    store: Store,
+    registry: Registry,
+    health: Health,
+    wakeups: Wakeups,
+    outbox: Outbox,
+}
+
+impl Settler {
+    pub(crate) fn of(runner: &Runner) -> Settler {
+        Settler {
+            store: runner.store.clone(),
+            registry: runner.registry.clone(),
+            health: runner.health.clone(),
+            wakeups: runner.wakeups.clone(),
+            outbox: Outbox::of(runner),
+        }
+    }
+
     /// Writes outcomes in batches (one script call per batch), retrying
     /// through Redis outages and type faults so that no outcome is dropped.
-    pub(crate) async fn settler(
+    pub(crate) async fn run(
         self,
         task_type: TaskType,
         in_flight: InFlight,
@@ -83,11 +109,11 @@ impl Runner {
         // at a time, and asks made during a flush coalesce into one more.
         let flush_wanted = Arc::new(tokio::sync::Notify::new());
         let flusher = tokio::spawn({
-            let (runner, task_type, wanted) = (self.clone(), task_type.clone(), flush_wanted.clone());
+            let (outbox, task_type, wanted) = (self.outbox.clone(), task_type.clone(), flush_wanted.clone());
             async move {
                 loop {
                     wanted.notified().await;
-                    runner.flush_outbox(&task_type).await;
+                    outbox.flush(&task_type).await;
                 }
             }
         });
@@ -150,7 +176,7 @@ impl Runner {
         // is safe; the last flush moves on what the last settles committed.
         flusher.abort();
         let _ = flusher.await;
-        self.flush_outbox(&task_type).await;
+        self.outbox.flush(&task_type).await;
     }
 }
 
