@@ -151,10 +151,13 @@ mod tests {
     use crate::pipeline::state::InFlightRun;
     use crate::task::Outcome;
 
+    /// A settle's answer: how each outcome ended, and the group reports.
+    type Settled = Result<(Vec<Ended>, usize)>;
+
     /// Answers scripted per call; records what it was asked.
     #[derive(Default)]
     struct Scripted {
-        settles: Mutex<Vec<Result<(Vec<Ended>, usize)>>>,
+        settles: Mutex<Vec<Settled>>,
         extends: Mutex<Vec<Result<Vec<Extended>>>>,
         calls: Mutex<Vec<String>>,
     }
@@ -169,7 +172,7 @@ mod tests {
             self.extends.lock().unwrap().remove(0)
         }
 
-        async fn settle(&self, _: &TaskType, batch: &[Settlement], events: Option<u64>) -> Result<(Vec<Ended>, usize)> {
+        async fn settle(&self, _: &TaskType, batch: &[Settlement], events: Option<u64>) -> Settled {
             self.calls.lock().unwrap().push(format!("settle {} events {events:?}", batch.len()));
             self.settles.lock().unwrap().remove(0)
         }
