@@ -1,6 +1,7 @@
 //! Dispatch: run each claimed task in the sandbox, and decide what its result means (ack, retry, dead letter).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -191,26 +192,12 @@ impl Run {
             None => None,
         };
         let since = Instant::now();
-        // A panic in the host's own code fails the task, not the host.
         let handled = claim.entry.handler.run(task, span.as_ref().map(crate::traces::RunSpan::run_trace));
-        let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
-        let run = tokio::select! {
-            biased;
-            // `hourglass cancel`: dropped the same way, and settled as cancelled.
-            _ = self.stop.cancelled() => Some(None),
-            run = run => Some(Some(run.unwrap_or_else(|_| TaskRun {
-                result: Err(Failure::Error("handler failed: panic in the host".into())),
-                followups: Vec::new(),
-                groups: Vec::new(),
-            }))),
-            // The lease is lost: dropped the same way (outbound HTTP in flight
-            // too); no outcome is written, the task is another host's now. A
-            // handler that is done by then keeps its outcome (fenced, or
-            // stored if the lease had not run out after all).
-            // Shutdown past the grace period stops the runs still going the
-            // same way (`Runner::aborted`); their leases stay listed, to be
-            // handed back.
-            _ = self.lost.cancelled() => {
+        let run = match race(handled, &self.stop, &self.lost).await {
+            Ending::Ran(run) => Some(Some(run)),
+            Ending::Cancelled => Some(None),
+            Ending::Dropped => {
+                // Shutdown past the grace period keeps the lease listed, to be handed back.
                 if !claim.aborted.load(Ordering::Acquire) {
                     claim.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
                     claim.state.metrics.abandoned();
@@ -257,6 +244,39 @@ impl Run {
                 span.stopped();
             }
         }
+    }
+}
+
+/// How a run ended, before its outcome is decided.
+#[derive(Debug)]
+enum Ending {
+    /// The handler returned (or trapped, or passed its deadline): its result.
+    Ran(TaskRun),
+    /// `hourglass cancel` stopped it: settled as cancelled.
+    Cancelled,
+    /// Its lease was lost, or shutdown passed its grace period: nothing is
+    /// settled, the task is another host's (or handed back).
+    Dropped,
+}
+
+/// Runs `handled` until it ends, or until `stop` (a cancel) or `lost` (the
+/// lease, or shutdown's grace period) ends it first; either drops the run
+/// where it is, with its instance and any outbound HTTP in flight. A cancel
+/// wins over a result that is ready at the same moment. A handler that is done
+/// before its lease is found lost keeps its outcome (fenced, or stored if
+/// the lease had not run out after all). A panic in the host's own code
+/// fails the task, not the host.
+async fn race(handled: impl Future<Output = TaskRun>, stop: &CancellationToken, lost: &CancellationToken) -> Ending {
+    let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => Ending::Cancelled,
+        run = run => Ending::Ran(run.unwrap_or_else(|_| TaskRun {
+            result: Err(Failure::Error("handler failed: panic in the host".into())),
+            followups: Vec::new(),
+            groups: Vec::new(),
+        })),
+        _ = lost.cancelled() => Ending::Dropped,
     }
 }
 
@@ -367,5 +387,39 @@ mod tests {
             decided(1, 5, Err(Failure::Permanent("bad input".into()))),
             Outcome::Dead { error: "permanent: bad input".into() }
         );
+    }
+
+    fn ok() -> TaskRun {
+        TaskRun { result: Ok(()), followups: Vec::new(), groups: Vec::new() }
+    }
+
+    #[tokio::test]
+    async fn a_run_ends_with_its_result_unless_a_cancel_or_a_lost_lease_comes_first() {
+        let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
+        assert!(matches!(race(async { ok() }, &stop, &lost).await, Ending::Ran(TaskRun { result: Ok(()), .. })));
+
+        // A handler that never ends: the cancel ends it, then the lost lease does.
+        let stop_now = CancellationToken::new();
+        stop_now.cancel();
+        assert!(matches!(race(std::future::pending(), &stop_now, &lost).await, Ending::Cancelled));
+        let lost_now = CancellationToken::new();
+        lost_now.cancel();
+        assert!(matches!(race(std::future::pending(), &stop, &lost_now).await, Ending::Dropped));
+
+        // Both ready at once: the cancel wins over the result, the result over the lost lease.
+        assert!(matches!(race(async { ok() }, &stop_now, &lost).await, Ending::Cancelled));
+        assert!(matches!(race(async { ok() }, &stop, &lost_now).await, Ending::Ran(_)));
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_the_host_fails_the_task_not_the_host() {
+        let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
+        let panicking = async { panic!("a bug in a host call") };
+        match race(panicking, &stop, &lost).await {
+            Ending::Ran(TaskRun { result: Err(Failure::Error(text)), .. }) => {
+                assert!(text.contains("panic in the host"), "{text}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
