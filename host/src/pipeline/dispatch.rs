@@ -193,18 +193,12 @@ impl Run {
         };
         let since = Instant::now();
         let handled = claim.entry.handler.run(task, span.as_ref().map(crate::traces::RunSpan::run_trace));
-        let run = match race(handled, &self.stop, &self.lost).await {
-            Ending::Ran(run) => Some(Some(run)),
-            Ending::Cancelled => Some(None),
-            Ending::Dropped => {
-                // Shutdown past the grace period keeps the lease listed, to be handed back.
-                if !claim.aborted.load(Ordering::Acquire) {
-                    claim.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
-                    claim.state.metrics.abandoned();
-                }
-                None
-            }
-        };
+        let ending = race(handled, &self.stop, &self.lost).await;
+        // Shutdown past the grace period keeps the lease listed, to be handed back.
+        if matches!(ending, Ending::Dropped) && !claim.aborted.load(Ordering::Acquire) {
+            claim.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
+            claim.state.metrics.abandoned();
+        }
         self.ended.store(true, Ordering::Release);
         let ran_for = since.elapsed();
         let info = RunInfo {
@@ -214,19 +208,19 @@ impl Run {
             finished_ms: crate::clock::now_ms(),
             ran_for,
         };
-        let Some(run) = run else {
-            claim.state.metrics.unsettled(&info);
-            if let Some(span) = span {
-                span.stopped();
-            }
-            claim.unreported.fetch_sub(1, Ordering::AcqRel);
-            return;
-        };
-        let outcome = match run {
-            Some(run) => decide(&claim.entry.policy, task, run.result, run.followups, run.groups, started_ms),
-            None => {
+        let outcome = match ending {
+            Ending::Ran(run) => decide(&claim.entry.policy, task, run.result, run.followups, run.groups, started_ms),
+            Ending::Cancelled => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
+            }
+            Ending::Dropped => {
+                claim.state.metrics.unsettled(&info);
+                if let Some(span) = span {
+                    span.stopped();
+                }
+                claim.unreported.fetch_sub(1, Ordering::AcqRel);
+                return;
             }
         };
         let settlement = Settlement { lease: self.task.lease(), outcome, run: info };
