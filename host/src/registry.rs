@@ -16,11 +16,11 @@ use crate::config::{Config, TypePolicy};
 use crate::runtime::{Component, Handler, Runtime};
 use crate::task_type::TaskType;
 
-/// What serves one task type right now.
-#[derive(Clone)]
-pub struct Entry {
+/// What serves one task type right now: the sandboxed handler (`E`; the
+/// pipeline's unit tests put a fake there), its policy and its plugin file.
+pub struct Entry<E = Handler> {
     /// The sandboxed handler (component + limits + config values).
-    pub handler: Arc<Handler>,
+    pub handler: Arc<E>,
     /// Retry policy and limits of the type.
     pub policy: TypePolicy,
     /// The plugin file it came from.

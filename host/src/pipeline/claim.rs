@@ -4,17 +4,21 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::dispatch::Dispatcher;
 use super::ledger::{Ledger, renew};
 use super::outbox::Outbox;
 use super::state::{Permits, Runner, TypeState};
-use crate::health::Trouble;
+use crate::health::{Health, Trouble};
 use crate::logging::clean_id;
-use crate::store::ClaimLimits;
+use crate::registry::Registry;
+use crate::store::{ClaimLimits, Store};
 use crate::task::Lease;
 use crate::task_type::TaskType;
+use crate::wakeup::Wakeups;
 
 /// Longest idle sleep when keyspace notifications are live: a safety net, not the wake-up path.
 const IDLE_WITH_NOTIFICATIONS: Duration = Duration::from_secs(2);
@@ -33,13 +37,51 @@ pub(crate) fn claim_size(batch_size: usize, type_concurrency: usize) -> usize {
     batch_size.min(type_concurrency / 4).max(1)
 }
 
-impl Runner {
+/// What a type's claim loop uses: where tasks are, which plugin serves the
+/// type (and its policy), its wake-ups, the health it reports to, the global
+/// slots, the shutdown signal, the runner's timing settings, the dispatcher
+/// its claims go to, and what renews their leases.
+pub(crate) struct Claimer {
+    store: Store,
+    registry: Registry,
+    wakeups: Wakeups,
+    health: Health,
+    /// Slots of the global `runner.concurrency`.
+    global: Arc<Semaphore>,
+    /// Cancelled at shutdown: no new claims.
+    stop_claiming: CancellationToken,
+    poll_interval: Duration,
+    lease: Duration,
+    dispatcher: Dispatcher,
+    renewer: Renewer,
+}
+
+impl Claimer {
+    pub(crate) fn of(runner: &Runner) -> Claimer {
+        Claimer {
+            store: runner.store.clone(),
+            registry: runner.registry.clone(),
+            wakeups: runner.wakeups.clone(),
+            health: runner.health.clone(),
+            global: runner.global.clone(),
+            stop_claiming: runner.stop_claiming.clone(),
+            poll_interval: runner.poll_interval,
+            lease: runner.lease,
+            dispatcher: Dispatcher::of(runner),
+            renewer: Renewer {
+                store: runner.store.clone(),
+                health: runner.health.clone(),
+                lease: runner.lease,
+                outbox: Outbox::of(runner),
+            },
+        }
+    }
+
     /// Claims and dispatches the tasks of one type until shutdown or until the type loses its plugin.
-    pub(crate) async fn type_worker(self, task_type: TaskType, state: Arc<TypeState>) {
+    pub(crate) async fn run(self, task_type: TaskType, state: Arc<TypeState>) {
         let wakeup = self.wakeups.of(&task_type);
-        let dispatcher = Dispatcher::of(&self);
-        let heartbeat = tokio::spawn(self.clone().heartbeat(task_type.clone(), state.clone()));
-        let lease_watch = tokio::spawn(self.clone().lease_watch(task_type.clone(), state.clone()));
+        let heartbeat = tokio::spawn(self.renewer.clone().run(task_type.clone(), state.clone()));
+        let lease_watch = tokio::spawn(lease_watch(self.lease, task_type.clone(), state.clone()));
         let mut backoff = Duration::from_millis(50);
         let mut was_paused = false;
         // A tag being drained (none of the current shards) takes the smallest part, as shard N would.
@@ -116,7 +158,7 @@ impl Runner {
                 runnable.push((task, task_permits));
             }
             drop(permits);
-            dispatcher.dispatch(&state, &entry, runnable);
+            self.dispatcher.dispatch(&state, &entry, runnable);
             if claimed_all {
                 continue; // more may be due right now
             }
@@ -173,16 +215,27 @@ impl Runner {
         }
         out
     }
+}
 
+/// What renews a type's leases: where they are, the health it reports to,
+/// the lease's length, and the outbox it moves on at each tick.
+#[derive(Clone)]
+struct Renewer {
+    store: Store,
+    health: Health,
+    lease: Duration,
+    outbox: Outbox,
+}
+
+impl Renewer {
     /// Extends the leases of tasks that run long, so they are not re-delivered,
     /// and stops the runs whose leases a renewal finds reaped. It also moves
     /// on follow-ups left in the type's outbox by a host that died between
     /// its ack and the delivery (at start, then every tick).
-    async fn heartbeat(self, task_type: TaskType, state: Arc<TypeState>) {
+    async fn run(self, task_type: TaskType, state: Arc<TypeState>) {
         let every = self.lease / 3;
-        let outbox = Outbox::of(&self);
         loop {
-            let moved = outbox.flush(&task_type).await;
+            let moved = self.outbox.flush(&task_type).await;
             if moved > 0 {
                 info!(task_type = %task_type, delivered = moved, "delivered follow-ups left in the outbox");
             }
@@ -205,31 +258,31 @@ impl Runner {
             }
         }
     }
+}
 
-    /// Stops the runs whose leases are about to run out unrenewed (Redis
-    /// unreachable or stalled): a sixth of the lease before Redis would let
-    /// another host take the task, so the run does not go on beside the next
-    /// one. It makes no Redis call, so a Redis that does not answer cannot
-    /// hold it back; the task runs again once its lease lapses.
-    async fn lease_watch(self, task_type: TaskType, state: Arc<TypeState>) {
-        let stop_after = self.lease - self.lease / 6;
-        let mut tick = tokio::time::interval(self.lease / 12);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let mut expiring = Vec::new();
-            {
-                let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-                for (key, run) in map.iter() {
-                    if run.renewed.elapsed() >= stop_after && !run.lost.is_cancelled() && run.lose() {
-                        expiring.push(clean_id(&key.id));
-                    }
+/// Stops the runs whose leases are about to run out unrenewed (Redis
+/// unreachable or stalled): a sixth of the lease before Redis would let
+/// another host take the task, so the run does not go on beside the next
+/// one. It makes no Redis call, so a Redis that does not answer cannot
+/// hold it back; the task runs again once its lease lapses.
+async fn lease_watch(lease: Duration, task_type: TaskType, state: Arc<TypeState>) {
+    let stop_after = lease - lease / 6;
+    let mut tick = tokio::time::interval(lease / 12);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let mut expiring = Vec::new();
+        {
+            let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, run) in map.iter() {
+                if run.renewed.elapsed() >= stop_after && !run.lost.is_cancelled() && run.lose() {
+                    expiring.push(clean_id(&key.id));
                 }
             }
-            if !expiring.is_empty() {
-                warn!(task_type = %task_type, tasks = expiring.len(), ids = %expiring.join(","),
-                    "no lease renewal reached Redis in time: the runs of these tasks are stopped before their leases run out (they run again once the leases lapse)");
-            }
+        }
+        if !expiring.is_empty() {
+            warn!(task_type = %task_type, tasks = expiring.len(), ids = %expiring.join(","),
+                "no lease renewal reached Redis in time: the runs of these tasks are stopped before their leases run out (they run again once the leases lapse)");
         }
     }
 }

@@ -11,12 +11,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+use super::execute::Execute;
+use super::ledger::Ledger;
 use super::state::{Finished, InFlightRun, Permits, Runner, TypeState};
 use crate::backoff;
 use crate::config::TypePolicy;
 use crate::logging::clean_id;
 use crate::registry::Entry;
-use crate::runtime::{Failure, Runtime, TaskRun};
+use crate::runtime::{Failure, TaskRun};
 use crate::store::Store;
 use crate::task::{ClaimedTask, FollowUp, GroupWork, Outcome, RunInfo, Settlement};
 use crate::task_type::TaskType;
@@ -24,12 +26,13 @@ use crate::task_type::TaskType;
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
 const SECONDS_NOT_MS: i64 = 100_000_000_000;
 
-/// What dispatching uses: the sandbox, the store (this host's id, traced
-/// claims' traceparents), whether shutdown is past its grace period, and the
-/// tracker shutdown waits on.
-pub(crate) struct Dispatcher {
-    runtime: Runtime,
-    store: Store,
+/// What dispatching uses: the executor the runs go to, the ledger (traced
+/// claims' traceparents) and this host's id, whether shutdown is past its
+/// grace period, and the tracker shutdown waits on.
+pub(crate) struct Dispatcher<L = Store> {
+    executor: tokio::runtime::Handle,
+    ledger: L,
+    holder: Arc<str>,
     aborted: Arc<AtomicBool>,
     runs: TaskTracker,
 }
@@ -37,16 +40,24 @@ pub(crate) struct Dispatcher {
 impl Dispatcher {
     pub(crate) fn of(runner: &Runner) -> Dispatcher {
         Dispatcher {
-            runtime: runner.runtime.clone(),
-            store: runner.store.clone(),
+            executor: runner.runtime.executor(),
+            ledger: runner.store.clone(),
+            holder: runner.store.holder().into(),
             aborted: runner.aborted.clone(),
             runs: runner.runs.clone(),
         }
     }
+}
 
+impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
     /// Starts a run of every claimed task on the guest executor; each outcome
     /// goes to the type's settler as soon as it is known.
-    pub(crate) fn dispatch(&self, state: &Arc<TypeState>, entry: &Arc<Entry>, tasks: Vec<(ClaimedTask, Permits)>) {
+    pub(crate) fn dispatch<E: Execute>(
+        &self,
+        state: &Arc<TypeState>,
+        entry: &Arc<Entry<E>>,
+        tasks: Vec<(ClaimedTask, Permits)>,
+    ) {
         if tasks.is_empty() {
             return;
         }
@@ -83,32 +94,31 @@ impl Dispatcher {
             // The settler lingers for the outcomes of a claim still to come, so one
             // script call settles whole claims.
             unreported: Arc::new(AtomicUsize::new(tasks.len())),
-            trace: ClaimTrace::of(&self.store, &tasks),
+            trace: ClaimTrace::of(&self.ledger, &tasks),
             settle_tx: state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            holder: self.store.holder().into(),
+            holder: self.holder.clone(),
             aborted: self.aborted.clone(),
             _tracked: self.runs.token(),
         });
         state.metrics.dispatched(tasks.len());
-        let executor = self.runtime.executor();
         for ((task, permits), (stop, lost, ended)) in tasks.into_iter().zip(stops) {
             let run = Run { task, permits, stop, lost, ended, claim: claim.clone() };
-            executor.spawn(run.go());
+            self.executor.spawn(run.go());
         }
     }
 }
 
 /// What the runs of one claim share.
-struct ClaimRuns {
-    entry: Arc<Entry>,
+struct ClaimRuns<E, L> {
+    entry: Arc<Entry<E>>,
     state: Arc<TypeState>,
     unreported: Arc<AtomicUsize>,
     /// The claim's trace state, while tracing is on.
-    trace: Option<ClaimTrace>,
+    trace: Option<ClaimTrace<L>>,
     /// The type's settle queue (none once shutdown closed it).
     settle_tx: Option<tokio::sync::mpsc::UnboundedSender<super::state::Finished>>,
     /// This host's id, for the task events.
-    holder: Box<str>,
+    holder: Arc<str>,
     /// [`Runner::aborted`].
     aborted: Arc<AtomicBool>,
     /// Shutdown waits for the claim's last run ([`Runner::runs`]).
@@ -117,22 +127,22 @@ struct ClaimRuns {
 
 /// A traced claim: the tracer, and the client traceparents of its tasks,
 /// read once (one HMGET of `P:{T}:trace`) by the first of its runs to start.
-struct ClaimTrace {
+struct ClaimTrace<L> {
     tracing: crate::traces::Tracing,
-    store: Store,
+    ledger: L,
     task_type: TaskType,
     ids: Vec<Vec<u8>>,
     parents: tokio::sync::OnceCell<HashMap<Vec<u8>, String>>,
 }
 
-impl ClaimTrace {
+impl<L: Ledger + Clone> ClaimTrace<L> {
     /// The trace state of a claim of `tasks` while tracing is on; `None` (and nothing else paid) otherwise.
-    fn of(store: &Store, tasks: &[(ClaimedTask, Permits)]) -> Option<ClaimTrace> {
+    fn of(ledger: &L, tasks: &[(ClaimedTask, Permits)]) -> Option<ClaimTrace<L>> {
         let tracing = crate::traces::tracing()?;
         let (first, _) = tasks.first()?;
         Some(ClaimTrace {
             tracing,
-            store: store.clone(),
+            ledger: ledger.clone(),
             task_type: first.task_type.clone(),
             ids: tasks.iter().map(|(t, _)| t.id.clone()).collect(),
             parents: tokio::sync::OnceCell::new(),
@@ -144,7 +154,7 @@ impl ClaimTrace {
         let parents = self
             .parents
             .get_or_init(|| async {
-                match self.store.trace_parents(&self.task_type, &self.ids).await {
+                match self.ledger.trace_parents(&self.task_type, &self.ids).await {
                     Ok(found) => self.ids.iter().cloned().zip(found).filter_map(|(id, p)| Some((id, p?))).collect(),
                     Err(e) => {
                         // Traces are a nicety: the runs go ahead as new traces.
@@ -159,7 +169,7 @@ impl ClaimTrace {
 }
 
 /// One claimed task on its way through the sandbox.
-struct Run {
+struct Run<E, L> {
     task: ClaimedTask,
     permits: Permits,
     /// Cancelled by `hourglass cancel`.
@@ -168,10 +178,10 @@ struct Run {
     lost: CancellationToken,
     /// Set once the handler is done.
     ended: Arc<AtomicBool>,
-    claim: Arc<ClaimRuns>,
+    claim: Arc<ClaimRuns<E, L>>,
 }
 
-impl Run {
+impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
     async fn go(self) {
         let (task, claim) = (&self.task, &*self.claim);
         // One event per start at trace level (target `hourglass::task`): what
@@ -192,7 +202,7 @@ impl Run {
             None => None,
         };
         let since = Instant::now();
-        let handled = claim.entry.handler.run(task, span.as_ref().map(crate::traces::RunSpan::run_trace));
+        let handled = claim.entry.handler.execute(task, span.as_ref().map(crate::traces::RunSpan::run_trace));
         let ending = race(handled, &self.stop, &self.lost).await;
         // Shutdown past the grace period keeps the lease listed, to be handed back.
         if matches!(ending, Ending::Dropped) && !claim.aborted.load(Ordering::Acquire) {
@@ -318,6 +328,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::task::Lease;
 
     fn task(attempt: u32) -> ClaimedTask {
         ClaimedTask {
@@ -403,6 +414,169 @@ mod tests {
         // Both ready at once: the cancel wins over the result, the result over the lost lease.
         assert!(matches!(race(async { ok() }, &stop_now, &lost).await, Ending::Cancelled));
         assert!(matches!(race(async { ok() }, &stop, &lost_now).await, Ending::Ran(_)));
+    }
+
+    /// A handler that ends each task as its id says, without wasmtime: `ok`,
+    /// `fail` (an error), `bad` (a permanent failure); any other id runs until stopped.
+    struct ByName;
+
+    impl Execute for ByName {
+        async fn execute(&self, task: &ClaimedTask, _: Option<crate::runtime::trace::RunTrace>) -> TaskRun {
+            let result = match task.id.as_slice() {
+                b"ok" => Ok(()),
+                b"fail" => Err(Failure::Error("boom".into())),
+                b"bad" => Err(Failure::Permanent("bad input".into())),
+                _ => std::future::pending().await,
+            };
+            TaskRun { result, followups: Vec::new(), groups: Vec::new() }
+        }
+    }
+
+    /// A ledger dispatch never calls: tracing is off in unit tests, so no traceparent is read.
+    #[derive(Clone)]
+    struct Untraced;
+
+    impl Ledger for Untraced {
+        async fn claim(&self, _: &TaskType, _: &crate::store::ClaimLimits) -> anyhow::Result<crate::task::Claim> {
+            unreachable!("dispatch does not claim")
+        }
+        async fn extend(
+            &self,
+            _: &TaskType,
+            _: &[crate::task::Lease],
+            _: u64,
+        ) -> anyhow::Result<Vec<crate::store::Extended>> {
+            unreachable!("dispatch does not renew")
+        }
+        async fn settle(
+            &self,
+            _: &TaskType,
+            _: &[Settlement],
+            _: Option<u64>,
+        ) -> anyhow::Result<(Vec<crate::task::Ended>, usize)> {
+            unreachable!("dispatch does not settle")
+        }
+        async fn release(&self, _: &TaskType, _: &[crate::task::Lease]) -> anyhow::Result<usize> {
+            unreachable!("dispatch does not hand back")
+        }
+        async fn trace_parents(&self, _: &TaskType, _: &[Vec<u8>]) -> anyhow::Result<Vec<Option<String>>> {
+            unreachable!("tracing is off")
+        }
+    }
+
+    /// A type with 4 slots, its settle queue, and a dispatcher onto this test's runtime.
+    struct Bench {
+        state: Arc<TypeState>,
+        queue: tokio::sync::mpsc::UnboundedReceiver<Finished>,
+        slots: Arc<tokio::sync::Semaphore>,
+        global: Arc<tokio::sync::Semaphore>,
+        dispatcher: Dispatcher<Untraced>,
+        entry: Arc<Entry<ByName>>,
+    }
+
+    impl Bench {
+        fn new(aborted: bool) -> Bench {
+            let slots = Arc::new(tokio::sync::Semaphore::new(4));
+            let (state, queue) = TypeState::new(&"t".parse().unwrap(), slots.clone(), 4);
+            let dispatcher = Dispatcher {
+                executor: tokio::runtime::Handle::current(),
+                ledger: Untraced,
+                holder: "this-host".into(),
+                aborted: Arc::new(AtomicBool::new(aborted)),
+                runs: TaskTracker::new(),
+            };
+            let entry =
+                Entry { handler: Arc::new(ByName), policy: policy(3), file: "by-name.wasm".into(), hash: "h".into() };
+            let global = Arc::new(tokio::sync::Semaphore::new(4));
+            Bench { state: Arc::new(state), queue, slots, global, dispatcher, entry: Arc::new(entry) }
+        }
+
+        /// Claims `ids` (one slot of each limit apiece) and dispatches them.
+        fn dispatch(&self, ids: &[&str]) -> Vec<Lease> {
+            let tasks: Vec<(ClaimedTask, Permits)> = ids
+                .iter()
+                .zip(1..)
+                .map(|(id, token)| {
+                    let task = ClaimedTask { id: id.as_bytes().to_vec(), token, ..task(1) };
+                    let permits = (
+                        self.global.clone().try_acquire_owned().unwrap(),
+                        self.slots.clone().try_acquire_owned().unwrap(),
+                    );
+                    (task, permits)
+                })
+                .collect();
+            let leases = tasks.iter().map(|(t, _)| t.lease()).collect();
+            self.dispatcher.dispatch(&self.state, &self.entry, tasks);
+            leases
+        }
+
+        /// Waits until every run dispatched has ended (settled, queued or dropped).
+        async fn runs_ended(&self) {
+            self.dispatcher.runs.close();
+            self.dispatcher.runs.wait().await;
+        }
+
+        fn in_flight(&self, lease: &Lease) -> bool {
+            self.state.in_flight.lock().unwrap().contains_key(lease)
+        }
+    }
+
+    fn id(finished: &Finished) -> &str {
+        std::str::from_utf8(&finished.settlement.lease.id).unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_outcome_is_decided_and_queued_for_the_settler_with_the_slots_it_holds() {
+        let mut bench = Bench::new(false);
+        let leases = bench.dispatch(&["ok", "fail", "bad"]);
+        bench.runs_ended().await;
+        let mut queued: Vec<Finished> = (0..3).map(|_| bench.queue.try_recv().unwrap()).collect();
+        queued.sort_by(|a, b| id(a).cmp(id(b)));
+        assert_eq!(queued.iter().map(id).collect::<Vec<_>>(), ["bad", "fail", "ok"]);
+        assert_eq!(queued[0].settlement.outcome, Outcome::Dead { error: "permanent: bad input".into() });
+        assert!(matches!(&queued[1].settlement.outcome, Outcome::Retry { error, .. } if error == "boom"));
+        assert_eq!(queued[2].settlement.outcome, Outcome::Ack { followups: Vec::new(), groups: Vec::new() });
+        assert_eq!(queued[2].settlement.lease, leases[0], "an outcome names the lease it was run under");
+        assert_eq!(queued[0].claim_unreported.load(Ordering::Acquire), 0, "the claim reported every outcome");
+
+        // Until the settler has stored them, the tasks stay in flight and hold their slots.
+        assert!(leases.iter().all(|l| bench.in_flight(l)));
+        assert_eq!((bench.slots.available_permits(), bench.global.available_permits()), (1, 1));
+        drop(queued);
+        assert_eq!((bench.slots.available_permits(), bench.global.available_permits()), (4, 4));
+    }
+
+    #[tokio::test]
+    async fn a_cancel_is_settled_as_cancelled_and_a_lost_lease_settles_nothing() {
+        let mut bench = Bench::new(false);
+        let leases = bench.dispatch(&["to-cancel", "to-lose"]);
+        assert!(bench.state.stop(b"to-cancel", leases[0].token), "the host holds it: the cancel stops its run");
+        assert!(bench.state.in_flight.lock().unwrap()[&leases[1]].lose(), "its handler was still going");
+        bench.runs_ended().await;
+
+        let cancelled = bench.queue.try_recv().unwrap();
+        assert_eq!((id(&cancelled), &cancelled.settlement.outcome), ("to-cancel", &Outcome::Cancelled));
+        assert!(bench.queue.try_recv().is_err(), "the lost run queues nothing: the task is another host's");
+        assert!(!bench.in_flight(&leases[1]), "nor is it handed back at shutdown");
+        assert_eq!(
+            bench.slots.available_permits(),
+            3,
+            "its slot is free at once; the cancelled one waits for its settle"
+        );
+        drop(cancelled);
+        assert_eq!(bench.slots.available_permits(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_arrives_after_the_grace_period_ends_at_once_and_keeps_its_lease_to_hand_back() {
+        let mut bench = Bench::new(true);
+        let leases = bench.dispatch(&["long", "ok"]);
+        bench.runs_ended().await;
+        let finished = bench.queue.try_recv().unwrap();
+        assert_eq!(id(&finished), "ok", "a handler done at its first step keeps its outcome");
+        assert!(bench.queue.try_recv().is_err(), "the stopped run queues nothing");
+        assert!(bench.in_flight(&leases[0]), "its lease stays listed, for shutdown to hand back");
+        assert_eq!(bench.slots.available_permits(), 3, "its slot is free; the finished one waits for its settle");
     }
 
     #[tokio::test]

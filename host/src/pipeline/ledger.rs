@@ -1,4 +1,4 @@
-//! The four writes of a task's path through Redis (claim, renew, settle, hand back) behind one trait: the store, or a fake in unit tests.
+//! The four writes of a task's path through Redis (claim, renew, settle, hand back) and its one read behind one trait: the store, or a fake in unit tests.
 //!
 //! The pipeline's stages call these through [`Ledger`], so what they do with
 //! the answers (retrying through outages, stopping runs whose leases a
@@ -41,6 +41,8 @@ pub(crate) trait Ledger {
     ) -> impl Future<Output = Result<(Vec<Ended>, usize)>> + Send;
     /// Hands leases back, due now for any host; how many were still held (`Store::release`).
     fn release(&self, t: &TaskType, leases: &[Lease]) -> impl Future<Output = Result<usize>> + Send;
+    /// The traceparents clients left for claimed ids, in their order (`Store::trace_parents`; traced types only).
+    fn trace_parents(&self, t: &TaskType, ids: &[Vec<u8>]) -> impl Future<Output = Result<Vec<Option<String>>>> + Send;
 }
 
 impl Ledger for Store {
@@ -68,6 +70,10 @@ impl Ledger for Store {
 
     fn release(&self, t: &TaskType, leases: &[Lease]) -> impl Future<Output = Result<usize>> + Send {
         Store::release(self, t, leases)
+    }
+
+    fn trace_parents(&self, t: &TaskType, ids: &[Vec<u8>]) -> impl Future<Output = Result<Vec<Option<String>>>> + Send {
+        Store::trace_parents(self, t, ids)
     }
 }
 
@@ -179,6 +185,10 @@ mod tests {
 
         async fn release(&self, _: &TaskType, leases: &[Lease]) -> Result<usize> {
             Ok(leases.len())
+        }
+
+        async fn trace_parents(&self, _: &TaskType, _: &[Vec<u8>]) -> Result<Vec<Option<String>>> {
+            unreachable!("not scripted")
         }
     }
 

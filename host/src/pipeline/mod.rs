@@ -5,14 +5,18 @@
 //! [`dispatch`] runs each in the sandbox and decides what its result means,
 //! and [`settle`] writes the outcomes in batches and only then frees the
 //! slots; [`outbox`] then moves the follow-ups they committed on to their
-//! types (also at each heartbeat). They share [`state`], which imports none
-//! of them, and reach Redis's task path through [`ledger`] (claim, renew,
-//! settle, hand back: the store, or scripted answers in unit tests). This module starts those loops for every type that has a plugin
-//! and, at shutdown, stops claiming, lets running tasks finish within the
-//! grace period, ends the rest and hands their leases back.
+//! types (also at each heartbeat). Each stage is a small struct holding only
+//! the handles it uses, taken from the runner's ([`state`], which imports
+//! none of them). They reach Redis's task path through [`ledger`] (claim,
+//! renew, settle, hand back: the store, or scripted answers in unit tests),
+//! and runs go through [`execute`] (the sandbox's handler, or a fake). This
+//! module starts those loops for every type that has a plugin and, at
+//! shutdown, stops claiming, lets running tasks finish within the grace
+//! period, ends the rest and hands their leases back.
 
 pub mod claim;
 pub mod dispatch;
+pub mod execute;
 pub mod ledger;
 pub mod outbox;
 pub mod settle;
@@ -140,8 +144,7 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
                 }
                 let state = start_type(&runner, &shard, slots.clone(), concurrency);
                 states.insert(shard.clone(), state.clone());
-                let r = runner.clone();
-                workers.spawn(async move { r.type_worker(shard, state).await });
+                workers.spawn(claim::Claimer::of(&runner).run(shard, state));
             }
         }
         tokio::select! {

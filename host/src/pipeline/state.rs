@@ -1,4 +1,4 @@
-//! The runner's shared state: handles every stage uses, each type's slots, tasks in flight and settle queue.
+//! The runner's shared state: the handles the stages take theirs from, each type's slots, tasks in flight and settle queue.
 //!
 //! Claim, dispatch and settle read and change this; it imports none of them.
 
@@ -23,8 +23,7 @@ use crate::wakeup::Wakeups;
 /// How long shutdown waits for the last outcomes to be written.
 const SETTLE_AT_EXIT: Duration = Duration::from_secs(10);
 
-/// Shared handles of the running host; cheap to clone.
-#[derive(Clone)]
+/// Shared handles of the running host, from which each stage takes the ones it uses.
 pub(crate) struct Runner {
     pub(crate) store: Store,
     pub(crate) registry: Registry,
