@@ -118,8 +118,10 @@ fn kill_9_of_one_host_the_others_finish_its_tasks() {
         (1..=3).map(|i| Host::start(&redis, &[("work", test_plugin("chaos"))], &config(i))).collect();
     let mut conn = redis.client();
     let now = now_ms();
+    // 300 runs of 200 ms on 24 slots: about 2.5 s of work, so h1 holds
+    // leases long enough to be seen doing so on a loaded machine.
     for i in 0..300 {
-        let _: () = conn.hset("hourglass:{work}:payload", format!("w{i}"), "sleep:30").unwrap();
+        let _: () = conn.hset("hourglass:{work}:payload", format!("w{i}"), "sleep:200").unwrap();
         let _: () = conn.zadd("hourglass:{work}:due", format!("w{i}"), now).unwrap();
     }
     // Kill h1 while it holds leases; `stats` shows them as its own.
