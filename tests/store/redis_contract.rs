@@ -1,4 +1,14 @@
 //! The Redis contract: tasks written with raw commands, claimed and settled by `Store`, against a real Redis.
+//!
+//! Here: claims and leases, fencing, extend, retry, release, client schedules, stats, type names, connecting;
+//! the child modules hold claim records, dead letters and follow-ups.
+
+// Claim records left by older versions, damaged or outliving their token counter, and acks of part of a claim.
+mod claim_records;
+// The dead-letter set: requeue, purge, revival, and dead letters at claim.
+mod dead_letters;
+// Follow-ups through the outbox into their target type.
+mod followups;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -6,30 +16,30 @@ use std::time::Duration;
 use crate::support::{RedisServer, ack, key, redis_now, store, ty, wait_for};
 use hourglass_store::KeyPrefix;
 use hourglass_store::task::{ClaimedTask, Ended, FollowUp, Lease, Outcome, Settlement};
-use hourglass_store::{Cancelled, ClaimLimits, Extended, ScheduleMode, Store, encode_followup};
+use hourglass_store::{Cancelled, ClaimLimits, Extended, ScheduleMode, Store};
 use redis::Commands;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn limits(max_tasks: usize, lease: Duration) -> ClaimLimits {
+pub(super) fn limits(max_tasks: usize, lease: Duration) -> ClaimLimits {
     ClaimLimits { max_tasks, lease, ..ClaimLimits::default() }
 }
 
 /// Blocks until Redis time has passed `ms`.
-fn wait_past(conn: &mut redis::Connection, ms: i64) {
+pub(super) fn wait_past(conn: &mut redis::Connection, ms: i64) {
     wait_for("redis time to pass the lease expiry", WAIT, || (redis_now(conn) > ms).then_some(()));
 }
 
-fn ids(tasks: &[ClaimedTask]) -> Vec<Vec<u8>> {
+pub(super) fn ids(tasks: &[ClaimedTask]) -> Vec<Vec<u8>> {
     tasks.iter().map(|t| t.id.clone()).collect()
 }
 
-fn zscore(conn: &mut redis::Connection, key: &str, id: &[u8]) -> Option<i64> {
+pub(super) fn zscore(conn: &mut redis::Connection, key: &str, id: &[u8]) -> Option<i64> {
     let s: Option<f64> = conn.zscore(key, id).unwrap();
     s.map(|s| s as i64)
 }
 
-fn hget(conn: &mut redis::Connection, key: &str, field: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn hget(conn: &mut redis::Connection, key: &str, field: &[u8]) -> Option<Vec<u8>> {
     conn.hget(key, field).unwrap()
 }
 
@@ -259,77 +269,6 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn dead_letter_list_requeue_and_purge() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("doomed");
-    let now = redis_now(&mut c);
-    for (i, id) in ["a", "b", "c"].iter().enumerate() {
-        let _: () = c.zadd(key("doomed", "due"), *id, now - 10 + i as i64).unwrap();
-        let _: () = c.hset(key("doomed", "payload"), *id, "12345").unwrap();
-    }
-    let tasks = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks;
-    let batch: Vec<Settlement> = tasks
-        .iter()
-        .map(|task| Settlement {
-            lease: task.lease(),
-            outcome: Outcome::Dead { error: format!("bad {}", String::from_utf8_lossy(&task.id)) },
-            run: Default::default(),
-        })
-        .collect();
-    let r = s.settle(&t, &batch, None).await.unwrap();
-    assert_eq!(r, vec![Ended::Dead; 3]);
-
-    let stats = s.stats(&t).await.unwrap();
-    assert_eq!((stats.dead, stats.dead_total, stats.failed, stats.in_flight), (3, 3, 3, 0));
-    let dead = s.dead_list(&t, 10).await.unwrap();
-    assert_eq!(dead.len(), 3);
-    assert_eq!(dead[0].id, b"a");
-    assert_eq!(dead[0].error, "bad a");
-    assert_eq!(dead[0].attempts, 1);
-    assert_eq!(dead[0].payload_len, 5);
-    assert!(dead[0].died_ms >= now);
-    assert_eq!(s.dead_list(&t, 1).await.unwrap().len(), 1);
-    assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
-
-    // Requeue one: due now, attempts reset, payload kept.
-    assert_eq!(s.dead_requeue(&t, Some(&[b"a".to_vec(), b"nope".to_vec()])).await.unwrap(), 1);
-    let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks;
-    assert_eq!(ids(&again), vec![b"a".to_vec()]);
-    assert_eq!((again[0].attempt, again[0].payload.as_slice()), (1, b"12345".as_slice()));
-    assert_eq!(hget(&mut c, &key("doomed", "errors"), b"a"), None);
-
-    // Purge one by id, then the rest.
-    assert_eq!(s.dead_purge(&t, Some(&[b"b".to_vec()])).await.unwrap(), 1);
-    assert_eq!(hget(&mut c, &key("doomed", "payload"), b"b"), None);
-    assert_eq!(hget(&mut c, &key("doomed", "errors"), b"b"), None);
-    assert_eq!(s.dead_purge(&t, None).await.unwrap(), 1);
-    assert!(s.dead_list(&t, 10).await.unwrap().is_empty());
-    assert_eq!(hget(&mut c, &key("doomed", "payload"), b"c"), None);
-    assert_eq!(s.dead_purge(&t, None).await.unwrap(), 0);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn requeue_all_moves_more_than_one_batch() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("many");
-    let mut pipe = redis::pipe();
-    for i in 0..2500 {
-        pipe.zadd(key("many", "dead"), format!("d{i}"), i).ignore();
-        pipe.hset(key("many", "attempts"), format!("d{i}"), 5).ignore();
-    }
-    let () = pipe.query(&mut c).unwrap();
-    assert_eq!(s.dead_requeue(&t, None).await.unwrap(), 2500);
-    let due: usize = c.zcard(key("many", "due")).unwrap();
-    let attempts: usize = c.hlen(key("many", "attempts")).unwrap();
-    assert_eq!((due, attempts), (2500, 0));
-    assert_eq!(s.stats(&t).await.unwrap().dead, 0);
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn client_reschedule_during_a_run_wins() {
     let server = RedisServer::start();
     let mut c = server.client();
@@ -371,54 +310,6 @@ async fn client_reschedule_during_a_run_wins() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn client_schedule_of_a_dead_id_revives_it_fresh() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("phoenix");
-    let now = redis_now(&mut c);
-    let _: () = c.zadd(key("phoenix", "dead"), "x", now - 100).unwrap();
-    let _: () = c.hset(key("phoenix", "attempts"), "x", 5).unwrap();
-    let _: () = c.hset(key("phoenix", "errors"), "x", "old failure").unwrap();
-    let _: () = c.zadd(key("phoenix", "due"), "x", now - 1).unwrap();
-    let task = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
-    assert_eq!(task.attempt, 1);
-    assert!(zscore(&mut c, &key("phoenix", "dead"), b"x").is_none());
-    assert_eq!(hget(&mut c, &key("phoenix", "errors"), b"x"), None);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn oversize_payload_and_long_id_are_dead_lettered_at_claim() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("big");
-    let now = redis_now(&mut c);
-    let long_id = vec![b'i'; 1025];
-    let _: () = c.zadd(key("big", "due"), "fat", now - 3).unwrap();
-    let _: () = c.hset(key("big", "payload"), "fat", vec![7u8; 2000]).unwrap();
-    let _: () = c.zadd(key("big", "due"), &long_id, now - 2).unwrap();
-    let _: () = c.zadd(key("big", "due"), "fine", now - 1).unwrap();
-    let _: () = c.hset(key("big", "payload"), "fine", vec![7u8; 1000]).unwrap();
-
-    let claim = s.claim(&t, &ClaimLimits { max_payload_bytes: 1000, ..ClaimLimits::default() }).await.unwrap();
-    assert_eq!(ids(&claim.tasks), vec![b"fine".to_vec()]);
-    assert_eq!(claim.dead_lettered.len(), 2);
-    assert_eq!(claim.dead_lettered[0].0, b"fat");
-    assert_eq!(claim.dead_lettered[0].1, "payload of 2000 bytes is over the 1000-byte limit");
-    assert_eq!(claim.dead_lettered[1].0, long_id);
-    assert_eq!(claim.dead_lettered[1].1, "id of 1025 bytes is over the 1024-byte limit");
-
-    let dead = s.dead_list(&t, 10).await.unwrap();
-    assert_eq!(dead.len(), 2);
-    let fat = dead.iter().find(|d| d.id == b"fat").unwrap();
-    assert!(fat.error.contains("2000 bytes"), "{}", fat.error);
-    assert_eq!(fat.payload_len, 2000);
-    let stats = s.stats(&t).await.unwrap();
-    assert_eq!((stats.dead, stats.dead_total, stats.in_flight, stats.due_now), (2, 2, 1, 0));
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn binary_ids_and_payloads_round_trip() {
     let server = RedisServer::start();
     let mut c = server.client();
@@ -440,105 +331,6 @@ async fn binary_ids_and_payloads_round_trip() {
     assert_eq!(s.dead_requeue(&t, Some(std::slice::from_ref(&id))).await.unwrap(), 1);
     let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((again.id, again.payload), (id, payload));
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn followups_land_in_the_target_type_exactly_once() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let (src, dst) = (ty("order"), ty("invoice"));
-    let now = redis_now(&mut c);
-    let _: () = c.zadd(key("order", "due"), "o1", now - 1).unwrap();
-    let task = s.claim(&src, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
-
-    let with_payload = FollowUp {
-        task_type: dst.clone(),
-        id: vec![1, 0, 2],
-        payload: vec![0, 1, 2, b'\n'],
-        due_ms: now + 5000,
-        replace: true,
-    };
-    let without = FollowUp { task_type: dst.clone(), id: b"i2".to_vec(), payload: vec![], due_ms: now, replace: true };
-    let _: () = c.hset(key("invoice", "payload"), "i2", "stale").unwrap();
-    let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])], None).await.unwrap();
-    assert_eq!(r, vec![Ended::Succeeded]);
-    // The host moves the outbox on right after a settle that committed follow-ups.
-    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 2);
-
-    let dst_due = key("invoice", "due");
-    let dst_payload = key("invoice", "payload");
-    assert_eq!(zscore(&mut c, &dst_due, &with_payload.id), Some(now + 5000));
-    assert_eq!(hget(&mut c, &dst_payload, &with_payload.id), Some(with_payload.payload.clone()));
-    assert_eq!(zscore(&mut c, &dst_due, b"i2"), Some(now));
-    assert_eq!(hget(&mut c, &dst_payload, b"i2"), None, "an empty follow-up payload clears the old one");
-    let outbox: usize = c.hlen(key("order", "outbox")).unwrap();
-    assert_eq!(outbox, 0);
-    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 0, "a second flush finds nothing");
-
-    // Crash between deliver and the outbox HDEL: the entry is still there and runs again.
-    let f3 =
-        FollowUp { task_type: dst.clone(), id: b"i3".to_vec(), payload: b"x".to_vec(), due_ms: now, replace: true };
-    let _: () = c.hset(key("order", "outbox"), "order:999:0", encode_followup(&f3)).unwrap();
-    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 1);
-    assert_eq!(zscore(&mut c, &dst_due, b"i3"), Some(now));
-    let _: () = c.zrem(&dst_due, "i3").unwrap(); // it ran and finished meanwhile
-    let _: () = c.hset(key("order", "outbox"), "order:999:0", encode_followup(&f3)).unwrap();
-    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 1, "the leftover entry is cleared");
-    assert_eq!(zscore(&mut c, &dst_due, b"i3"), None, "but not delivered twice");
-    let outbox: usize = c.hlen(key("order", "outbox")).unwrap();
-    assert_eq!(outbox, 0);
-    let ttl: i64 = c.pttl("hourglass:{invoice}:delivered:order:999:0").unwrap();
-    assert!(ttl > 0 && ttl <= 86_400_000, "marker expires: {ttl}");
-
-    let claimed = s.claim(&dst, &ClaimLimits::default()).await.unwrap().tasks;
-    assert_eq!(ids(&claimed), vec![b"i2".to_vec()]);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let (src, dst) = (ty("intruder"), ty("victim"));
-    let now = redis_now(&mut c);
-    let _: () = c.zadd(key("intruder", "due"), "run", now - 1).unwrap();
-    let _: () = c.zadd(key("victim", "due"), "waiting", now + 60_000).unwrap();
-    let _: () = c.hset(key("victim", "payload"), "waiting", "original").unwrap();
-    let _: () = c.zadd(key("victim", "dead"), "died", now - 5).unwrap();
-    let _: () = c.hset(key("victim", "payload"), "died", "evidence").unwrap();
-    let task = s.claim(&src, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
-
-    let create = |id: &str| FollowUp {
-        task_type: dst.clone(),
-        id: id.as_bytes().to_vec(),
-        payload: b"crafted".to_vec(),
-        due_ms: now + 1,
-        replace: false,
-    };
-    let batch = [ack(&task, vec![create("waiting"), create("died"), create("fresh")])];
-    assert_eq!(s.settle(&src, &batch, None).await.unwrap(), vec![Ended::Succeeded]);
-    // Create-only is in the entry id, so a host of an older version delivers
-    // it (as a replace) rather than dropping it in a rolling upgrade.
-    let mut entries: Vec<String> = c.hkeys(key("intruder", "outbox")).unwrap();
-    entries.sort();
-    assert_eq!(entries.len(), 3);
-    assert!(entries.iter().all(|e| e.ends_with(":create")), "{entries:?}");
-
-    let flushed = s.flush_outbox(&src).await.unwrap();
-    assert_eq!(flushed.moved, 3, "every entry is handled once");
-    let mut kept: Vec<Vec<u8>> = flushed.kept_existing.iter().map(|(_, id)| id.clone()).collect();
-    kept.sort();
-    assert_eq!(kept, vec![b"died".to_vec(), b"waiting".to_vec()]);
-    let due = key("victim", "due");
-    assert_eq!(zscore(&mut c, &due, b"waiting"), Some(now + 60_000), "the waiting task keeps its time");
-    assert_eq!(hget(&mut c, &key("victim", "payload"), b"waiting"), Some(b"original".to_vec()));
-    assert_eq!(zscore(&mut c, &due, b"died"), None, "the dead task is not revived");
-    assert_eq!(zscore(&mut c, &key("victim", "dead"), b"died"), Some(now - 5));
-    assert_eq!(hget(&mut c, &key("victim", "payload"), b"died"), Some(b"evidence".to_vec()));
-    assert_eq!(zscore(&mut c, &due, b"fresh"), Some(now + 1), "a new id is created");
-    assert_eq!(hget(&mut c, &key("victim", "payload"), b"fresh"), Some(b"crafted".to_vec()));
-    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 0, "nothing is left to retry");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -619,192 +411,4 @@ async fn connect_fails_fast_and_hides_credentials() {
     let server = RedisServer::start();
     let s = Store::connect(&server.url(), &prefix).await.unwrap();
     s.ping().await.unwrap();
-}
-
-/// An upgrade: hosts before claim leases leased each task in `leases` and
-/// `tokens`. A host of this version adopts those leases once they expire
-/// (attempt counted), leaves the ones still held alone and counts them as
-/// in flight, and a cancel and `show` still find them.
-#[tokio::test(flavor = "multi_thread")]
-async fn leases_of_an_older_host_are_adopted_when_they_expire() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("legacy");
-    let now = redis_now(&mut c);
-    // What an older host left: "gone" (its host died, lease expired) and "held" (its host still runs it).
-    for (id, expiry, entry) in [("gone", now - 1, "41:2@old-1"), ("held", now + 2_000, "42:1@old-2")] {
-        let _: () = c.zadd(key("legacy", "leases"), id, expiry).unwrap();
-        let _: () = c.hset(key("legacy", "tokens"), id, entry).unwrap();
-        let _: () = c.hset(key("legacy", "payload"), id, format!("body of {id}")).unwrap();
-    }
-    let _: () = c.set(key("legacy", "seq"), 42).unwrap();
-    let _: () = c.zadd(key("legacy", "due"), "fresh", now - 1).unwrap();
-
-    let first = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
-    let mut got: Vec<(Vec<u8>, u32)> = first.tasks.iter().map(|t| (t.id.clone(), t.attempt)).collect();
-    got.sort();
-    assert_eq!(
-        got,
-        vec![(b"fresh".to_vec(), 1), (b"gone".to_vec(), 3)],
-        "the expired lease is adopted, its attempt counted"
-    );
-    assert!(first.tasks.iter().all(|t| t.token > 42), "tokens go on from the older host's");
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 3, "the held lease counts as in flight");
-    let held = s.show(&t, b"held").await.unwrap().running.expect("still running on old-2");
-    assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 42, 1));
-    assert_eq!(s.cancel(&t, b"held").await.unwrap(), Cancelled::Running { holder: "old-2".into() });
-
-    let batch: Vec<Settlement> = first.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded; 2]);
-
-    // The older host dies too: its cancelled run is not run again once its lease expires.
-    wait_past(&mut c, now + 2_000);
-    let second = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
-    assert!(second.tasks.is_empty(), "a run whose cancel was asked is not re-run: {:?}", second.tasks);
-    assert_eq!(s.stats(&t).await.unwrap().cancelled, 1);
-    for k in ["leases", "tokens", "due", "claims"] {
-        let exists: bool = c.exists(key("legacy", k)).unwrap();
-        assert!(!exists, "{k} is left behind");
-    }
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 0);
-}
-
-/// The claim-lease version before acks went as masks listed every task's
-/// attempt in its claim records (this one leaves the list empty when all
-/// are first attempts). Its expired claims are reaped by a host of this
-/// version with those attempts counted, and the ones it still holds stay.
-#[tokio::test(flavor = "multi_thread")]
-async fn claims_of_the_previous_claim_lease_version_are_reaped_with_their_attempts() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("prev");
-    let now = redis_now(&mut c);
-    // Claim 7 (expired): "x" on attempt 1, "y" on attempt 2, "z" already settled.
-    // Claim 20 (held until now + 60 s): "w" on attempt 1.
-    const WRITE: &str = r#"
-        redis.call('HSET', KEYS[1], '7', cmsgpack.pack({ 'old-1', { 'x', 'y', 'z' }, { 1, 2, 1 } }), '7:live', '110',
-                   '20', cmsgpack.pack({ 'old-2', { 'w' }, { 1 } }), '20:live', '1')
-        redis.call('HINCRBY', KEYS[1], 'leased', 3)
-        redis.call('ZADD', KEYS[2], ARGV[1], '7', ARGV[2], '20')
-        redis.call('SET', KEYS[3], '20')"#;
-    let _: () = redis::Script::new(WRITE)
-        .key(key("prev", "claimed"))
-        .key(key("prev", "claims"))
-        .key(key("prev", "seq"))
-        .arg(now - 1)
-        .arg(now + 60_000)
-        .invoke(&mut c)
-        .unwrap();
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 3);
-
-    let claim = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
-    let mut got: Vec<(Vec<u8>, u32)> = claim.tasks.iter().map(|t| (t.id.clone(), t.attempt)).collect();
-    got.sort();
-    assert_eq!(got, vec![(b"x".to_vec(), 2), (b"y".to_vec(), 3)], "the expired claim's live tasks, attempts counted");
-    assert!(claim.tasks.iter().all(|t| t.claim > 20), "claim ids go on past the old ones");
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 3, "w is still held by old-2");
-    let held = s.show(&t, b"w").await.unwrap().running.expect("w still runs on old-2");
-    assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 20, 1));
-
-    let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded; 2]);
-    let fields: Vec<String> = c.hkeys(key("prev", "claimed")).unwrap();
-    let mut fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    fields.sort();
-    assert_eq!(fields, ["20", "20:live", "leased"], "claim 7 is gone, claim 20 stays");
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 1);
-}
-
-/// A claim record someone overwrote names no ids to bring back, but its
-/// expiry still frees its count: `max_running` is not held short for good.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_damaged_claim_record_still_frees_its_count_when_it_expires() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("capped");
-    let now = redis_now(&mut c);
-    for id in ["a", "b"] {
-        let _: () = c.zadd(key("capped", "due"), id, now - 1).unwrap();
-    }
-    let capped = |lease| ClaimLimits { max_running: 2, ..limits(2, lease) };
-    let first = s.claim(&t, &capped(Duration::from_millis(200))).await.unwrap();
-    assert_eq!(first.tasks.len(), 2);
-    let _: () = c.hset(key("capped", "claimed"), first.tasks[0].claim, "not msgpack").unwrap();
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
-
-    wait_past(&mut c, first.lease_expiry_ms);
-    let _: () = c.zadd(key("capped", "due"), "c", now - 1).unwrap();
-    let second = s.claim(&t, &capped(Duration::from_secs(60))).await.unwrap();
-    assert_eq!(ids(&second.tasks), vec![b"c".to_vec()], "the freed slots take new work");
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 1);
-}
-
-/// Plain acks go as one mask per claim: part of a claim settles and the rest
-/// stays leased; an ack of a task that already left its claim is fenced.
-#[tokio::test(flavor = "multi_thread")]
-async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("parts");
-    let now = redis_now(&mut c);
-    for (i, id) in ["p1", "p2", "p3", "p4"].iter().enumerate() {
-        let _: () = c.zadd(key("parts", "due"), id, now - 10 + i as i64).unwrap();
-    }
-    let _: () = c.hset(key("parts", "payload"), "p3", "body").unwrap();
-    let claim = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap();
-    let tasks = claim.tasks;
-    assert_eq!(ids(&tasks), [b"p1".to_vec(), b"p2".to_vec(), b"p3".to_vec(), b"p4".to_vec()]);
-
-    let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])], None).await.unwrap();
-    assert_eq!(r, [Ended::Succeeded, Ended::Succeeded]);
-    assert_eq!(hget(&mut c, &key("parts", "payload"), b"p3"), None, "an acked task's payload goes");
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
-    assert!(s.leased(&t, b"p2").await.unwrap() && s.leased(&t, b"p4").await.unwrap());
-    assert!(!s.leased(&t, b"p1").await.unwrap());
-
-    // p1 again (already settled) beside the two still leased.
-    let r =
-        s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])], None).await.unwrap();
-    assert_eq!(r, [Ended::Succeeded, Ended::Fenced, Ended::Succeeded]);
-    let stats = s.stats(&t).await.unwrap();
-    assert_eq!((stats.succeeded, stats.in_flight), (4, 0));
-    let claims: usize = c.zcard(key("parts", "claims")).unwrap();
-    assert_eq!(claims, 0, "the claim's lease goes with its last task");
-    let fields: Vec<String> = c.hkeys(key("parts", "claimed")).unwrap();
-    assert_eq!(fields, ["leased"], "the claim's record goes with its last task");
-}
-
-/// Acks name a task by its claim id and index, so a claim id still in flight
-/// is never handed out again, even when someone deletes the token counter.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_deleted_token_counter_never_reuses_a_claim_in_flight() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let s = store(&server).await;
-    let t = ty("reset");
-    let now = redis_now(&mut c);
-    for id in ["a1", "a2", "a3"] {
-        let _: () = c.zadd(key("reset", "due"), id, now - 1).unwrap();
-    }
-    let first = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap().tasks;
-    assert_eq!(first.len(), 3);
-    let _: () = c.del(key("reset", "seq")).unwrap();
-    for id in ["b1", "b2"] {
-        let _: () = c.zadd(key("reset", "due"), id, now - 1).unwrap();
-    }
-    let second = s.claim(&t, &limits(10, Duration::from_secs(60))).await.unwrap().tasks;
-    assert_eq!(ids(&second), [b"b1".to_vec(), b"b2".to_vec()]);
-    assert!(second[0].claim > first[2].token, "claim {} reuses a token in flight", second[0].claim);
-
-    let batch: Vec<Settlement> = first.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [Ended::Succeeded; 3]);
-    assert!(s.leased(&t, b"b1").await.unwrap() && s.leased(&t, b"b2").await.unwrap(), "the second claim stands");
-    assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
-    let batch: Vec<Settlement> = second.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [Ended::Succeeded; 2]);
-    assert_eq!(s.stats(&t).await.unwrap().succeeded, 5);
 }
