@@ -7,6 +7,8 @@
 //! the faulted host held runs twice, its late outcome fenced. Times are
 //! reported, never asserted. `HOURGLASS_FAULTS_TASKS` sets N; `tests/faults.sh`
 //! runs them all and sums up.
+//!
+//! The network partition (`partition`) and the host clock step (`clock`) are child modules.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -14,6 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{Host, RedisServer, redis_now, stat, wait_for};
+
+mod clock;
+mod partition;
 
 const LONG: Duration = Duration::from_secs(120);
 const TYPE: &str = "work";
@@ -372,113 +377,6 @@ fn a_host_paused_past_its_lease_loses_nothing_and_its_late_outcomes_are_fenced()
     pause_h1_for_a_while("host paused (SIGSTOP) past its lease");
 }
 
-/// A network namespace with a veth pair to the root namespace, removed on drop.
-struct Netns {
-    ns: String,
-    root_if: String,
-    root_addr: String,
-}
-
-impl Netns {
-    fn ip(args: &[&str]) -> Result<(), String> {
-        let out = Command::new("ip").args(args).output().map_err(|e| format!("cannot run ip: {e}"))?;
-        match out.status.success() {
-            true => Ok(()),
-            false => Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
-        }
-    }
-
-    /// Names and a /30 of 10.213.0.0/16 unique to this call: tests of one
-    /// process run in parallel, and a failed create removes what it named.
-    fn create() -> Result<Netns, String> {
-        static CREATING: std::sync::Mutex<u32> = std::sync::Mutex::new(0);
-        let mut made = CREATING.lock().unwrap_or_else(|p| p.into_inner());
-        *made += 1;
-        let (pid, k) = (std::process::id(), *made);
-        let used = Command::new("ip").args(["-o", "-4", "addr"]).output().map_err(|e| format!("cannot run ip: {e}"))?;
-        let used = String::from_utf8_lossy(&used.stdout).into_owned();
-        let subnet = (0..250u32)
-            .map(|k| (pid + k) % 250)
-            .find(|k| !used.contains(&format!("10.213.{k}.")))
-            .ok_or("no free 10.213.x.0/30")?;
-        // Interface names have 15 bytes at most: "hg", 7 digits, "x", the call, "r".
-        let net = Netns {
-            ns: format!("hgfaults-{pid}-{k}"),
-            root_if: format!("hg{pid}x{k}r"),
-            root_addr: format!("10.213.{subnet}.1"),
-        };
-        let ns_if = format!("hg{pid}x{k}n");
-        let ns_addr = format!("10.213.{subnet}.2/30");
-        Netns::ip(&["netns", "add", &net.ns])?;
-        // From here on, drop removes what was made, also when a step fails.
-        Netns::ip(&["link", "add", &net.root_if, "type", "veth", "peer", "name", &ns_if])?;
-        Netns::ip(&["link", "set", &ns_if, "netns", &net.ns])?;
-        Netns::ip(&["addr", "add", &format!("{}/30", net.root_addr), "dev", &net.root_if])?;
-        Netns::ip(&["link", "set", &net.root_if, "up"])?;
-        Netns::ip(&["netns", "exec", &net.ns, "ip", "addr", "add", &ns_addr, "dev", &ns_if])?;
-        Netns::ip(&["netns", "exec", &net.ns, "ip", "link", "set", &ns_if, "up"])?;
-        Ok(net)
-    }
-
-    fn link(&self, state: &str) {
-        Netns::ip(&["link", "set", &self.root_if, state]).unwrap();
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Netns::ip(&["link", "del", &self.root_if]);
-        let _ = Netns::ip(&["netns", "del", &self.ns]);
-    }
-}
-
-#[test]
-fn a_host_cut_off_from_redis_loses_nothing_and_its_late_outcomes_are_fenced() {
-    let name = "host cut off from Redis (network partition)";
-    if partition_h1_for_a_while(name, 200).is_none() {
-        // No network namespaces (not root?): the same fault by SIGSTOP, said out loud.
-        pause_h1_for_a_while(&format!("{name} (fallback: SIGSTOP)"));
-    }
-}
-
-/// Runs longer than the lease (3 s against 1 s): h1, cut off, cannot renew,
-/// so it stops its runs a sixth of the lease before their leases run out,
-/// and h2 runs those tasks once: what a handler would have done after the
-/// stop does not happen twice. Runs that ended before the stop are fenced.
-#[test]
-fn a_host_cut_off_from_redis_stops_its_runs_before_their_leases_run_out() {
-    // A paused host can stop nothing, so SIGSTOP is no stand-in here.
-    let Some(report) = partition_h1_for_a_while("host cut off from Redis, runs of 3 s (network partition)", 3000)
-    else {
-        eprintln!("SKIPPED: no network namespaces here, so no partition to stop runs in");
-        return;
-    };
-    assert!(report.stopped > 0, "h1 stopped none of the {} runs it held at the cut", report.held);
-}
-
-/// h1 reaches Redis only over a veth pair that `cut` takes down; `None`
-/// (said out loud) where network namespaces cannot be made (not root?).
-fn partition_h1_for_a_while(name: &str, run_ms: u64) -> Option<Report> {
-    let net = match Netns::create() {
-        Ok(net) => net,
-        Err(why) => {
-            // No network namespaces (not root?): the same fault by SIGSTOP, said out loud.
-            eprintln!("no network partition possible ({why})");
-            return None;
-        }
-    };
-    // Redis listens on the root side of the veth pair (h1's only way to it) and
-    // on its unix socket (h2's).
-    let port = std::net::TcpListener::bind((net.root_addr.as_str(), 0)).unwrap().local_addr().unwrap().port();
-    let redis =
-        RedisServer::start_with(&["--port", &port.to_string(), "--bind", &net.root_addr, "--protected-mode", "no"]);
-    let url = format!("redis://{}:{port}", net.root_addr);
-    let h1 = Wrapped::start(&url, &config("h1", tasks_of(run_ms)), &["ip", "netns", "exec", &net.ns], &[]);
-    let cut = || net.link("down");
-    let heal = || net.link("up");
-    Some(lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, run_ms))
-}
-
 // ---------------------------------------------------------------- 3: Redis stalled
 
 #[test]
@@ -538,104 +436,4 @@ fn redis_stalled_past_the_lease_loses_nothing_and_late_outcomes_are_fenced() {
         held.len()
     );
     check(&format!("Redis stalled (DEBUG SLEEP {STALL_S}s) past the lease"), &mut conn, n, &held, &logs, recovery_ms);
-}
-
-// ---------------------------------------------------------------- 4: a host's clock steps
-
-/// libfaketime's multi-threaded library (the host runs many threads).
-fn libfaketime() -> PathBuf {
-    let listed = Command::new("dpkg").args(["-L", "libfaketime"]).output().map(|o| o.stdout).unwrap_or_default();
-    String::from_utf8_lossy(&listed)
-        .lines()
-        .map(PathBuf::from)
-        .chain(
-            ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime", "/usr/local/lib/faketime"]
-                .map(|d| PathBuf::from(d).join("libfaketimeMT.so.1")),
-        )
-        .find(|p| p.ends_with("libfaketimeMT.so.1") && p.exists())
-        .expect("libfaketime is not installed: apt-get install faketime (.ci/setup does)")
-}
-
-/// Redis TIME and how many tasks are still due after it, in one step.
-const DUE_LATER: &str = r#"
-    local t = redis.call('TIME')
-    local ms = t[1] * 1000 + math.floor(t[2] / 1000)
-    return { tostring(ms), redis.call('ZCOUNT', KEYS[1], '(' .. ms, '+inf') }"#;
-
-/// Schedules `ids` due from 1.5 s ahead by Redis's clock and watches, by
-/// Redis's clock, that none leaves `due` before its time; then waits for them all.
-/// Returns the commits of these ids.
-fn run_on_time(conn: &mut redis::Connection, ids: &[String], done_before: usize) -> Vec<(String, Commit)> {
-    let start = redis_now(conn) + 1500;
-    let due: Vec<i64> = (0..ids.len() as i64).map(|i| start + i * 10).collect();
-    schedule_at(conn, ids.iter().cloned().zip(due.iter().copied()), 20);
-    let last = *due.last().unwrap();
-    loop {
-        let (now, later): (String, usize) =
-            redis::Script::new(DUE_LATER).key(crate::support::key(TYPE, "due")).invoke(conn).unwrap();
-        let now: i64 = now.parse().unwrap();
-        let expected = due.iter().filter(|&&d| d > now).count();
-        assert!(
-            later >= expected,
-            "at {now} (Redis clock) only {later} tasks wait for a later time, {expected} should"
-        );
-        if now > last {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    wait_all_done(conn, done_before + ids.len());
-    let mut commits = commits(conn);
-    ids.iter().map(|id| (id.clone(), commits.remove(id).and_then(|mut c| c.pop()).expect("a commit"))).collect()
-}
-
-#[test]
-fn a_host_clock_step_changes_nothing_it_runs_by_redis_time() {
-    let n = tasks();
-    let redis = RedisServer::start();
-    let mut conn = redis.client();
-    // The host's wall clock, an hour ahead at first; libfaketime reads the file
-    // again at most a second after it changes: a step while it runs.
-    let clock = tempfile::tempdir().unwrap();
-    let offset = clock.path().join("offset");
-    std::fs::write(&offset, "+1h\n").unwrap();
-    let lib = libfaketime();
-    let env = [
-        ("LD_PRELOAD", lib.to_str().unwrap()),
-        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
-        ("FAKETIME_CACHE_DURATION", "1"),
-        // Timers and leases run on the monotonic clock, which a wall-clock step leaves alone.
-        ("DONT_FAKE_MONOTONIC", "1"),
-    ];
-    let host = Wrapped::start(&redis.url(), &config("h1", n), &[], &env);
-    const HOUR: i64 = 3_600_000;
-    let ids: Vec<String> = (0..n).map(|i| format!("w{i}")).collect();
-    let (ahead, behind) = ids.split_at(n / 2);
-    let first = run_on_time(&mut conn, ahead, 0);
-    // The host really saw the fake time: its started_ms leads Redis's commit time by about an hour.
-    let skewed = |c: &Commit, by: i64| (c.started_ms - c.at_ms - by).abs() < 10 * 60_000;
-    assert!(first.iter().all(|(_, c)| skewed(c, HOUR)), "the host's clock was not an hour ahead");
-    // Step it two hours back, live; a probe task shows when the host sees it.
-    std::fs::write(&offset, "-1h\n").unwrap();
-    let stepped_ms = redis_now(&mut conn);
-    let mut probes = 0;
-    wait_for("the host to see its clock stepped back", LONG, || {
-        probes += 1;
-        // Probes are tasks like the others, numbered on from the last.
-        let probe = format!("w{}", n + probes - 1);
-        let c = run_on_time(&mut conn, std::slice::from_ref(&probe), n / 2 + probes - 1).pop().unwrap().1;
-        skewed(&c, -HOUR).then_some(())
-    });
-    let second = run_on_time(&mut conn, behind, n / 2 + probes);
-    let all: Vec<&(String, Commit)> = first.iter().chain(&second).collect();
-    let early: Vec<&String> = all.iter().filter(|(_, c)| c.at_ms < c.due_ms).map(|(id, _)| id).collect();
-    assert!(early.is_empty(), "committed before they were due by Redis's clock: {early:?}");
-    // Recovery here: the latest any task committed after its due time, by
-    // Redis's clock (an hour if the host went by its own clock).
-    let recovery_ms = all.iter().map(|(_, c)| c.at_ms - c.due_ms).max().unwrap();
-    eprintln!("  (clock stepped at {stepped_ms} ms; the host saw it after {probes} probe tasks)");
-    let logs = HashMap::from([("h1", host.log())]);
-    let name = "host clock an hour ahead, then stepped to an hour behind while running";
-    let report = check(name, &mut conn, n + probes, &HashMap::new(), &logs, recovery_ms);
-    assert_eq!(report.twice, 0);
 }
