@@ -6,7 +6,7 @@
 # from the committed package-lock.json). `make test` runs it.
 #
 #   bash clients/test.sh                  # both clients' tests
-#   bash clients/test.sh --install-only   # the environments only (tests/host/workflows.rs uses them)
+#   bash clients/test.sh --install-only   # the environments only (tests/host/workflows/clients.rs uses them)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 redis_py_version="5.2.1"

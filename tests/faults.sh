@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the fault-injection harness (tests/fleet/faults.rs) one fault at a time and
+# Runs the fault-injection harness (tests/fleet/faults.rs and tests/fleet/faults/) one fault at a time and
 # ends with a summary: one FAULT line per fault.
 #
 #   HOURGLASS_FAULTS_TASKS=N      tasks per fault (default 300)

@@ -20,9 +20,11 @@
 //! - [`pipeline::outbox`]: the follow-ups and group reports those settles committed, moved on to their types.
 //!
 //! [`pipeline`] runs that path for every type and drains it at shutdown; its
-//! stages share [`pipeline::state`], which imports none of them, and write to
+//! stages share [`pipeline::state`], which imports none of them, reach
 //! Redis's task path through [`pipeline::ledger`] (claim, renew, settle, hand
-//! back), a trait the store implements and unit tests script. Imports
+//! back), a trait the store implements and unit tests script, and start runs
+//! through [`pipeline::execute`], which the runtime's `Handler` implements and
+//! unit tests fake. Imports
 //! point one way: no module imports one that imports it back
 //! (`tests/host/layout.rs` checks it).
 //!

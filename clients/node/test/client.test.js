@@ -136,7 +136,7 @@ test("refusals are typed and write nothing", async () => {
 test("a sharded type routes each id to its shard, as the Python client does", async () => {
   const sharded = new hg.Hourglass(redis, { shards: { hot: 3 } });
   const tags = hg.shardTags("hot", 3);
-  // The same tags docs/scaling.md and the host give (tests/host/workflows.rs checks the routing against the host).
+  // The same tags docs/scaling.md and the host give (tests/host/workflows/clients.rs checks the routing against the host).
   assert.deepEqual(hg.shardTags("order.timeout", 3), ["order.timeout", "order.timeout#3", "order.timeout#2"]);
   for (let i = 0; i < 30; i++) await sharded.schedule("hot", `t-${i}`, { delayMs: 600000 });
   for (let i = 0; i < 30; i++) {
