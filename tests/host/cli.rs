@@ -403,8 +403,19 @@ fn bench_runs_hourglass_bench_from_beside_the_binary() {
     std::fs::copy(env!("CARGO_BIN_EXE_hourglass"), &exe).unwrap();
     let config = dir.path().join("runner.toml");
     std::fs::write(&config, "").unwrap();
+    // A file just written is "busy" to exec while a child that another test
+    // thread forked meanwhile still holds its descriptor (until that child's
+    // own exec, a moment later): try again then.
     let run = |args: &[&str]| {
-        Command::new(&exe).env_remove("HOURGLASS_REDIS_URL").current_dir(dir.path()).args(args).output().unwrap()
+        for _ in 0..100 {
+            match Command::new(&exe).env_remove("HOURGLASS_REDIS_URL").current_dir(dir.path()).args(args).output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                out => return out.unwrap(),
+            }
+        }
+        panic!("{} stayed busy", exe.display())
     };
 
     let missing = run(&["bench", "burst"]);
