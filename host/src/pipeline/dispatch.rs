@@ -229,14 +229,17 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
                 if let Some(span) = span {
                     span.stopped();
                 }
-                claim.unreported.fetch_sub(1, Ordering::AcqRel);
+                if claim.unreported.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    claim.state.claim_reported.notify_one();
+                }
                 return;
             }
         };
         let settlement = Settlement { lease: self.task.lease(), outcome, run: info };
         // Counted down just before it is queued, so the settler never lingers
-        // for an outcome already in its queue.
-        claim.unreported.fetch_sub(1, Ordering::AcqRel);
+        // for an outcome already in its queue; the claim's last outcome wakes
+        // it once queued.
+        let last = claim.unreported.fetch_sub(1, Ordering::AcqRel) == 1;
         let finished = Finished { settlement, span, permits: self.permits, claim_unreported: claim.unreported.clone() };
         let unsent = match &claim.settle_tx {
             Some(tx) => tx.send(finished).err().map(|e| e.0),
@@ -247,6 +250,9 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
             if let Some(span) = unsent.span {
                 span.stopped();
             }
+        }
+        if last {
+            claim.state.claim_reported.notify_one();
         }
     }
 }

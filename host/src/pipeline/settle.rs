@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::ledger::write_outcomes;
 use super::outbox::Outbox;
-use super::state::{Finished, InFlight, Permits, Runner};
+use super::state::{Finished, InFlight, Permits, Runner, SettleQueue};
 use crate::health::Health;
 use crate::logging::clean_id;
 use crate::registry::Registry;
@@ -52,19 +52,21 @@ impl Gathered {
     /// whole claims rather than one or two tasks. Later claims are not
     /// waited for: their slots are what the next claim is made of, so
     /// merging them would stall the pipeline.
-    async fn take_more(&mut self, rx: &mut mpsc::UnboundedReceiver<Finished>) {
+    async fn take_more(&mut self, queue: &mut SettleQueue) {
         let linger_until = tokio::time::Instant::now() + SETTLE_LINGER;
         while self.batch.len() < SETTLE_MAX {
-            let next = match rx.try_recv() {
-                Ok(next) => Some(next),
-                Err(mpsc::error::TryRecvError::Disconnected) => None,
-                Err(mpsc::error::TryRecvError::Empty) if self.claims_reported() => None,
+            match queue.outcomes.try_recv() {
+                Ok(next) => self.push(next),
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) if self.claims_reported() => break,
+                // Woken when a claim's last outcome is queued, not by each
+                // outcome: what came meanwhile is taken at the next turn.
                 Err(mpsc::error::TryRecvError::Empty) => {
-                    tokio::time::timeout_at(linger_until, rx.recv()).await.ok().flatten()
+                    if tokio::time::timeout_at(linger_until, queue.claim_reported.notified()).await.is_err() {
+                        break;
+                    }
                 }
-            };
-            let Some(next) = next else { break };
-            self.push(next);
+            }
         }
     }
 
@@ -103,7 +105,7 @@ impl Settler {
         task_type: TaskType,
         in_flight: InFlight,
         metrics: Arc<crate::telemetry::TypeMetrics>,
-        mut rx: mpsc::UnboundedReceiver<Finished>,
+        mut queue: SettleQueue,
     ) {
         // The outbox moves on beside the settles, not between them: one flush
         // at a time, and asks made during a flush coalesce into one more.
@@ -118,9 +120,9 @@ impl Settler {
             }
         });
         let mut gathered = Gathered::default();
-        while let Some(first) = rx.recv().await {
+        while let Some(first) = queue.outcomes.recv().await {
             gathered.push(first);
-            gathered.take_more(&mut rx).await;
+            gathered.take_more(&mut queue).await;
             let Gathered { batch, permits, spans, .. } = std::mem::take(&mut gathered);
             let events = || self.registry.config().events_maxlen(&task_type);
             let (results, group_reports) = write_outcomes(&self.store, &self.health, &task_type, &batch, events).await;
@@ -211,6 +213,11 @@ mod tests {
         assert_eq!(gathered.permits.len(), 3, "every slot is held until the settle");
     }
 
+    fn queue() -> (mpsc::UnboundedSender<Finished>, SettleQueue) {
+        let (tx, outcomes) = mpsc::unbounded_channel();
+        (tx, SettleQueue { outcomes, claim_reported: Arc::default() })
+    }
+
     fn batch_ids(gathered: &Gathered) -> Vec<String> {
         gathered.batch.iter().map(|s| String::from_utf8_lossy(&s.lease.id).into_owned()).collect()
     }
@@ -218,19 +225,23 @@ mod tests {
     // Paused time: the linger is stepped by tokio, not by this machine's speed.
     #[tokio::test(start_paused = true)]
     async fn it_lingers_for_its_claims_outcomes_still_to_come_but_not_for_later_claims() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut queue) = queue();
         let claim = Arc::new(AtomicUsize::new(1));
         let mut gathered = Gathered::default();
         gathered.push(finished("a", &claim));
         // The claim's last outcome arrives while the gather lingers (the
-        // spawned task runs only once it waits): it joins the batch.
+        // spawned task runs only once it waits), as a run sends it: counted
+        // down, queued, then the settler woken. It joins the batch.
         let last = finished("b", &claim);
-        let (sender, counter) = (tx.clone(), claim.clone());
+        let (sender, counter, reported) = (tx.clone(), claim.clone(), queue.claim_reported.clone());
         tokio::spawn(async move {
             counter.store(0, Ordering::Release);
             sender.send(last).ok().unwrap();
+            reported.notify_one();
         });
-        gathered.take_more(&mut rx).await;
+        let started = tokio::time::Instant::now();
+        gathered.take_more(&mut queue).await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "woken by the claim's last outcome, not by the linger's end");
         assert_eq!(batch_ids(&gathered), ["a", "b"]);
 
         // What is queued is taken, a later claim's outcome too; that claim
@@ -240,28 +251,28 @@ mod tests {
         gathered.push(finished("c", &claim));
         tx.send(finished("d", &later)).ok().unwrap();
         let started = tokio::time::Instant::now();
-        gathered.take_more(&mut rx).await;
+        gathered.take_more(&mut queue).await;
         assert_eq!(batch_ids(&gathered), ["c", "d"]);
         assert!(started.elapsed() >= SETTLE_LINGER, "{:?}", started.elapsed());
         // A batch whose claims have reported everything does not linger at all.
         let mut gathered = Gathered::default();
         gathered.push(finished("e", &claim));
         let started = tokio::time::Instant::now();
-        gathered.take_more(&mut rx).await;
+        gathered.take_more(&mut queue).await;
         assert_eq!((batch_ids(&gathered), started.elapsed()), (vec!["e".to_owned()], Duration::ZERO));
     }
 
     #[tokio::test(start_paused = true)]
     async fn one_batch_holds_at_most_settle_max_outcomes() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut queue) = queue();
         let claim = Arc::new(AtomicUsize::new(0));
         for i in 0..SETTLE_MAX + 10 {
             tx.send(finished(&i.to_string(), &claim)).ok().unwrap();
         }
         let mut gathered = Gathered::default();
-        gathered.push(rx.recv().await.unwrap());
-        gathered.take_more(&mut rx).await;
+        gathered.push(queue.outcomes.recv().await.unwrap());
+        gathered.take_more(&mut queue).await;
         assert_eq!(gathered.batch.len(), SETTLE_MAX);
-        assert_eq!(rx.len(), 10, "the rest waits for the next batch");
+        assert_eq!(queue.outcomes.len(), 10, "the rest waits for the next batch");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::error;
@@ -80,6 +80,10 @@ pub(crate) struct TypeState {
     pub(crate) claim_size: usize,
     pub(crate) in_flight: InFlight,
     pub(crate) settle_tx: Mutex<Option<mpsc::UnboundedSender<Finished>>>,
+    /// Notified once the last outcome of a claim is queued: the settler,
+    /// lingering for whole claims, then wakes once per claim rather than once
+    /// per outcome, each wake a thread woken on another core.
+    pub(crate) claim_reported: Arc<Notify>,
     settler: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The worker ended because the type lost its plugin.
     pub(crate) stopped: AtomicBool,
@@ -89,22 +93,21 @@ pub(crate) struct TypeState {
 impl TypeState {
     /// A type's (or a shard's) state with the type's `slots` and claims of
     /// `claim_size`, and the receiving end of its settle queue (for its settler).
-    pub(crate) fn new(
-        task_type: &TaskType,
-        slots: Arc<Semaphore>,
-        claim_size: usize,
-    ) -> (TypeState, mpsc::UnboundedReceiver<Finished>) {
+    pub(crate) fn new(task_type: &TaskType, slots: Arc<Semaphore>, claim_size: usize) -> (TypeState, SettleQueue) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let claim_reported = Arc::new(Notify::new());
+        let queue = SettleQueue { outcomes: rx, claim_reported: claim_reported.clone() };
         let state = TypeState {
             semaphore: slots,
             claim_size,
             in_flight: InFlight::default(),
             settle_tx: Mutex::new(Some(tx)),
+            claim_reported,
             settler: Mutex::new(None),
             stopped: AtomicBool::new(false),
             metrics: Arc::new(crate::telemetry::TypeMetrics::new(task_type)),
         };
-        (state, rx)
+        (state, queue)
     }
 
     /// Keeps the settler's handle, so [`TypeState::close_settler`] can wait for it.
@@ -151,6 +154,13 @@ impl TypeState {
             error!(task_type = %task_type, "outcomes not written before exit (Redis unreachable): those tasks run again once their leases expire");
         }
     }
+}
+
+/// The settler's end of a type's settle queue.
+pub(crate) struct SettleQueue {
+    pub(crate) outcomes: mpsc::UnboundedReceiver<Finished>,
+    /// [`TypeState::claim_reported`].
+    pub(crate) claim_reported: Arc<Notify>,
 }
 
 /// An outcome queued for the settler, with the slots it frees once stored and

@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::pipeline::state::SettleQueue;
 use crate::task::Lease;
 
 fn task(attempt: u32) -> ClaimedTask {
@@ -140,7 +141,7 @@ impl Ledger for Untraced {
 /// A type with 4 slots, its settle queue, and a dispatcher onto this test's runtime.
 struct Bench {
     state: Arc<TypeState>,
-    queue: tokio::sync::mpsc::UnboundedReceiver<Finished>,
+    queue: SettleQueue,
     slots: Arc<tokio::sync::Semaphore>,
     global: Arc<tokio::sync::Semaphore>,
     dispatcher: Dispatcher<Untraced>,
@@ -201,7 +202,7 @@ async fn each_outcome_is_decided_and_queued_for_the_settler_with_the_slots_it_ho
     let mut bench = Bench::new(false);
     let leases = bench.dispatch(&["ok", "fail", "bad"]);
     bench.runs_ended().await;
-    let mut queued: Vec<Finished> = (0..3).map(|_| bench.queue.try_recv().unwrap()).collect();
+    let mut queued: Vec<Finished> = (0..3).map(|_| bench.queue.outcomes.try_recv().unwrap()).collect();
     queued.sort_by(|a, b| id(a).cmp(id(b)));
     assert_eq!(queued.iter().map(id).collect::<Vec<_>>(), ["bad", "fail", "ok"]);
     assert_eq!(queued[0].settlement.outcome, Outcome::Dead { error: "permanent: bad input".into() });
@@ -209,6 +210,9 @@ async fn each_outcome_is_decided_and_queued_for_the_settler_with_the_slots_it_ho
     assert_eq!(queued[2].settlement.outcome, Outcome::Ack { followups: Vec::new(), groups: Vec::new() });
     assert_eq!(queued[2].settlement.lease, leases[0], "an outcome names the lease it was run under");
     assert_eq!(queued[0].claim_unreported.load(Ordering::Acquire), 0, "the claim reported every outcome");
+    // Its last run woke the settler, which has not taken the wake-up yet.
+    let woken = tokio::time::timeout(Duration::ZERO, bench.state.claim_reported.notified()).await;
+    assert!(woken.is_ok(), "the claim's last outcome wakes the settler");
 
     // Until the settler has stored them, the tasks stay in flight and hold their slots.
     assert!(leases.iter().all(|l| bench.in_flight(l)));
@@ -225,9 +229,9 @@ async fn a_cancel_is_settled_as_cancelled_and_a_lost_lease_settles_nothing() {
     assert!(bench.state.in_flight.lock().unwrap()[&leases[1]].lose(), "its handler was still going");
     bench.runs_ended().await;
 
-    let cancelled = bench.queue.try_recv().unwrap();
+    let cancelled = bench.queue.outcomes.try_recv().unwrap();
     assert_eq!((id(&cancelled), &cancelled.settlement.outcome), ("to-cancel", &Outcome::Cancelled));
-    assert!(bench.queue.try_recv().is_err(), "the lost run queues nothing: the task is another host's");
+    assert!(bench.queue.outcomes.try_recv().is_err(), "the lost run queues nothing: the task is another host's");
     assert!(!bench.in_flight(&leases[1]), "nor is it handed back at shutdown");
     assert_eq!(bench.slots.available_permits(), 3, "its slot is free at once; the cancelled one waits for its settle");
     drop(cancelled);
@@ -239,9 +243,9 @@ async fn a_claim_that_arrives_after_the_grace_period_ends_at_once_and_keeps_its_
     let mut bench = Bench::new(true);
     let leases = bench.dispatch(&["long", "ok"]);
     bench.runs_ended().await;
-    let finished = bench.queue.try_recv().unwrap();
+    let finished = bench.queue.outcomes.try_recv().unwrap();
     assert_eq!(id(&finished), "ok", "a handler done at its first step keeps its outcome");
-    assert!(bench.queue.try_recv().is_err(), "the stopped run queues nothing");
+    assert!(bench.queue.outcomes.try_recv().is_err(), "the stopped run queues nothing");
     assert!(bench.in_flight(&leases[0]), "its lease stays listed, for shutdown to hand back");
     assert_eq!(bench.slots.available_permits(), 3, "its slot is free; the finished one waits for its settle");
 }
