@@ -104,7 +104,12 @@ impl Grants {
 
 /// Per-run state of a `Store`.
 pub(crate) struct HostState {
-    wasi: WasiCtx,
+    /// Built on the run's first WASI call: many handlers make none, and
+    /// building it (its random generators seeded) is a measurable part of a
+    /// fresh instance's cost.
+    wasi: Option<WasiCtx>,
+    /// What the WASI context captures the guest's output into.
+    output: (CappedPipe, CappedPipe),
     table: ResourceTable,
     pub(crate) limiter: MemoryCap,
     pub(crate) meta: Arc<RunMeta>,
@@ -148,7 +153,8 @@ impl HostState {
         let mut http = WasiHttpCtx::new();
         http.set_field_size_limit(budget.field_limit());
         HostState {
-            wasi: deny_all_wasi(stdout, stderr, budget),
+            wasi: None,
+            output: (stdout.clone(), stderr.clone()),
             table,
             limiter: MemoryCap { limit: memory_limit, exceeded: None },
             meta: parts.meta,
@@ -197,7 +203,9 @@ fn deny_all_wasi(stdout: &CappedPipe, stderr: &CappedPipe, budget: HostBudget) -
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        let (stdout, stderr, budget) = (&self.output.0, &self.output.1, self.budget);
+        let ctx = self.wasi.get_or_insert_with(|| deny_all_wasi(stdout, stderr, budget));
+        WasiCtxView { ctx, table: &mut self.table }
     }
 }
 
@@ -436,6 +444,47 @@ mod tests {
         let cut = cap_error(long.clone());
         assert!(cut.len() < MAX_ERROR_TEXT + 64, "{}", cut.len());
         assert!(cut.ends_with(&format!("({} more bytes cut)", long.len() - MAX_ERROR_TEXT)), "{cut}");
+    }
+
+    /// A state as a fresh instance's store gets it, capturing into `stdout` and `stderr`.
+    fn fresh_state(stdout: &CappedPipe, stderr: &CappedPipe) -> HostState {
+        let budget = HostBudget::new(4 * 1024 * 1024);
+        let meta = Arc::new(RunMeta {
+            plugin: "chaos".into(),
+            plugin_hash: String::new(),
+            task_type: "chaos".parse().expect("a valid type"),
+            task_id: "t-1".into(),
+            attempt: 1,
+        });
+        let policy = crate::policy::SandboxPolicy {
+            timeout: std::time::Duration::from_secs(1),
+            memory_limit: ByteSize::mib(1),
+            host_memory_limit: ByteSize::mib(4),
+            max_payload: ByteSize::kib(1),
+            instance_reuse: 0,
+            allowed_outbound_hosts: Default::default(),
+            http_timeout: std::time::Duration::from_secs(1),
+            http_max_response: ByteSize::kib(1),
+            http_concurrency: 1,
+            may_schedule: Vec::new(),
+            may_replace: Vec::new(),
+        };
+        let caller = crate::outgoing::Caller { plugin: "chaos".into(), meta: meta.clone(), trace: None };
+        let http_policy = Arc::new(crate::outgoing::HttpPolicy::new(&policy));
+        let http_hooks = OutboundHooks::new(http_policy, Instant::now(), budget, caller);
+        let parts = RunParts { meta, http_hooks, deadline: Instant::now() };
+        HostState::new(parts, 1 << 20, budget, Arc::default(), Arc::default(), stdout, stderr)
+    }
+
+    #[test]
+    fn wasi_is_built_on_the_first_wasi_call_and_kept_for_the_next() {
+        let (stdout, stderr) = (CappedPipe::new(64), CappedPipe::new(64));
+        let mut state = fresh_state(&stdout, &stderr);
+        assert!(state.wasi.is_none(), "a run that makes no WASI call must not pay for a WASI context");
+        let first: *const WasiCtx = state.ctx().ctx;
+        assert!(state.wasi.is_some());
+        let again: *const WasiCtx = state.ctx().ctx;
+        assert_eq!(first, again, "later calls (and a warm instance's next task) use the same context");
     }
 
     #[test]
