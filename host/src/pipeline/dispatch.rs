@@ -202,7 +202,10 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
             None => None,
         };
         let since = Instant::now();
-        let handled = claim.entry.handler.execute(task, span.as_ref().map(crate::traces::RunSpan::run_trace));
+        // On the heap: a run's future is kilobytes (a fresh instance's
+        // instantiation and call), and held inline every move of it and of
+        // this future (into the race, into the spawned task) copies them all.
+        let handled = Box::pin(claim.entry.handler.execute(task, span.as_ref().map(crate::traces::RunSpan::run_trace)));
         let ending = race(handled, &self.stop, &self.lost).await;
         // Shutdown past the grace period keeps the lease listed, to be handed back.
         if matches!(ending, Ending::Dropped) && !claim.aborted.load(Ordering::Acquire) {

@@ -261,3 +261,43 @@ async fn a_panic_in_the_host_fails_the_task_not_the_host() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A handler whose future holds 16 KiB across an await, as a fresh
+/// instance's instantiation and call hold kilobytes.
+struct Bulky;
+
+impl Execute for Bulky {
+    async fn execute(&self, _: &ClaimedTask, _: Option<crate::runtime::trace::RunTrace>) -> TaskRun {
+        let buffer = [1u8; 16 * 1024];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&buffer);
+        ok()
+    }
+}
+
+#[tokio::test]
+async fn a_run_keeps_its_handlers_future_on_the_heap_so_spawning_and_moving_it_copy_little() {
+    let slots = Arc::new(tokio::sync::Semaphore::new(3));
+    let (state, _queue) = TypeState::new(&"t".parse().unwrap(), slots.clone(), 1);
+    let entry = Entry { handler: Arc::new(Bulky), policy: policy(3), file: "bulky.wasm".into(), hash: "h".into() };
+    let claim = Arc::new(ClaimRuns::<Bulky, Untraced> {
+        entry: Arc::new(entry),
+        state: Arc::new(state),
+        unreported: Arc::new(AtomicUsize::new(1)),
+        trace: None,
+        settle_tx: None,
+        holder: "this-host".into(),
+        aborted: Arc::default(),
+        _tracked: TaskTracker::new().token(),
+    });
+    let permits = (slots.clone().try_acquire_owned().unwrap(), slots.try_acquire_owned().unwrap());
+    let (stop, lost, ended) = (CancellationToken::new(), CancellationToken::new(), Arc::new(AtomicBool::new(false)));
+    let run = Run { task: task(1), permits, stop, lost, ended: ended.clone(), claim };
+    let go = run.go();
+    // Every move of a future copies all of it: the spawn into the executor's
+    // task, and inside, the race. The handler's kilobytes stay out of them.
+    let bytes = std::mem::size_of_val(&go);
+    assert!(bytes < 4 * 1024, "a run's future is {bytes} bytes: the handler's future is held inline");
+    go.await;
+    assert!(ended.load(Ordering::Acquire), "the boxed handler still runs to its end");
+}
