@@ -261,3 +261,82 @@ fn groups_completes_every_group_once_with_the_right_counts() {
     let left: Vec<String> = redis::cmd("KEYS").arg("hourglass-bench:{bench.done}:*").query(&mut c).unwrap();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// `bench/many-core`: a bundle of this build's binaries, made by bundle.sh and
+/// run by its run.sh from a copy elsewhere (as on a server with no
+/// toolchain), passes its quick start and gives a clean burst for every run.
+#[test]
+fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
+    let bench_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_hourglass-bench"));
+    let bin_dir = bench_bin.parent().expect("the bench binary's folder");
+    assert!(
+        bin_dir.join("hourglass").is_file(),
+        "{}: no hourglass binary beside hourglass-bench (cargo build -p hourglass, or test with --workspace)",
+        bin_dir.display()
+    );
+    let root = support::workspace_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("bundle");
+    let made = Command::new("bash")
+        .arg(root.join("bench/many-core/bundle.sh"))
+        .arg(&bundle)
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--plain")
+        .output()
+        .expect("run bundle.sh");
+    assert!(made.status.success(), "bundle.sh: {}", String::from_utf8_lossy(&made.stderr));
+
+    // The quick start's managed redis-server takes a free port of its own.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out_dir = tmp.path().join("out");
+    let ran = Command::new("bash")
+        .arg(bundle.join("run.sh"))
+        .arg("--quick")
+        .current_dir(tmp.path())
+        .env("TASKS", "1500")
+        .env("QS_PORT", port.to_string())
+        .env("OUT", &out_dir)
+        .env_remove("HOURGLASS_REDIS_URL")
+        .env("HOURGLASS_LOG", "warn")
+        .output()
+        .expect("run run.sh");
+    let log = std::fs::read_to_string(out_dir.join("run.log")).unwrap_or_default();
+    assert!(ran.status.success(), "run.sh: {}\n{log}", String::from_utf8_lossy(&ran.stderr));
+
+    let lines = std::fs::read_to_string(out_dir.join("many-core.jsonl")).expect("many-core.jsonl");
+    let runs: Vec<Value> =
+        lines.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let runs_named: Vec<&str> = runs.iter().map(|r| r["run"].as_str().unwrap()).collect();
+    assert_eq!(
+        runs_named,
+        [
+            "machine",
+            "quickstart",
+            "default",
+            "default reuse",
+            "2+2",
+            "2+2 reuse",
+            "cores+cores",
+            "cores+cores reuse",
+            "4 hosts"
+        ]
+    );
+    let machine = &runs[0];
+    assert_eq!(machine["cores"].as_u64(), std::thread::available_parallelism().ok().map(|n| n.get() as u64));
+    let quick_start = &runs[1];
+    assert_eq!(quick_start["ok"], true, "{quick_start}\n{log}");
+    assert_eq!(quick_start["plugins_refused"], 0, "{quick_start}\n{log}");
+    for run in &runs[2..] {
+        let result = &run["result"];
+        assert_eq!(result["tasks"], 1500, "{run}\n{log}");
+        assert_clean(result, &["host_cpu_us_per_task", "worker_threads", "host_threads"]);
+    }
+    let cores = machine["cores"].as_u64();
+    assert_eq!(
+        (runs[6]["result"]["worker_threads"].as_u64(), runs[6]["result"]["host_threads"].as_u64()),
+        (cores, cores)
+    );
+    assert_eq!(runs[3]["result"]["instance_reuse"], 64);
+    assert_eq!(runs[8]["result"]["hosts"], 4);
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The many-core sitting, run from a folder bundle.sh made, on a server with no
+# toolchain. Appends one JSON line per run to $OUT/many-core.jsonl (OUT
+# defaults to ./out) and keeps every program's output in $OUT/run.log:
+#
+#   1. the quick start: `hourglass run` on the shipped runner.toml, as
+#      `make run` starts it (a managed redis-server on QS_PORT, 6379 unless
+#      set), then the README's three tasks; passes when all three ran;
+#   2. `bench burst` fresh and `--reuse 64`, at the default threads, 2 + 2
+#      and cores + cores (the host CPU per task by thread count), ROUNDS
+#      rounds interleaved;
+#   3. 4 hosts on one Redis, and 4 hosts on a 3-master cluster with
+#      shards = 1 and shards = 3;
+#   4. with bullmq/ in the bundle: BullMQ's burst beside Hourglass's, in the
+#      same minutes.
+#
+#   bash run.sh [--quick]     (--quick: 20,000 tasks, one round, no cluster)
+#
+# Environment: TASKS (200000), ROUNDS (2), QS_PORT (6379), OUT.
+set -uo pipefail # not -e: a failed run is recorded and the others go on
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+quick=0
+case "${1:-}" in
+    --quick) quick=1 ;;
+    "") ;;
+    *) echo "usage: bash run.sh [--quick]" >&2; exit 2 ;;
+esac
+tasks="${TASKS:-$( ((quick)) && echo 20000 || echo 200000)}"
+rounds="${ROUNDS:-$( ((quick)) && echo 1 || echo 2)}"
+qs_port="${QS_PORT:-6379}"
+out="${OUT:-$here/out}"
+mkdir -p "$out"
+results="$out/many-core.jsonl"
+log="$out/run.log"
+
+for packed in bin/*.gz; do
+    [[ -e "$packed" ]] || continue
+    gunzip -f "$packed"
+done
+chmod +x bin/*
+export PATH="$here/bin:$PATH" LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cores="$(nproc)"
+
+emit() { echo "$1" | tee -a "$results"; }
+json_str() { printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+
+model="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+mem_kib="$(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
+emit "{\"run\":\"machine\",\"cores\":$cores,\"model\":$(json_str "$model"),\"kernel\":$(json_str "$(uname -r)"),\"mem_kib\":$mem_kib,\"commit\":$(json_str "$(cat commit 2>/dev/null)"),\"tasks\":$tasks,\"rounds\":$rounds}"
+
+# Waits up to $2 seconds for the extended regex $3 in file $1.
+wait_for() {
+    local file="$1" seconds="$2" pattern="$3" i
+    for ((i = 0; i < seconds * 10; i++)); do
+        grep -Eq "$pattern" "$file" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+quick_start() {
+    local work host_pid started ready ok=true missing=()
+    work="$(mktemp -d)"
+    cp -r runner.toml plugins "$work/"
+    started="$(date +%s%3N)"
+    (cd "$work" && exec env HOURGLASS_REDIS_URL="redis://127.0.0.1:$qs_port" HOURGLASS_LOG=info hourglass run) > "$work/host.log" 2>&1 &
+    host_pid=$!
+    if wait_for "$work/host.log" 300 "hourglass is running"; then
+        ready="$(($(date +%s%3N) - started))"
+        local now
+        now="$(date +%s%3N)"
+        redis-cli -p "$qs_port" HSET 'hourglass:{order.timeout}:payload' o-42 '{"order_id": 42, "amount": 19.90}' >> "$log" 2>&1
+        redis-cli -p "$qs_port" ZADD 'hourglass:{order.timeout}:due' $((now + 2000)) o-42 >> "$log" 2>&1
+        (cd "$work" && export HOURGLASS_REDIS_URL="redis://127.0.0.1:$qs_port" &&
+            hourglass schedule order.timeout o-43 --in 2s --payload '{"order_id": 43, "amount": 5}' &&
+            hourglass schedule flaky f-1 --in 1s --payload '{"fail_times": 2}') >> "$log" 2>&1
+        for pattern in "order 42 .*cancelled" "order 43 .*cancelled" "succeeded on attempt 3.*task_id=f-1"; do
+            wait_for "$work/host.log" 60 "$pattern" || { ok=false; missing+=("$pattern"); }
+        done
+    else
+        ready=null ok=false missing+=("hourglass is running")
+    fi
+    kill -INT "$host_pid" 2>/dev/null
+    wait "$host_pid"
+    local exit_code=$?
+    local refused compiled
+    refused="$(grep -c "plugin rejected" "$work/host.log")"
+    compiled="$(grep -c "compiled" "$work/host.log")"
+    { echo "== quick start host log"; cat "$work/host.log"; } >> "$log"
+    emit "{\"run\":\"quickstart\",\"ok\":$ok,\"ready_ms\":$ready,\"plugins_refused\":$refused,\"compile_lines\":$compiled,\"host_exit\":$exit_code,\"missing\":$(json_str "${missing[*]:-}")}"
+    rm -rf "$work"
+}
+
+# One `bench burst` (on a private redis-server unless --spawn-cluster is
+# given); its JSON line is kept whole under "result".
+burst() {
+    local label="$1" line server=--spawn-redis
+    shift
+    [[ " $* " == *" --spawn-cluster "* ]] && server=""
+    echo "== burst $label $*" >> "$log"
+    line="$(timeout 600 hourglass-bench burst $server --json --tasks "$tasks" \
+        --plugin plugins/noop.wasm --config runner.toml "$@" 2>> "$log" | tail -n 1)"
+    if [[ "$line" == "{"* ]]; then
+        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"result\":$line}"
+    else
+        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"error\":\"no result: see run.log\"}"
+    fi
+}
+
+bullmq() {
+    if [[ -f bullmq/node.xz ]]; then
+        command -v xz >/dev/null || { emit '{"run":"bullmq","error":"xz is not installed here: node cannot be unpacked"}'; return 0; }
+        xz -d -f bullmq/node.xz && chmod +x bullmq/node
+    fi
+    [[ -d bullmq/node_modules ]] || tar -C bullmq -xzf bullmq/node_modules.tar.gz
+    local port=6390 dir line
+    dir="$(mktemp -d)"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize yes \
+        --logfile "$dir/redis.log" >> "$log" 2>&1
+    sleep 0.5
+    line="$(cd bullmq && timeout 600 ./node bullmq_bench.js "$port" "$tasks" 0 100 2>> "$log" | tail -n 1)"
+    redis-cli -p "$port" shutdown nosave >> "$log" 2>&1
+    rm -rf "$dir"
+    if [[ "$line" == "{"* ]]; then
+        emit "{\"run\":\"bullmq\",\"args\":\"burst, concurrency 100\",\"result\":$line}"
+    else
+        emit "{\"run\":\"bullmq\",\"error\":\"no result: see run.log\"}"
+    fi
+}
+
+quick_start
+for ((round = 1; round <= rounds; round++)); do
+    burst "default"
+    burst "default reuse" --reuse 64
+    burst "2+2" --worker-threads 2 --host-threads 2
+    burst "2+2 reuse" --worker-threads 2 --host-threads 2 --reuse 64
+    burst "cores+cores" --worker-threads "$cores" --host-threads "$cores"
+    burst "cores+cores reuse" --worker-threads "$cores" --host-threads "$cores" --reuse 64
+done
+burst "4 hosts" --hosts 4
+if ((!quick)); then
+    burst "cluster 4 hosts, shards 1" --spawn-cluster --hosts 4 --shards 1
+    burst "cluster 4 hosts, shards 3" --spawn-cluster --hosts 4 --shards 3
+fi
+if [[ -f bullmq/bullmq_bench.js ]]; then
+    bullmq
+    burst "default, beside bullmq"
+fi
+echo "results: $results"

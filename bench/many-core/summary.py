@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Summarises run.sh's many-core.jsonl: medians per run and the ratios the
+issues and BENCHMARKS.md report (ratios compare runs of one sitting only).
+
+    python3 bench/many-core/summary.py out/many-core.jsonl
+"""
+
+import json
+import statistics
+import sys
+
+
+def main(path):
+    runs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    machine = next((r for r in runs if r["run"] == "machine"), {})
+    print(f"{machine.get('cores')} cores, {machine.get('model')}, kernel {machine.get('kernel')}, "
+          f"commit {machine.get('commit')}, {machine.get('tasks')} tasks per burst")
+    for r in runs:
+        if r["run"] == "quickstart":
+            print(f"quick start: {'ok' if r['ok'] else 'FAILED'}, ready in {r['ready_ms']} ms, "
+                  f"{r['plugins_refused']} plugins refused{', missing: ' + r['missing'] if r['missing'] else ''}")
+        elif "error" in r:
+            print(f"{r['run']}: {r['error']}")
+
+    by_run = {}
+    for r in runs:
+        if "result" in r:
+            by_run.setdefault(r["run"], []).append(r["result"])
+    medians = {}
+    print(f"\n{'run':34} {'host CPU µs/task':>18} {'tasks/s':>10} {'busiest master µs':>18}  lost/doubled")
+    for name, results in by_run.items():
+        cpu = median(results, "host_cpu_us_per_task")
+        rate = median(results, "tasks_per_s")
+        master = median(results, "busiest_master_cpu_us_per_task")
+        medians[name] = (cpu, rate, master)
+        lost = sum(x.get("lost", 0) for x in results)
+        doubled = sum(x.get("doubled", 0) for x in results)
+        print(f"{name:34} {fmt(cpu):>18} {fmt(rate, 0):>10} {fmt(master):>18}  {lost}/{doubled} ({len(results)} runs)")
+
+    def ratio(label, a, b, index=0):
+        if a in medians and b in medians and medians[a][index] and medians[b][index]:
+            print(f"{label}: {medians[a][index] / medians[b][index]:.2f}x")
+
+    print()
+    ratio("host CPU per task, cores+cores / 2+2, fresh", "cores+cores", "2+2")
+    ratio("host CPU per task, cores+cores / 2+2, reuse", "cores+cores reuse", "2+2 reuse")
+    for threads in ("default", "2+2", "cores+cores"):
+        ratio(f"host CPU per task, fresh / reuse, {threads}", threads, f"{threads} reuse")
+    ratio("tasks/s, cluster shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 1)
+    ratio("busiest master CPU, shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 2)
+    ratio("tasks/s, Hourglass / BullMQ", "default, beside bullmq", "bullmq", 1)
+
+
+def median(results, field):
+    values = [x[field] for x in results if isinstance(x.get(field), (int, float))]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, digits=2):
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 bench/many-core/summary.py <many-core.jsonl>")
+    main(sys.argv[1])
