@@ -29,6 +29,7 @@ mod burst;
 mod footprint;
 mod groups;
 mod hostile;
+mod instance;
 mod setup;
 mod steady;
 
@@ -38,6 +39,8 @@ use setup::{
     proc_status_kib, process_cpu_us,
 };
 
+/// Tasks of a burst, and runs of `instance`, unless `--tasks` says.
+const DEFAULT_TASKS: u64 = 200_000;
 /// Key prefix of everything the benchmark writes, so it never touches real tasks.
 const PREFIX: &str = "hourglass-bench";
 /// The task type the benchmark runs (served by the `noop` plugin).
@@ -142,6 +145,9 @@ pub enum Scenario {
     /// falling due beside them and the claim cost, each against an empty queue, and a drain of 1 M due at one
     /// instant. Not part of `all`: the default run takes minutes and about 3 GB of Redis memory.
     BacklogScale,
+    /// One plugin's runs one at a time, no Redis: a fresh instance each against `--reuse` (64 unless given),
+    /// the host CPU a fresh instance costs.
+    Instance,
     /// Every scenario in turn (but `backlog-scale`).
     All,
 }
@@ -165,6 +171,13 @@ pub fn host_threads(args: &BenchArgs, config: &Config) -> usize {
 /// prefix, without the admin server.
 pub async fn run(args: BenchArgs, config: Config, redis_url: String) -> Result<()> {
     let plugin = find_plugin(args.plugin.as_deref())?;
+    if matches!(args.scenario, Scenario::Instance | Scenario::All) {
+        instance::instance(&args, &config, &plugin).await?;
+        if args.scenario == Scenario::Instance {
+            // Needs no Redis.
+            return Ok(());
+        }
+    }
     let spawned = if args.spawn_redis { Some(SpawnedRedis::start().await?) } else { None };
     let cluster = if args.spawn_cluster { Some(SpawnedCluster::start().await?) } else { None };
     let url = spawned
@@ -297,23 +310,7 @@ impl Bench {
     }
 
     fn report(&self, title: &str, fields: Value) {
-        let mut out = std::io::stdout().lock();
-        if self.args.json {
-            let _ = writeln!(out, "{fields}");
-        } else {
-            let _ = writeln!(out, "{title}");
-            if let Value::Object(map) = &fields {
-                for (k, v) in map {
-                    let shown = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    let _ = writeln!(out, "  {k:<24} {shown}");
-                }
-            }
-            let _ = writeln!(out);
-        }
-        let _ = out.flush();
+        report(self.args.json, title, fields);
     }
 
     /// The host's global concurrency: `--concurrency`, else the config's.
@@ -522,6 +519,31 @@ impl Bench {
             eprint!("\r{:60}\r", "");
         }
     }
+}
+
+/// Prints one scenario's result: a JSON line with `--json`, else a table under `title`.
+fn report(json: bool, title: &str, fields: Value) {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{fields}");
+    } else {
+        let _ = writeln!(out, "{title}");
+        if let Value::Object(map) = &fields {
+            for (k, v) in map {
+                let shown = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let _ = writeln!(out, "  {k:<24} {shown}");
+            }
+        }
+        let _ = writeln!(out);
+    }
+    let _ = out.flush();
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }
 
 fn round3(x: f64) -> f64 {

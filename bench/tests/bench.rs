@@ -340,3 +340,40 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     assert_eq!(runs[3]["result"]["instance_reuse"], 64);
     assert_eq!(runs[8]["result"]["hosts"], 4);
 }
+
+#[test]
+fn instance_compares_fresh_and_warm_runs_and_needs_no_redis() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"))
+        .args(["instance", "--tasks", "1000", "--reuse", "8", "--json", "--redis", "redis://127.0.0.1:1", "--plugin"])
+        .arg(plugin("noop"))
+        .env("HOURGLASS_LOG", "warn")
+        .output()
+        .expect("run hourglass-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let run: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(run["scenario"], "instance");
+    assert_eq!(
+        (run["runs"].as_u64(), run["instance_reuse"].as_u64(), run["failed"].as_u64()),
+        (Some(1000), Some(8), Some(0))
+    );
+    for field in
+        ["fresh_cpu_us_per_run", "reuse_cpu_us_per_run", "fresh_over_reuse_us", "ratio", "fresh_wall_us_per_run"]
+    {
+        assert!(run[field].is_f64(), "{field}: {run}");
+    }
+}
+
+#[test]
+fn instance_fails_naming_a_plugin_whose_runs_fail() {
+    // flaky wants a JSON payload; the scenario's runs have none.
+    let out = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"))
+        .args(["instance", "--tasks", "20", "--json", "--plugin"])
+        .arg(plugin("flaky"))
+        .env("HOURGLASS_LOG", "warn")
+        .output()
+        .expect("run hourglass-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("40 of 40 runs of") && stderr.contains("flaky.wasm failed"), "{stderr}");
+}

@@ -100,7 +100,7 @@ impl Bench {
     }
 
     pub(super) fn burst_size(&self) -> u64 {
-        self.args.tasks.unwrap_or(200_000)
+        self.args.tasks.unwrap_or(DEFAULT_TASKS)
     }
 
     pub(super) async fn burst(&self) -> Result<()> {

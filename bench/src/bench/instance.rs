@@ -1,0 +1,105 @@
+//! The `instance` scenario: a fresh instance per run against a warm one, for one plugin, with nothing else in the way.
+
+use std::collections::BTreeMap;
+
+use hourglass::runtime::{Compiler, Handler, Runtime, RuntimeOptions};
+use hourglass::task::ClaimedTask;
+
+use super::*;
+
+/// Rounds the runs are split into, fresh and warm taking turns, so that a
+/// machine whose speed drifts weighs on both alike.
+const ROUNDS: u64 = 5;
+
+/// What one plugin's runs cost in host CPU, one run at a time on one
+/// handler thread, with a fresh instance each and with `--reuse` (64 unless
+/// given). No Redis, claims, settles or other runs: the difference is what
+/// making and freeing an instance costs, the floor under what `burst` shows
+/// between the two.
+pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -> Result<()> {
+    let runs = args.tasks.unwrap_or(DEFAULT_TASKS).max(ROUNDS);
+    let reuse = args.reuse.filter(|&n| n > 1).unwrap_or(64);
+    let task_type: TaskType = "noop".parse().map_err(anyhow::Error::msg)?;
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: None,
+        max_instances: u32::try_from(config.runner.concurrency).unwrap_or(u32::MAX),
+        max_memory: config.policy(&task_type).memory_limit.as_u64(),
+        compiler: Compiler::this_binary(),
+        compile_limits: config.runner.compile_limits(),
+        worker_threads: args.worker_threads.map_or_else(|| config.runner.worker_threads(), usize::from),
+    })?;
+    let component = runtime.load(plugin)?;
+    let handler = |instance_reuse: u32| {
+        let mut policy = config.policy(&task_type).sandbox();
+        policy.instance_reuse = instance_reuse;
+        Handler::new(component.clone(), "noop", &policy, Arc::new(BTreeMap::new()))
+    };
+    let (fresh, warm) = (handler(0), handler(reuse));
+
+    let per_round = runs / ROUNDS;
+    let (mut fresh_cpu, mut warm_cpu, mut fresh_wall, mut warm_wall) = (0.0, 0.0, Duration::ZERO, Duration::ZERO);
+    let mut failed = 0;
+    // A first round of each, unmeasured: the pool's slots and the warm instances fill.
+    runs_of(&runtime, &fresh, &task_type, per_round.min(1000)).await?;
+    runs_of(&runtime, &warm, &task_type, per_round.min(1000)).await?;
+    for _ in 0..ROUNDS {
+        let (cpu, wall, f) = runs_of(&runtime, &fresh, &task_type, per_round).await?;
+        (fresh_cpu, fresh_wall, failed) = (fresh_cpu + cpu, fresh_wall + wall, failed + f);
+        let (cpu, wall, f) = runs_of(&runtime, &warm, &task_type, per_round).await?;
+        (warm_cpu, warm_wall, failed) = (warm_cpu + cpu, warm_wall + wall, failed + f);
+    }
+    let measured = (per_round * ROUNDS) as f64;
+    let fresh_us = fresh_cpu / measured;
+    let warm_us = warm_cpu / measured;
+    report(
+        args.json,
+        "instance: one run at a time, a fresh instance each against --reuse",
+        json!({
+            "scenario": "instance",
+            "plugin": plugin.display().to_string(),
+            "runs": per_round * ROUNDS,
+            "instance_reuse": reuse,
+            "failed": failed,
+            "fresh_cpu_us_per_run": round2(fresh_us),
+            "reuse_cpu_us_per_run": round2(warm_us),
+            "fresh_over_reuse_us": round2(fresh_us - warm_us),
+            "ratio": round2(fresh_us / warm_us),
+            "fresh_wall_us_per_run": round2(fresh_wall.as_secs_f64() * 1e6 / measured),
+            "reuse_wall_us_per_run": round2(warm_wall.as_secs_f64() * 1e6 / measured),
+            "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }),
+    );
+    if failed > 0 {
+        bail!(
+            "{failed} of {} runs of {} failed (each run's payload is empty: the plugin must accept that)",
+            2 * per_round * ROUNDS,
+            plugin.display()
+        );
+    }
+    Ok(())
+}
+
+/// `n` runs of `handler` one after another on the handler threads: the
+/// process's CPU time and the wall time they took, and how many failed.
+async fn runs_of(runtime: &Runtime, handler: &Handler, task_type: &TaskType, n: u64) -> Result<(f64, Duration, u64)> {
+    let (handler, task_type) = (handler.clone(), task_type.clone());
+    let job = runtime.spawn(async move {
+        let mut task = ClaimedTask {
+            task_type,
+            id: Vec::new(),
+            payload: Vec::new(),
+            attempt: 1,
+            due_ms: now_ms(),
+            token: 1,
+            claim: 1,
+        };
+        let (cpu, started) = (process_cpu_us(), Instant::now());
+        let mut failed = 0;
+        for i in 0..n {
+            task.id = task_id(i).into_bytes();
+            failed += u64::from(handler.run(&task, None).await.result.is_err());
+        }
+        (process_cpu_us() - cpu, started.elapsed(), failed)
+    });
+    job.await.context("the runs panicked")
+}
