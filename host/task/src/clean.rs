@@ -27,15 +27,16 @@ impl std::fmt::Display for Clean<'_> {
 
 /// A task id for log lines: lossy UTF-8 with control characters escaped.
 pub fn clean_id(id: &[u8]) -> String {
-    Clean(&String::from_utf8_lossy(id)).to_string()
+    clean_id_cow(id).into_owned()
 }
 
 /// [`clean_id`], borrowing the id when it needs no change (UTF-8 without
-/// control characters, as ids usually are): for events on hot paths.
+/// control characters, as ids usually are): for events on hot paths, and a
+/// plain copy rather than formatting for every run's own.
 pub fn clean_id_cow(id: &[u8]) -> std::borrow::Cow<'_, str> {
     match std::str::from_utf8(id) {
         Ok(text) if !text.contains(char::is_control) => std::borrow::Cow::Borrowed(text),
-        _ => std::borrow::Cow::Owned(clean_id(id)),
+        _ => std::borrow::Cow::Owned(Clean(&String::from_utf8_lossy(id)).to_string()),
     }
 }
 
@@ -52,5 +53,8 @@ mod tests {
         assert!(shown.ends_with("\\r\\u{1b}[31m"), "{shown}");
         assert_eq!(Clean("tab\tand é").to_string(), "tab\tand é");
         assert_eq!(clean_id(b"a\nb\xff"), "a\\nb\u{fffd}");
+        assert_eq!(clean_id(b"order-42"), "order-42");
+        assert!(matches!(clean_id_cow(b"order-42"), std::borrow::Cow::Borrowed("order-42")));
+        assert_eq!(clean_id_cow(b"a\rb"), "a\\rb");
     }
 }
