@@ -86,6 +86,9 @@ pub struct BenchArgs {
     /// The `noop` component [default: plugins/noop.wasm near the binary or the current folder].
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
+    /// Each run's payload in `instance` (your plugin's input, e.g. '{"order_id": 1}') [default: empty].
+    #[arg(long, value_name = "TEXT")]
+    pub payload: Option<String>,
     /// `hostile`'s component, whose `sleep:<ms>` payload blocks in a host call [default: plugins/testing/chaos.wasm].
     #[arg(long, value_name = "PATH")]
     pub hostile_plugin: Option<PathBuf>,

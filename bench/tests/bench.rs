@@ -364,16 +364,28 @@ fn instance_compares_fresh_and_warm_runs_and_needs_no_redis() {
     }
 }
 
+/// `instance` with `--payload` runs a plugin that needs one (order.timeout
+/// wants an order), and without it fails saying what the runs were given.
 #[test]
-fn instance_fails_naming_a_plugin_whose_runs_fail() {
-    // flaky wants a JSON payload; the scenario's runs have none.
-    let out = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"))
-        .args(["instance", "--tasks", "20", "--json", "--plugin"])
-        .arg(plugin("flaky"))
-        .env("HOURGLASS_LOG", "warn")
-        .output()
-        .expect("run hourglass-bench");
+fn instance_gives_each_run_the_payload_and_fails_naming_a_plugin_whose_runs_fail() {
+    let instance = |payload: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"));
+        cmd.args(["instance", "--tasks", "20", "--json", "--plugin"]).arg(plugin("order.timeout"));
+        if let Some(p) = payload {
+            cmd.args(["--payload", p]);
+        }
+        cmd.env("HOURGLASS_LOG", "warn").output().expect("run hourglass-bench")
+    };
+    let order = r#"{"order_id": 42, "amount": 19.90}"#;
+    let out = instance(Some(order));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let run: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!((run["failed"].as_u64(), run["payload_bytes"].as_u64()), (Some(0), Some(order.len() as u64)), "{run}");
+
+    let out = instance(None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("40 of 40 runs of") && stderr.contains("flaky.wasm failed"), "{stderr}");
+    assert!(stderr.contains("40 of 40 runs of") && stderr.contains("order.timeout.wasm failed"), "{stderr}");
+    assert!(stderr.contains("does it accept an empty payload? (--payload sets it)"), "{stderr}");
 }

@@ -35,17 +35,18 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
         Handler::new(component.clone(), "noop", &policy, Arc::new(BTreeMap::new()))
     };
     let (fresh, warm) = (handler(0), handler(reuse));
+    let payload = args.payload.clone().unwrap_or_default().into_bytes();
 
     let per_round = runs / ROUNDS;
     let (mut fresh_cpu, mut warm_cpu, mut fresh_wall, mut warm_wall) = (0.0, 0.0, Duration::ZERO, Duration::ZERO);
     let mut failed = 0;
     // A first round of each, unmeasured: the pool's slots and the warm instances fill.
-    runs_of(&runtime, &fresh, &task_type, per_round.min(1000)).await?;
-    runs_of(&runtime, &warm, &task_type, per_round.min(1000)).await?;
+    runs_of(&runtime, &fresh, &task_type, &payload, per_round.min(1000)).await?;
+    runs_of(&runtime, &warm, &task_type, &payload, per_round.min(1000)).await?;
     for _ in 0..ROUNDS {
-        let (cpu, wall, f) = runs_of(&runtime, &fresh, &task_type, per_round).await?;
+        let (cpu, wall, f) = runs_of(&runtime, &fresh, &task_type, &payload, per_round).await?;
         (fresh_cpu, fresh_wall, failed) = (fresh_cpu + cpu, fresh_wall + wall, failed + f);
-        let (cpu, wall, f) = runs_of(&runtime, &warm, &task_type, per_round).await?;
+        let (cpu, wall, f) = runs_of(&runtime, &warm, &task_type, &payload, per_round).await?;
         (warm_cpu, warm_wall, failed) = (warm_cpu + cpu, warm_wall + wall, failed + f);
     }
     let measured = (per_round * ROUNDS) as f64;
@@ -57,6 +58,7 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
         json!({
             "scenario": "instance",
             "plugin": plugin.display().to_string(),
+            "payload_bytes": payload.len(),
             "runs": per_round * ROUNDS,
             "instance_reuse": reuse,
             "failed": failed,
@@ -71,9 +73,13 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
     );
     if failed > 0 {
         bail!(
-            "{failed} of {} runs of {} failed (each run's payload is empty: the plugin must accept that)",
+            "{failed} of {} runs of {} failed: does it accept {}? (--payload sets it)",
             2 * per_round * ROUNDS,
-            plugin.display()
+            plugin.display(),
+            match &args.payload {
+                Some(text) => format!("the payload {text:?}"),
+                None => "an empty payload".to_owned(),
+            }
         );
     }
     Ok(())
@@ -81,18 +87,17 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
 
 /// `n` runs of `handler` one after another on the handler threads: the
 /// process's CPU time and the wall time they took, and how many failed.
-async fn runs_of(runtime: &Runtime, handler: &Handler, task_type: &TaskType, n: u64) -> Result<(f64, Duration, u64)> {
-    let (handler, task_type) = (handler.clone(), task_type.clone());
+async fn runs_of(
+    runtime: &Runtime,
+    handler: &Handler,
+    task_type: &TaskType,
+    payload: &[u8],
+    n: u64,
+) -> Result<(f64, Duration, u64)> {
+    let (handler, task_type, payload) = (handler.clone(), task_type.clone(), payload.to_vec());
     let job = runtime.spawn(async move {
-        let mut task = ClaimedTask {
-            task_type,
-            id: Vec::new(),
-            payload: Vec::new(),
-            attempt: 1,
-            due_ms: now_ms(),
-            token: 1,
-            claim: 1,
-        };
+        let mut task =
+            ClaimedTask { task_type, id: Vec::new(), payload, attempt: 1, due_ms: now_ms(), token: 1, claim: 1 };
         let (cpu, started) = (process_cpu_us(), Instant::now());
         let mut failed = 0;
         for i in 0..n {
