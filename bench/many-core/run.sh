@@ -11,6 +11,9 @@
 #      rounds interleaved;
 #   3. 4 hosts on one Redis, and 4 hosts on a 3-master cluster with
 #      shards = 1 and shards = 3;
+#   3b. `bench instance` (no Redis): one lane, then as many lanes as cores
+#      on one engine and on several (cores / 4, at least 2): what parallel
+#      instantiation costs, and whether separate instance pools cut it;
 #   4. with bullmq/ in the bundle: BullMQ's burst beside Hourglass's, in the
 #      same minutes.
 #
@@ -109,6 +112,20 @@ burst() {
     fi
 }
 
+# One `bench instance` (no Redis): host CPU per run, fresh and warm.
+instance() {
+    local label="$1" line
+    shift
+    echo "== instance $label $*" >> "$log"
+    line="$(timeout 600 hourglass-bench instance --json --tasks "$tasks" --plugin plugins/noop.wasm \
+        --config runner.toml "$@" 2>> "$log" | tail -n 1)"
+    if [[ "$line" == "{"* ]]; then
+        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"result\":$line}"
+    else
+        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"error\":\"no result: see run.log\"}"
+    fi
+}
+
 bullmq() {
     if [[ -f bullmq/node.xz ]]; then
         command -v xz >/dev/null || { emit '{"run":"bullmq","error":"xz is not installed here: node cannot be unpacked"}'; return 0; }
@@ -140,6 +157,12 @@ for ((round = 1; round <= rounds; round++)); do
     burst "cores+cores reuse" --worker-threads "$cores" --host-threads "$cores" --reuse 64
 done
 burst "4 hosts" --hosts 4
+lanes=$((cores < 64 ? cores : 64))
+engines=$((cores / 4 > 2 ? cores / 4 : 2))
+instance "instance"
+instance "instance, cores lanes, 1 engine" --parallel "$lanes" --worker-threads "$cores"
+instance "instance, cores lanes, several engines" --parallel "$lanes" --worker-threads "$cores" --hosts "$engines"
+
 if ((!quick)); then
     burst "cluster 4 hosts, shards 1" --spawn-cluster --hosts 4 --shards 1
     burst "cluster 4 hosts, shards 3" --spawn-cluster --hosts 4 --shards 3

@@ -23,8 +23,13 @@ def main(path):
             print(f"{r['run']}: {r['error']}")
 
     by_run = {}
+    instances = {}
     for r in runs:
-        if "result" in r:
+        if "result" not in r:
+            continue
+        if r["result"].get("scenario") == "instance":
+            instances[r["run"]] = r["result"]
+        else:
             by_run.setdefault(r["run"], []).append(r["result"])
     medians = {}
     print(f"\n{'run':34} {'host CPU µs/task':>18} {'tasks/s':>10} {'busiest master µs':>18}  lost/doubled")
@@ -49,6 +54,19 @@ def main(path):
     ratio("tasks/s, cluster shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 1)
     ratio("busiest master CPU, shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 2)
     ratio("tasks/s, Hourglass / BullMQ", "default, beside bullmq", "bullmq", 1)
+
+    if instances:
+        print(f"\n{'instance (no Redis)':42} {'lanes':>5} {'engines':>7} {'fresh µs/run':>13} {'warm µs/run':>12}")
+        for name, x in instances.items():
+            print(f"{name:42} {x.get('parallel', 1):>5} {x.get('engines', 1):>7} "
+                  f"{fmt(x.get('fresh_cpu_us_per_run')):>13} {fmt(x.get('reuse_cpu_us_per_run')):>12}")
+        one, several = instances.get("instance, cores lanes, 1 engine"), instances.get("instance, cores lanes, several engines")
+        if one and several:
+            for kind in ("fresh", "reuse"):
+                field = f"{kind}_cpu_us_per_run"
+                if one.get(field) and several.get(field):
+                    print(f"{kind} µs/run, cores lanes, {several.get('engines')} engines / 1: "
+                          f"{several[field] / one[field]:.2f}x")
 
 
 def median(results, field):

@@ -86,6 +86,10 @@ pub struct BenchArgs {
     /// The `noop` component [default: plugins/noop.wasm near the binary or the current folder].
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
+    /// Runs at once in `instance`: lanes sharing the handler, each one run at a time on the handler
+    /// threads (`--worker-threads`): how a run's cost grows when runs share the cores [default: 1].
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
     /// Each run's payload in `instance` (your plugin's input, e.g. '{"order_id": 1}') [default: empty].
     #[arg(long, value_name = "TEXT")]
     pub payload: Option<String>,
@@ -101,7 +105,8 @@ pub struct BenchArgs {
     /// Most tasks per claim [default: the config's `[runner] batch_size`].
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
-    /// Hosts sharing the work, each with its own engine, Redis connection and host id (in this process).
+    /// Hosts sharing the work, each with its own engine, Redis connection and host id (in this process);
+    /// in `instance`, engines sharing the lanes and the handler threads.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub hosts: u16,
     /// Task types the tasks are spread over, all served by `noop`; on a cluster their keys are spread over the masters.

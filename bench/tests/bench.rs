@@ -308,26 +308,17 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     let runs: Vec<Value> =
         lines.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
     let runs_named: Vec<&str> = runs.iter().map(|r| r["run"].as_str().unwrap()).collect();
-    assert_eq!(
-        runs_named,
-        [
-            "machine",
-            "quickstart",
-            "default",
-            "default reuse",
-            "2+2",
-            "2+2 reuse",
-            "cores+cores",
-            "cores+cores reuse",
-            "4 hosts"
-        ]
-    );
+    let bursts = ["default", "default reuse", "2+2", "2+2 reuse", "cores+cores", "cores+cores reuse", "4 hosts"];
+    let instances = ["instance", "instance, cores lanes, 1 engine", "instance, cores lanes, several engines"];
+    assert_eq!(runs_named[..2], ["machine", "quickstart"]);
+    assert_eq!(runs_named[2..9], bursts);
+    assert_eq!(runs_named[9..], instances);
     let machine = &runs[0];
     assert_eq!(machine["cores"].as_u64(), std::thread::available_parallelism().ok().map(|n| n.get() as u64));
     let quick_start = &runs[1];
     assert_eq!(quick_start["ok"], true, "{quick_start}\n{log}");
     assert_eq!(quick_start["plugins_refused"], 0, "{quick_start}\n{log}");
-    for run in &runs[2..] {
+    for run in &runs[2..9] {
         let result = &run["result"];
         assert_eq!(result["tasks"], 1500, "{run}\n{log}");
         assert_clean(result, &["host_cpu_us_per_task", "worker_threads", "host_threads"]);
@@ -339,6 +330,12 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     );
     assert_eq!(runs[3]["result"]["instance_reuse"], 64);
     assert_eq!(runs[8]["result"]["hosts"], 4);
+    for run in &runs[9..] {
+        assert_eq!(run["result"]["failed"], 0, "{run}\n{log}");
+        assert!(run["result"]["fresh_cpu_us_per_run"].is_f64(), "{run}");
+    }
+    assert_eq!(runs[10]["result"]["parallel"].as_u64(), cores, "{}", runs[10]);
+    assert_eq!(runs[11]["result"]["engines"], 2, "at least two engines: {}", runs[11]);
 }
 
 #[test]
@@ -362,6 +359,18 @@ fn instance_compares_fresh_and_warm_runs_and_needs_no_redis() {
     {
         assert!(run[field].is_f64(), "{field}: {run}");
     }
+}
+
+#[test]
+fn instance_spreads_parallel_lanes_over_engines() {
+    let runs = bench(None, &["instance", "--tasks", "400", "--parallel", "4", "--hosts", "2", "--worker-threads", "2"]);
+    let run = &runs[0];
+    assert_eq!(
+        (run["runs"].as_u64(), run["parallel"].as_u64(), run["engines"].as_u64(), run["worker_threads"].as_u64()),
+        (Some(400), Some(4), Some(2), Some(2)),
+        "{run}"
+    );
+    assert_eq!(run["failed"], 0, "{run}");
 }
 
 /// `instance` with `--payload` runs a plugin that needs one (order.timeout
