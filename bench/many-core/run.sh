@@ -96,35 +96,28 @@ quick_start() {
     rm -rf "$work"
 }
 
-# One `bench burst` (on a private redis-server unless --spawn-cluster is
-# given); its JSON line is kept whole under "result".
-burst() {
-    local label="$1" line server=--spawn-redis
-    shift
-    [[ " $* " == *" --spawn-cluster "* ]] && server=""
-    echo "== burst $label $*" >> "$log"
-    line="$(timeout 600 hourglass-bench burst $server --json --tasks "$tasks" \
-        --plugin plugins/noop.wasm --config runner.toml "$@" 2>> "$log" | tail -n 1)"
-    if [[ "$line" == "{"* ]]; then
-        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"result\":$line}"
+# Records one run: its JSON line (kept whole under "result"), or an error
+# when it printed none. `record <label> <args> <line>`
+record() {
+    if [[ "$3" == "{"* ]]; then
+        emit "{\"run\":\"$1\",\"args\":$(json_str "$2"),\"result\":$3}"
     else
-        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"error\":\"no result: see run.log\"}"
+        emit "{\"run\":\"$1\",\"args\":$(json_str "$2"),\"error\":\"no result: see run.log\"}"
     fi
 }
 
-# One `bench instance` (no Redis): host CPU per run, fresh and warm.
-instance() {
-    local label="$1" line
-    shift
-    echo "== instance $label $*" >> "$log"
-    line="$(timeout 600 hourglass-bench instance --json --tasks "$tasks" --plugin plugins/noop.wasm \
-        --config runner.toml "$@" 2>> "$log" | tail -n 1)"
-    if [[ "$line" == "{"* ]]; then
-        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"result\":$line}"
-    else
-        emit "{\"run\":\"$label\",\"args\":$(json_str "$*"),\"error\":\"no result: see run.log\"}"
-    fi
+# One `bench <scenario> <label> [args]` on the bundle's noop; `burst` on a
+# private redis-server unless --spawn-cluster is given, `instance` on none.
+bench() {
+    local scenario="$1" label="$2" server=()
+    shift 2
+    [[ "$scenario" == burst && " $* " != *" --spawn-cluster "* ]] && server=(--spawn-redis)
+    echo "== $scenario $label $*" >> "$log"
+    record "$label" "$*" "$(timeout 600 hourglass-bench "$scenario" "${server[@]}" --json --tasks "$tasks" \
+        --plugin plugins/noop.wasm --config runner.toml "$@" 2>> "$log" | tail -n 1)"
 }
+burst() { bench burst "$@"; }
+instance() { bench instance "$@"; }
 
 bullmq() {
     if [[ -f bullmq/node.xz ]]; then
@@ -140,11 +133,7 @@ bullmq() {
     line="$(cd bullmq && timeout 600 ./node bullmq_bench.js "$port" "$tasks" 0 100 2>> "$log" | tail -n 1)"
     redis-cli -p "$port" shutdown nosave >> "$log" 2>&1
     rm -rf "$dir"
-    if [[ "$line" == "{"* ]]; then
-        emit "{\"run\":\"bullmq\",\"args\":\"burst, concurrency 100\",\"result\":$line}"
-    else
-        emit "{\"run\":\"bullmq\",\"error\":\"no result: see run.log\"}"
-    fi
+    record bullmq "burst, concurrency 100" "$line"
 }
 
 quick_start
