@@ -146,11 +146,14 @@ for ((round = 1; round <= rounds; round++)); do
     burst "cores+cores reuse" --worker-threads "$cores" --host-threads "$cores" --reuse 64
 done
 burst "4 hosts" --hosts 4
+# Pools of 64 slots: each engine reserves address space for its pool, and
+# the shipped concurrency's would not fit many engines in one process.
 lanes=$((cores < 64 ? cores : 64))
 engines=$((cores / 4 > 2 ? cores / 4 : 2))
 instance "instance"
-instance "instance, cores lanes, 1 engine" --parallel "$lanes" --worker-threads "$cores"
-instance "instance, cores lanes, several engines" --parallel "$lanes" --worker-threads "$cores" --hosts "$engines"
+instance "instance, cores lanes, 1 engine" --parallel "$lanes" --worker-threads "$cores" --concurrency 64
+instance "instance, cores lanes, several engines" --parallel "$lanes" --worker-threads "$cores" --concurrency 64 \
+    --hosts "$engines"
 
 if ((!quick)); then
     burst "cluster 4 hosts, shards 1" --spawn-cluster --hosts 4 --shards 1

@@ -106,7 +106,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
     /// Hosts sharing the work, each with its own engine, Redis connection and host id (in this process);
-    /// in `instance`, engines sharing the lanes and the handler threads.
+    /// in `instance`, engines sharing the lanes and the handler threads (each reserves its pool's address
+    /// space: many need a smaller `--concurrency`).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub hosts: u16,
     /// Task types the tasks are spread over, all served by `noop`; on a cluster their keys are spread over the masters.

@@ -373,6 +373,22 @@ fn instance_spreads_parallel_lanes_over_engines() {
     assert_eq!(run["failed"], 0, "{run}");
 }
 
+#[test]
+fn instance_with_more_engines_than_fit_names_the_setting_to_lower() {
+    // Each engine reserves its pool's address space (about 8 TiB at the shipped
+    // concurrency): 64 of them cannot fit in one process's 128 TiB.
+    let out = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"))
+        .args(["instance", "--hosts", "64", "--tasks", "10", "--plugin"])
+        .arg(plugin("noop"))
+        .env("HOURGLASS_LOG", "warn")
+        .output()
+        .expect("run hourglass-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("64 engines (--hosts) do not fit: a smaller --concurrency reserves less"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
 /// `instance` with `--payload` runs a plugin that needs one (order.timeout
 /// wants an order), and without it fails saying what the runs were given.
 #[test]

@@ -26,14 +26,21 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
     let engines = usize::from(args.hosts);
     let mut runtimes = Vec::with_capacity(engines);
     for _ in 0..engines {
-        runtimes.push(Runtime::new(RuntimeOptions {
-            cache_dir: None,
-            max_instances: u32::try_from(config.runner.concurrency).unwrap_or(u32::MAX),
-            max_memory: config.policy(&task_type).memory_limit.as_u64(),
-            compiler: Compiler::this_binary(),
-            compile_limits: config.runner.compile_limits(),
-            worker_threads: (threads / engines).max(1),
-        })?);
+        runtimes.push(
+            Runtime::new(RuntimeOptions {
+                cache_dir: None,
+                // Each engine's pool reserves address space as a host's does:
+                // many engines need a smaller --concurrency.
+                max_instances: u32::try_from(args.concurrency.unwrap_or(config.runner.concurrency)).unwrap_or(u32::MAX),
+                max_memory: config.policy(&task_type).memory_limit.as_u64(),
+                compiler: Compiler::this_binary(),
+                compile_limits: config.runner.compile_limits(),
+                worker_threads: (threads / engines).max(1),
+            })
+            .with_context(|| {
+                format!("{engines} engines (--hosts) do not fit: a smaller --concurrency reserves less")
+            })?,
+        );
     }
     let components = runtimes.iter().map(|r| r.load(plugin)).collect::<Result<Vec<_>>>()?;
     // One handler per engine for every lane on it, as a type's runs share
