@@ -68,7 +68,8 @@ runtime_lib='^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^ 
 for bin in redis-server redis-cli; do
     cp "$(command -v "$bin")" "$dir/bin/$bin"
     ldd "$(command -v "$bin")" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | while read -r name path; do
-        [[ "$name" =~ $runtime_lib ]] || cp -n "$path" "$dir/lib/$name"
+        # The two share some libraries; `cp -n` fails on an existing file with some coreutils.
+        [[ "$name" =~ $runtime_lib || -e "$dir/lib/$name" ]] || cp "$path" "$dir/lib/$name"
     done
 done
 
