@@ -173,6 +173,16 @@ pub fn host_threads(args: &BenchArgs, config: &Config) -> usize {
     args.host_threads.map_or_else(|| config.runner.host_threads(), usize::from)
 }
 
+/// Each host's handler threads: `--worker-threads`, else the config's, else the default.
+fn worker_threads(args: &BenchArgs, config: &Config) -> usize {
+    args.worker_threads.map_or_else(|| config.runner.worker_threads(), usize::from)
+}
+
+/// The host's global concurrency: `--concurrency`, else the config's.
+fn concurrency(args: &BenchArgs, config: &Config) -> usize {
+    args.concurrency.unwrap_or(config.runner.concurrency)
+}
+
 /// Runs `hourglass bench`; `redis_url` is `--redis` or the config's.
 ///
 /// The host runs with `config`'s `[runner]` and `[defaults]` (so a bench
@@ -324,7 +334,7 @@ impl Bench {
 
     /// The host's global concurrency: `--concurrency`, else the config's.
     fn concurrency(&self) -> usize {
-        self.args.concurrency.unwrap_or(self.base_config.runner.concurrency)
+        concurrency(&self.args, &self.base_config)
     }
 
     /// Each bench type's concurrency: `--concurrency`, else the config's `[defaults]`.
@@ -338,7 +348,7 @@ impl Bench {
 
     /// Each host's handler threads: `--worker-threads`, else the config's, else the default.
     fn worker_threads(&self) -> usize {
-        self.args.worker_threads.map_or_else(|| self.base_config.runner.worker_threads(), usize::from)
+        worker_threads(&self.args, &self.base_config)
     }
 
     fn common(&self) -> serde_json::Map<String, Value> {

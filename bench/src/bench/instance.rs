@@ -21,8 +21,8 @@ const ROUNDS: u64 = 5;
 pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -> Result<()> {
     let runs = args.tasks.unwrap_or(DEFAULT_TASKS).max(ROUNDS);
     let reuse = args.reuse.filter(|&n| n > 1).unwrap_or(64);
-    let task_type: TaskType = "noop".parse().map_err(anyhow::Error::msg)?;
-    let threads = args.worker_threads.map_or_else(|| config.runner.worker_threads(), usize::from);
+    let task_type: TaskType = TYPE.parse().map_err(anyhow::Error::msg)?;
+    let threads = worker_threads(args, config);
     let engines = usize::from(args.hosts);
     let mut runtimes = Vec::with_capacity(engines);
     for _ in 0..engines {
@@ -31,7 +31,7 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
                 cache_dir: None,
                 // Each engine's pool reserves address space as a host's does:
                 // many engines need a smaller --concurrency.
-                max_instances: u32::try_from(args.concurrency.unwrap_or(config.runner.concurrency)).unwrap_or(u32::MAX),
+                max_instances: u32::try_from(concurrency(args, config)).unwrap_or(u32::MAX),
                 max_memory: config.policy(&task_type).memory_limit.as_u64(),
                 compiler: Compiler::this_binary(),
                 compile_limits: config.runner.compile_limits(),
@@ -51,7 +51,7 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
     let handlers = |instance_reuse: u32| -> Vec<Handler> {
         let mut policy = config.policy(&task_type).sandbox();
         policy.instance_reuse = instance_reuse;
-        components.iter().map(|c| Handler::new(c.clone(), "noop", &policy, Arc::new(BTreeMap::new()))).collect()
+        components.iter().map(|c| Handler::new(c.clone(), TYPE, &policy, Arc::new(BTreeMap::new()))).collect()
     };
     let (fresh, warm) = (handlers(0), handlers(reuse));
     let payload = args.payload.clone().unwrap_or_default().into_bytes();
