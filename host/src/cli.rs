@@ -131,6 +131,10 @@ pub struct RunArgs {
     /// Plugins folder; wins over `[runner] plugins_dir`.
     #[arg(long, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
+    /// Serve the admin server on this address (and turn it on); wins over `[admin] listen`. Several hosts
+    /// on one machine need one port each (docs/operations.md, "Several hosts on one server").
+    #[arg(long, value_name = "ADDR", env = "HOURGLASS_ADMIN_LISTEN")]
+    pub admin_listen: Option<std::net::SocketAddr>,
 }
 
 /// `hourglass plugin ...`.
@@ -192,7 +196,8 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let target = crate::target::Target::resolve(&config.redis, redis_override.as_deref())?;
-            crate::host::run_from_cli(config, target, args.plugins, config_path).await?;
+            let overrides = crate::config::Overrides { plugins_dir: args.plugins, admin_listen: args.admin_listen };
+            crate::host::run_from_cli(config, target, overrides, config_path).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, ConfigFile, Overrides};
 use crate::health::Health;
 use crate::pipeline::{self, Parts};
 use crate::registry::Registry;
@@ -18,7 +18,7 @@ use crate::task_type::TaskType;
 /// [`pipeline::run`]). `config_file`, when given, is watched and re-applied on change.
 pub async fn run(
     config: Config,
-    config_file: Option<PathBuf>,
+    config_file: Option<ConfigFile>,
     store: Store,
     shutdown: CancellationToken,
 ) -> Result<()> {
@@ -106,12 +106,11 @@ pub async fn run(
 pub async fn run_from_cli(
     mut config: Config,
     target: crate::target::Target,
-    plugins: Option<PathBuf>,
+    overrides: Overrides,
     config_file: Option<PathBuf>,
 ) -> Result<()> {
-    if let Some(dir) = plugins {
-        config.runner.plugins_dir = dir;
-    }
+    overrides.apply(&mut config)?;
+    let config_file = config_file.map(|path| ConfigFile { path, overrides });
     let managed = match target.single_url() {
         Some(url) => crate::managed::ensure(&config.redis, url).await?,
         None => None,

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, TypePolicy};
+use crate::config::{Config, ConfigFile, TypePolicy};
 use crate::runtime::{Component, Handler, Runtime};
 use crate::task_type::TaskType;
 
@@ -283,16 +283,20 @@ impl Registry {
     }
 
     /// Watches the plugins folder (and `config_file`, if any) and reloads on
-    /// change until `shutdown`. Bursts of events are coalesced.
+    /// change until `shutdown`. Bursts of events are coalesced; an edited
+    /// config file gets its overrides (`hourglass run`'s flags) again.
     pub fn watch(
         &self,
-        config_file: Option<PathBuf>,
+        config_file: Option<ConfigFile>,
         shutdown: CancellationToken,
     ) -> Result<tokio::task::JoinHandle<()>> {
         let (tx, mut rx) = mpsc::unbounded_channel::<bool>();
         let plugins_dir = self.plugins_dir.clone();
-        let config_file_abs = config_file.as_ref().map(|p| std::path::absolute(p).unwrap_or(p.clone()));
-        let watched_config = config_file_abs.clone();
+        let config_file_abs = config_file.map(|file| ConfigFile {
+            path: std::path::absolute(&file.path).unwrap_or(file.path.clone()),
+            overrides: file.overrides,
+        });
+        let watched_config = config_file_abs.as_ref().map(|c| c.path.clone());
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             if matches!(event.kind, notify::EventKind::Access(_)) {
@@ -310,7 +314,7 @@ impl Registry {
         watcher
             .watch(&plugins_dir, RecursiveMode::NonRecursive)
             .with_context(|| format!("cannot watch plugins folder {}", plugins_dir.display()))?;
-        if let Some(dir) = config_file_abs.as_ref().and_then(|c| c.parent())
+        if let Some(dir) = config_file_abs.as_ref().and_then(|c| c.path.parent())
             && dir != std::path::absolute(&plugins_dir).unwrap_or_default()
         {
             watcher
@@ -333,8 +337,8 @@ impl Registry {
                 let registry = registry.clone();
                 let config_file = config_file_abs.clone();
                 let _ = tokio::task::spawn_blocking(move || {
-                    if config_changed && let Some(path) = config_file {
-                        match Config::load(&path) {
+                    if config_changed && let Some(file) = config_file {
+                        match Config::load_with(&file) {
                             Ok(new) => return registry.apply_config(new),
                             Err(e) => {
                                 error!("runner.toml not reloaded, the running config stays: {e:#}")

@@ -1,10 +1,11 @@
 //! The admin server of a real `hourglass run`: health, readiness, the token,
 //! the dashboard's pages and actions over HTTP; metrics, events, logs and
 //! `stats --watch` in `observability`, the dashboard in a real headless
-//! Chromium in `browser`.
+//! Chromium in `browser`, several hosts on one server in `several`.
 
 mod browser;
 mod observability;
+mod several;
 
 use std::process::{Child, Command};
 use std::time::Duration;

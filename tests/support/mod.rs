@@ -93,6 +93,8 @@ pub struct Host {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
+    /// Environment variables the process gets beside the test's own.
+    env: Vec<(String, String)>,
 }
 
 impl Host {
@@ -106,16 +108,32 @@ impl Host {
     /// [`Host::start`] against any Redis URL (e.g. `redis+cluster://...`). Lines of
     /// `config` before its `[runner]` header land in the `[redis]` table.
     pub fn start_at(url: &str, plugins: &[(&str, PathBuf)], config: &str) -> Host {
-        Host::start_with_cache(url, plugins, config, None)
+        Host::start_with_cache(url, plugins, config, None, &[])
+    }
+
+    /// [`Host::start`] with environment variables set for the process (e.g. `HOURGLASS_ADMIN_LISTEN`).
+    pub fn start_with_env(
+        redis: &RedisServer,
+        plugins: &[(&str, PathBuf)],
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Host {
+        Host::start_with_cache(&redis.url(), plugins, config, None, env)
     }
 
     /// [`Host::start`] with a compile cache of its own, empty at first (a first start).
     pub fn start_cold(redis: &RedisServer, plugins: &[(&str, PathBuf)], config: &str) -> Host {
         let cache = tempfile::tempdir().unwrap().keep();
-        Host::start_with_cache(&redis.url(), plugins, config, Some(cache))
+        Host::start_with_cache(&redis.url(), plugins, config, Some(cache), &[])
     }
 
-    fn start_with_cache(url: &str, plugins: &[(&str, PathBuf)], config: &str, cache: Option<PathBuf>) -> Host {
+    fn start_with_cache(
+        url: &str,
+        plugins: &[(&str, PathBuf)],
+        config: &str,
+        cache: Option<PathBuf>,
+        env: &[(&str, &str)],
+    ) -> Host {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("plugins")).unwrap();
         for (task_type, wasm) in plugins {
@@ -130,7 +148,8 @@ impl Host {
             format!("[runner]\n{cache_line}{config}")
         };
         std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}\n")).unwrap();
-        let mut host = Host { child: None, log: dir.path().join("host.log"), dir };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut host = Host { child: None, log: dir.path().join("host.log"), dir, env };
         host.spawn();
         host
     }
@@ -145,6 +164,8 @@ impl Host {
             .env("HOURGLASS_LOG", "info,hourglass=debug")
             .env("NO_COLOR", "1")
             .env_remove("HOURGLASS_REDIS_URL")
+            .env_remove("HOURGLASS_ADMIN_LISTEN")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

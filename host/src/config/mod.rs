@@ -81,6 +81,42 @@ impl AdminConfig {
     }
 }
 
+/// What `hourglass run`'s flags change of the config file: applied at
+/// start and again to every edited file, so a reload neither undoes them
+/// nor reports them as changes waiting for a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--plugins`: wins over `[runner] plugins_dir`.
+    pub plugins_dir: Option<PathBuf>,
+    /// `--admin-listen`: wins over `[admin] listen`, and turns the admin server on.
+    pub admin_listen: Option<std::net::SocketAddr>,
+}
+
+impl Overrides {
+    /// Applies them to `config`; an address the admin server may not use
+    /// (not loopback, and no `admin.token`) is an error naming the flag.
+    pub fn apply(&self, config: &mut Config) -> Result<()> {
+        if let Some(dir) = &self.plugins_dir {
+            config.runner.plugins_dir.clone_from(dir);
+        }
+        if let Some(listen) = self.admin_listen {
+            config.admin.enabled = true;
+            config.admin.listen = listen;
+            config.admin.validate().context("--admin-listen (HOURGLASS_ADMIN_LISTEN)")?;
+        }
+        Ok(())
+    }
+}
+
+/// The config file a host watches, and the flags that win over it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    /// The file.
+    pub path: PathBuf,
+    /// What `hourglass run`'s flags change of it.
+    pub overrides: Overrides,
+}
+
 /// How the runner wakes up for due tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -237,6 +273,13 @@ impl Config {
         let mut config = Config::parse(&text, &path.display().to_string())?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
+        Ok(config)
+    }
+
+    /// [`Config::load`], then `overrides` on top.
+    pub fn load_with(file: &ConfigFile) -> Result<Config> {
+        let mut config = Config::load(&file.path)?;
+        file.overrides.apply(&mut config)?;
         Ok(config)
     }
 
