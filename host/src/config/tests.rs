@@ -174,3 +174,23 @@ fn outbound_http_keys() {
         assert!(err.contains(needle), "{text}: {err}");
     }
 }
+
+#[test]
+fn run_flags_win_over_the_file_and_turn_the_admin_server_on() {
+    let mut c = Config::parse("[runner]\nplugins_dir = \"p\"\n", "runner.toml").unwrap();
+    assert!(!c.admin.enabled);
+    let flags = Overrides { plugins_dir: Some("q".into()), admin_listen: Some("127.0.0.1:9091".parse().unwrap()) };
+    flags.apply(&mut c).unwrap();
+    assert_eq!((c.runner.plugins_dir.as_path(), c.admin.enabled), (std::path::Path::new("q"), true));
+    assert_eq!(c.admin.listen, "127.0.0.1:9091".parse().unwrap());
+    // Nothing given, nothing changed.
+    let before = c.clone();
+    Overrides::default().apply(&mut c).unwrap();
+    assert_eq!((c.runner.plugins_dir, c.admin), (before.runner.plugins_dir, before.admin));
+    // A token in the file lets the flag listen beyond loopback; without one the flag is named.
+    let mut c = Config::parse("[admin]\ntoken = \"sesame-open-1234\"\n", "runner.toml").unwrap();
+    let wide = Overrides { admin_listen: Some("0.0.0.0:9091".parse().unwrap()), ..Overrides::default() };
+    wide.apply(&mut c).unwrap();
+    let err = format!("{:#}", wide.apply(&mut Config::parse("", "runner.toml").unwrap()).unwrap_err());
+    assert!(err.starts_with("--admin-listen") && err.contains("admin.token"), "{err}");
+}
