@@ -7,7 +7,8 @@
 #      `make run` starts it (a managed redis-server on QS_PORT, 6379 unless
 #      set), then the README's three tasks; passes when all three ran;
 #   2. `bench burst` fresh and `--reuse 64`, at the default threads, 2 + 2
-#      and cores + cores (the host CPU per task by thread count), ROUNDS
+#      and cores + cores (the host CPU per task by thread count), and 4
+#      hosts with a quarter of the cores' handler threads each, ROUNDS
 #      rounds interleaved;
 #   3. 4 hosts on one Redis, and 4 hosts on a 3-master cluster with
 #      shards = 1 and shards = 3;
@@ -137,8 +138,11 @@ bullmq() {
 }
 
 quick_start
+# docs/operations.md's advice for large servers: several hosts, each with a share of the cores.
+quarter=$((cores / 4 > 1 ? cores / 4 : 1))
 for ((round = 1; round <= rounds; round++)); do
     burst "default"
+    burst "4 hosts, cores/4 handler threads each" --hosts 4 --worker-threads "$quarter"
     burst "default reuse" --reuse 64
     burst "2+2" --worker-threads 2 --host-threads 2
     burst "2+2 reuse" --worker-threads 2 --host-threads 2 --reuse 64

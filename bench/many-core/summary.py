@@ -51,6 +51,9 @@ def main(path):
     ratio("host CPU per task, cores+cores / 2+2, reuse", "cores+cores reuse", "2+2 reuse")
     for threads in ("default", "2+2", "cores+cores"):
         ratio(f"host CPU per task, fresh / reuse, {threads}", threads, f"{threads} reuse")
+    quartered = "4 hosts, cores/4 handler threads each"
+    ratio("host CPU per task, 4 hosts of cores/4 handler threads / 1 host, default", quartered, "default")
+    ratio("tasks/s, 4 hosts of cores/4 handler threads / 1 host, default", quartered, "default", 1)
     ratio("tasks/s, cluster shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 1)
     ratio("busiest master CPU, shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 2)
     ratio("tasks/s, Hourglass / BullMQ", "default, beside bullmq", "bullmq", 1)

@@ -308,34 +308,45 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     let runs: Vec<Value> =
         lines.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
     let runs_named: Vec<&str> = runs.iter().map(|r| r["run"].as_str().unwrap()).collect();
-    let bursts = ["default", "default reuse", "2+2", "2+2 reuse", "cores+cores", "cores+cores reuse", "4 hosts"];
+    let bursts = [
+        "default",
+        "4 hosts, cores/4 handler threads each",
+        "default reuse",
+        "2+2",
+        "2+2 reuse",
+        "cores+cores",
+        "cores+cores reuse",
+        "4 hosts",
+    ];
     let instances = ["instance", "instance, cores lanes, 1 engine", "instance, cores lanes, several engines"];
     assert_eq!(runs_named[..2], ["machine", "quickstart"]);
-    assert_eq!(runs_named[2..9], bursts);
-    assert_eq!(runs_named[9..], instances);
+    assert_eq!(runs_named[2..10], bursts);
+    assert_eq!(runs_named[10..], instances);
     let machine = &runs[0];
     assert_eq!(machine["cores"].as_u64(), std::thread::available_parallelism().ok().map(|n| n.get() as u64));
     let quick_start = &runs[1];
     assert_eq!(quick_start["ok"], true, "{quick_start}\n{log}");
     assert_eq!(quick_start["plugins_refused"], 0, "{quick_start}\n{log}");
-    for run in &runs[2..9] {
+    for run in &runs[2..10] {
         let result = &run["result"];
         assert_eq!(result["tasks"], 1500, "{run}\n{log}");
         assert_clean(result, &["host_cpu_us_per_task", "worker_threads", "host_threads"]);
     }
     let cores = machine["cores"].as_u64();
     assert_eq!(
-        (runs[6]["result"]["worker_threads"].as_u64(), runs[6]["result"]["host_threads"].as_u64()),
+        (runs[7]["result"]["worker_threads"].as_u64(), runs[7]["result"]["host_threads"].as_u64()),
         (cores, cores)
     );
-    assert_eq!(runs[3]["result"]["instance_reuse"], 64);
-    assert_eq!(runs[8]["result"]["hosts"], 4);
-    for run in &runs[9..] {
+    let quarter = cores.map(|n| (n / 4).max(1));
+    assert_eq!((runs[3]["result"]["hosts"].as_u64(), runs[3]["result"]["worker_threads"].as_u64()), (Some(4), quarter));
+    assert_eq!(runs[4]["result"]["instance_reuse"], 64);
+    assert_eq!(runs[9]["result"]["hosts"], 4);
+    for run in &runs[10..] {
         assert_eq!(run["result"]["failed"], 0, "{run}\n{log}");
         assert!(run["result"]["fresh_cpu_us_per_run"].is_f64(), "{run}");
     }
-    assert_eq!(runs[10]["result"]["parallel"].as_u64(), cores, "{}", runs[10]);
-    assert_eq!(runs[11]["result"]["engines"], 2, "at least two engines: {}", runs[11]);
+    assert_eq!(runs[11]["result"]["parallel"].as_u64(), cores, "{}", runs[11]);
+    assert_eq!(runs[12]["result"]["engines"], 2, "at least two engines: {}", runs[12]);
 }
 
 #[test]
