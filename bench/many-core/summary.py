@@ -32,7 +32,7 @@ def main(path):
         else:
             by_run.setdefault(r["run"], []).append(r["result"])
     medians = {}
-    print(f"\n{'run':34} {'host CPU µs/task':>18} {'tasks/s':>10} {'busiest master µs':>18}  lost/doubled")
+    print(f"\n{'run':40} {'host CPU µs/task':>18} {'tasks/s':>10} {'busiest master µs':>18}  lost/doubled")
     for name, results in by_run.items():
         cpu = median(results, "host_cpu_us_per_task")
         rate = median(results, "tasks_per_s")
@@ -40,7 +40,7 @@ def main(path):
         medians[name] = (cpu, rate, master)
         lost = sum(x.get("lost", 0) for x in results)
         doubled = sum(x.get("doubled", 0) for x in results)
-        print(f"{name:34} {fmt(cpu):>18} {fmt(rate, 0):>10} {fmt(master):>18}  {lost}/{doubled} ({len(results)} runs)")
+        print(f"{name:40} {fmt(cpu):>18} {fmt(rate, 0):>10} {fmt(master):>18}  {lost}/{doubled} ({len(results)} runs)")
 
     def ratio(label, a, b, index=0):
         if a in medians and b in medians and medians[a][index] and medians[b][index]:
