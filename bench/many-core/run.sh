@@ -10,6 +10,8 @@
 #      and cores + cores (the host CPU per task by thread count), and 4
 #      hosts with a quarter of the cores' handler threads each, ROUNDS
 #      rounds interleaved;
+#   2b. in the same rounds, separate `hourglass run` processes: one with the
+#      default threads, and 4 with a quarter of the cores each;
 #   3. 4 hosts on one Redis, and 4 hosts on a 3-master cluster with
 #      shards = 1 and shards = 3;
 #   3b. `bench instance` (no Redis): one lane, then as many lanes as cores
@@ -118,6 +120,66 @@ bench() {
         --plugin plugins/noop.wasm --config runner.toml "$@" 2>> "$log" | tail -n 1)"
 }
 burst() { bench burst "$@"; }
+
+# CPU clock ticks (user + system) the processes $@ used so far.
+cpu_ticks() {
+    local p t=0
+    for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+    echo "$t"
+}
+
+# Separate `hourglass run` processes, as docs/operations.md advises on a large
+# server (not `bench --hosts`, whose hosts share one process): `processes
+# <label> <n> [<worker_threads> <host_threads>]` (the defaults when left out)
+# on a private redis-server, $tasks noop tasks due at one instant. The drain's
+# seconds come from polling the succeeded counter every 20 ms; host CPU from
+# the processes' /proc/<pid>/stat.
+processes() {
+    local label="$1" n="$2" wt="${3:-}" ht="${4:-}" work port=6391 i pids=() due end cpu0 cpu1 done_n=0 tick
+    work="$(mktemp -d)"
+    mkdir -p "$work/plugins"
+    cp plugins/noop.wasm "$work/plugins/"
+    {
+        printf '[redis]\nurl = "redis://127.0.0.1:%s"\n[runner]\nplugins_dir = "plugins"\ncache_dir = "cache"\n' "$port"
+        [[ -n "$wt" ]] && printf 'worker_threads = %s\nhost_threads = %s\n' "$wt" "$ht"
+    } > "$work/runner.toml"
+    echo "== processes $label: $n x ($wt + $ht)" >> "$log"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
+        --logfile "$work/redis.log" >> "$log" 2>&1
+    sleep 0.5
+    for ((i = 0; i < n; i++)); do
+        HOURGLASS_LOG=info hourglass --config "$work/runner.toml" run > "$work/host$i.log" 2>&1 &
+        pids+=($!)
+    done
+    for ((i = 0; i < n; i++)); do
+        wait_for "$work/host$i.log" 120 "hourglass is running" || echo "host $i did not start" >> "$log"
+    done
+    due=$(($(date +%s%3N) + 3000))
+    awk -v d="$due" -v n="$tasks" 'BEGIN { for (i = 0; i < n; i += 1000) {
+        printf "ZADD hourglass:{noop}:due"; for (j = i; j < i + 1000 && j < n; j++) printf " %d p%d", d, j; printf "\n" } }' |
+        redis-cli -p "$port" > /dev/null
+    cpu0="$(cpu_ticks "${pids[@]}")"
+    end=""
+    for ((tick = 0; tick < 30000; tick++)); do
+        done_n="$(redis-cli -p "$port" HGET 'hourglass:{noop}:stats' succeeded)"
+        if [[ "${done_n:-0}" -ge "$tasks" ]]; then end="$(date +%s%3N)"; break; fi
+        sleep 0.02
+    done
+    cpu1="$(cpu_ticks "${pids[@]}")"
+    for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
+    wait "${pids[@]}" 2>/dev/null
+    redis-cli -p "$port" shutdown nosave >> "$log" 2>&1
+    for ((i = 0; i < n; i++)); do { echo "== host $i"; grep -Ev "^\s*$" "$work/host$i.log" | tail -n 5; } >> "$log"; done
+    rm -rf "$work"
+    local ticks_per_s seconds
+    ticks_per_s="$(getconf CLK_TCK)"
+    if [[ -z "$end" ]]; then
+        emit "{\"run\":\"$label\",\"error\":\"$done_n of $tasks succeeded: see run.log\"}"
+        return 0
+    fi
+    seconds="$(awk -v ms="$((end - due))" 'BEGIN { printf "%.3f", ms / 1000 }')"
+    emit "{\"run\":\"$label\",\"result\":{\"scenario\":\"processes\",\"hosts\":$n,\"worker_threads\":${wt:-null},\"host_threads\":${ht:-null},\"tasks\":$tasks,\"succeeded\":$done_n,\"seconds\":$seconds,\"tasks_per_s\":$(awk -v t="$tasks" -v s="$seconds" 'BEGIN { printf "%.0f", t / s }'),\"host_cpu_us_per_task\":$(awk -v c="$((cpu1 - cpu0))" -v hz="$ticks_per_s" -v t="$tasks" 'BEGIN { printf "%.2f", c / hz * 1e6 / t }')}}"
+}
 instance() { bench instance "$@"; }
 
 bullmq() {
@@ -143,6 +205,8 @@ quarter=$((cores / 4 > 1 ? cores / 4 : 1))
 for ((round = 1; round <= rounds; round++)); do
     burst "default"
     burst "4 hosts, cores/4 handler threads each" --hosts 4 --worker-threads "$quarter"
+    processes "1 process" 1
+    processes "4 processes, cores/4 handler threads each" 4 "$quarter" "$((quarter / 2 > 1 ? quarter / 2 : 1))"
     burst "default reuse" --reuse 64
     burst "2+2" --worker-threads 2 --host-threads 2
     burst "2+2 reuse" --worker-threads 2 --host-threads 2 --reuse 64

@@ -311,6 +311,8 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     let bursts = [
         "default",
         "4 hosts, cores/4 handler threads each",
+        "1 process",
+        "4 processes, cores/4 handler threads each",
         "default reuse",
         "2+2",
         "2+2 reuse",
@@ -320,33 +322,40 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     ];
     let instances = ["instance", "instance, cores lanes, 1 engine", "instance, cores lanes, several engines"];
     assert_eq!(runs_named[..2], ["machine", "quickstart"]);
-    assert_eq!(runs_named[2..10], bursts);
-    assert_eq!(runs_named[10..], instances);
+    assert_eq!(runs_named[2..12], bursts);
+    assert_eq!(runs_named[12..], instances);
     let machine = &runs[0];
     assert_eq!(machine["cores"].as_u64(), std::thread::available_parallelism().ok().map(|n| n.get() as u64));
     let quick_start = &runs[1];
     assert_eq!(quick_start["ok"], true, "{quick_start}\n{log}");
     assert_eq!(quick_start["plugins_refused"], 0, "{quick_start}\n{log}");
-    for run in &runs[2..10] {
+    for run in &runs[2..12] {
         let result = &run["result"];
         assert_eq!(result["tasks"], 1500, "{run}\n{log}");
-        assert_clean(result, &["host_cpu_us_per_task", "worker_threads", "host_threads"]);
+        if result["scenario"] == "processes" {
+            // Separate `hourglass run` processes: every task succeeded once (a settle counts one).
+            assert_eq!(result["succeeded"].as_u64(), Some(1500), "{run}\n{log}");
+            assert!(result["host_cpu_us_per_task"].is_f64() && result["seconds"].is_f64(), "{run}");
+        } else {
+            assert_clean(result, &["host_cpu_us_per_task", "worker_threads", "host_threads"]);
+        }
     }
     let cores = machine["cores"].as_u64();
     assert_eq!(
-        (runs[7]["result"]["worker_threads"].as_u64(), runs[7]["result"]["host_threads"].as_u64()),
+        (runs[9]["result"]["worker_threads"].as_u64(), runs[9]["result"]["host_threads"].as_u64()),
         (cores, cores)
     );
     let quarter = cores.map(|n| (n / 4).max(1));
     assert_eq!((runs[3]["result"]["hosts"].as_u64(), runs[3]["result"]["worker_threads"].as_u64()), (Some(4), quarter));
-    assert_eq!(runs[4]["result"]["instance_reuse"], 64);
-    assert_eq!(runs[9]["result"]["hosts"], 4);
-    for run in &runs[10..] {
+    assert_eq!((runs[5]["result"]["hosts"].as_u64(), runs[5]["result"]["worker_threads"].as_u64()), (Some(4), quarter));
+    assert_eq!(runs[6]["result"]["instance_reuse"], 64);
+    assert_eq!(runs[11]["result"]["hosts"], 4);
+    for run in &runs[12..] {
         assert_eq!(run["result"]["failed"], 0, "{run}\n{log}");
         assert!(run["result"]["fresh_cpu_us_per_run"].is_f64(), "{run}");
     }
-    assert_eq!(runs[11]["result"]["parallel"].as_u64(), cores, "{}", runs[11]);
-    assert_eq!(runs[12]["result"]["engines"], 2, "at least two engines: {}", runs[12]);
+    assert_eq!(runs[13]["result"]["parallel"].as_u64(), cores, "{}", runs[13]);
+    assert_eq!(runs[14]["result"]["engines"], 2, "at least two engines: {}", runs[14]);
 }
 
 #[test]
