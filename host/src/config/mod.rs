@@ -139,7 +139,7 @@ pub struct RunnerConfig {
     pub cache_dir: PathBuf,
     /// Most tasks in hand at once (claimed and not yet settled), over all types.
     pub concurrency: usize,
-    /// Most tasks one claim takes from Redis (never more than a quarter of the type's `concurrency`).
+    /// Most tasks one claim takes from Redis (never more than half of the type's `concurrency`).
     pub batch_size: usize,
     /// How long a claimed task is leased before another host may take it (extended while it runs).
     #[serde(with = "humantime_serde")]

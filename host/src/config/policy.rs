@@ -20,7 +20,7 @@ use crate::task_type::TaskType;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TypePolicy {
-    /// Most tasks of this type in hand at once (claimed and not yet settled); one claim takes at most a quarter of it.
+    /// Most tasks of this type in hand at once (claimed and not yet settled); one claim takes at most half of it.
     pub concurrency: usize,
     /// Most tasks of this type running at once over every host (0: no limit beyond `concurrency` per host).
     pub max_running: u64,
