@@ -11,7 +11,8 @@
 #      hosts with a quarter of the cores' handler threads each, ROUNDS
 #      rounds interleaved;
 #   2b. in the same rounds, separate `hourglass run` processes: one with the
-#      default threads, and 4 with a quarter of the cores each;
+#      default threads (with the default slots, and with as many as 4
+#      processes have together), and 4 with a quarter of the cores each;
 #   3. 4 hosts on one Redis, and 4 hosts on a 3-master cluster with
 #      shards = 1 and shards = 3;
 #   3b. `bench instance` (no Redis): one lane, then as many lanes as cores
@@ -130,21 +131,25 @@ cpu_ticks() {
 
 # Separate `hourglass run` processes, as docs/operations.md advises on a large
 # server (not `bench --hosts`, whose hosts share one process): `processes
-# <label> <n> [<worker_threads> <host_threads>]` (the defaults when left out)
-# on a private redis-server, $tasks noop tasks due at one instant. The drain's
+# <label> <n> [<worker_threads> <host_threads> [<more runner.toml>]]` (empty
+# or left out: the defaults) on a private redis-server (a unix socket: no
+# port to collide with), $tasks noop tasks due at one instant. The drain's
 # seconds come from polling the succeeded counter every 20 ms; host CPU from
 # the processes' /proc/<pid>/stat.
 processes() {
-    local label="$1" n="$2" wt="${3:-}" ht="${4:-}" work port=6391 i pids=() due end cpu0 cpu1 done_n=0 tick
+    local label="$1" n="$2" wt="${3:-}" ht="${4:-}" more="${5:-}" work sock i pids=() due end cpu0 cpu1 done_n=0 tick
+    local started=true
     work="$(mktemp -d)"
+    sock="$work/redis.sock"
     mkdir -p "$work/plugins"
     cp plugins/noop.wasm "$work/plugins/"
     {
-        printf '[redis]\nurl = "redis://127.0.0.1:%s"\n[runner]\nplugins_dir = "plugins"\ncache_dir = "cache"\n' "$port"
+        printf '[redis]\nurl = "redis+unix://%s"\n[runner]\nplugins_dir = "plugins"\ncache_dir = "cache"\n' "$sock"
         [[ -n "$wt" ]] && printf 'worker_threads = %s\nhost_threads = %s\n' "$wt" "$ht"
+        printf '%b' "$more"
     } > "$work/runner.toml"
     echo "== processes $label: $n x ($wt + $ht)" >> "$log"
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
+    redis-server --port 0 --unixsocket "$sock" --save "" --appendonly no --dir "$work" --daemonize yes \
         --logfile "$work/redis.log" >> "$log" 2>&1
     sleep 0.5
     for ((i = 0; i < n; i++)); do
@@ -152,23 +157,26 @@ processes() {
         pids+=($!)
     done
     for ((i = 0; i < n; i++)); do
-        wait_for "$work/host$i.log" 120 "hourglass is running" || echo "host $i did not start" >> "$log"
+        wait_for "$work/host$i.log" 120 "hourglass is running" || started=false
     done
     due=$(($(date +%s%3N) + 3000))
     awk -v d="$due" -v n="$tasks" 'BEGIN { for (i = 0; i < n; i += 1000) {
         printf "ZADD hourglass:{noop}:due"; for (j = i; j < i + 1000 && j < n; j++) printf " %d p%d", d, j; printf "\n" } }' |
-        redis-cli -p "$port" > /dev/null
+        redis-cli -s "$sock" > /dev/null
     cpu0="$(cpu_ticks "${pids[@]}")"
     end=""
+    # Polled only while every host runs: one that did not start, or stopped, ends the run.
     for ((tick = 0; tick < 30000; tick++)); do
-        done_n="$(redis-cli -p "$port" HGET 'hourglass:{noop}:stats' succeeded)"
+        for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null || started=false; done
+        [[ "$started" == true ]] || break
+        done_n="$(redis-cli -s "$sock" HGET 'hourglass:{noop}:stats' succeeded)"
         if [[ "${done_n:-0}" -ge "$tasks" ]]; then end="$(date +%s%3N)"; break; fi
         sleep 0.02
     done
     cpu1="$(cpu_ticks "${pids[@]}")"
     for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done
     wait "${pids[@]}" 2>/dev/null
-    redis-cli -p "$port" shutdown nosave >> "$log" 2>&1
+    redis-cli -s "$sock" shutdown nosave >> "$log" 2>&1
     for ((i = 0; i < n; i++)); do { echo "== host $i"; grep -Ev "^\s*$" "$work/host$i.log" | tail -n 5; } >> "$log"; done
     rm -rf "$work"
     local ticks_per_s seconds
@@ -206,6 +214,8 @@ for ((round = 1; round <= rounds; round++)); do
     burst "default"
     burst "4 hosts, cores/4 handler threads each" --hosts 4 --worker-threads "$quarter"
     processes "1 process" 1
+    # As many of the type's tasks in hand as the 4 processes below hold together.
+    processes "1 process, 4x the slots" 1 "" "" 'concurrency = 2048\n[defaults]\nconcurrency = 1024\n'
     processes "4 processes, cores/4 handler threads each" 4 "$quarter" "$((quarter / 2 > 1 ? quarter / 2 : 1))"
     burst "default reuse" --reuse 64
     burst "2+2" --worker-threads 2 --host-threads 2

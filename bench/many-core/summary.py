@@ -57,6 +57,9 @@ def main(path):
     spread = "4 processes, cores/4 handler threads each"
     ratio("host CPU per task, 4 processes of cores/4 handler threads / 1 process", spread, "1 process")
     ratio("tasks/s, 4 processes of cores/4 handler threads / 1 process", spread, "1 process", 1)
+    # The same slots in all: what the split into processes itself changes.
+    ratio("host CPU per task, 4 processes / 1 process with 4x the slots", spread, "1 process, 4x the slots")
+    ratio("tasks/s, 4 processes / 1 process with 4x the slots", spread, "1 process, 4x the slots", 1)
     ratio("tasks/s, cluster shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 1)
     ratio("busiest master CPU, shards 3 / shards 1", "cluster 4 hosts, shards 3", "cluster 4 hosts, shards 1", 2)
     ratio("tasks/s, Hourglass / BullMQ", "default, beside bullmq", "bullmq", 1)

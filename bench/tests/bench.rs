@@ -312,6 +312,7 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
         "default",
         "4 hosts, cores/4 handler threads each",
         "1 process",
+        "1 process, 4x the slots",
         "4 processes, cores/4 handler threads each",
         "default reuse",
         "2+2",
@@ -322,14 +323,14 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     ];
     let instances = ["instance", "instance, cores lanes, 1 engine", "instance, cores lanes, several engines"];
     assert_eq!(runs_named[..2], ["machine", "quickstart"]);
-    assert_eq!(runs_named[2..12], bursts);
-    assert_eq!(runs_named[12..], instances);
+    assert_eq!(runs_named[2..13], bursts);
+    assert_eq!(runs_named[13..], instances);
     let machine = &runs[0];
     assert_eq!(machine["cores"].as_u64(), std::thread::available_parallelism().ok().map(|n| n.get() as u64));
     let quick_start = &runs[1];
     assert_eq!(quick_start["ok"], true, "{quick_start}\n{log}");
     assert_eq!(quick_start["plugins_refused"], 0, "{quick_start}\n{log}");
-    for run in &runs[2..12] {
+    for run in &runs[2..13] {
         let result = &run["result"];
         assert_eq!(result["tasks"], 1500, "{run}\n{log}");
         if result["scenario"] == "processes" {
@@ -342,20 +343,20 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     }
     let cores = machine["cores"].as_u64();
     assert_eq!(
-        (runs[9]["result"]["worker_threads"].as_u64(), runs[9]["result"]["host_threads"].as_u64()),
+        (runs[10]["result"]["worker_threads"].as_u64(), runs[10]["result"]["host_threads"].as_u64()),
         (cores, cores)
     );
     let quarter = cores.map(|n| (n / 4).max(1));
     assert_eq!((runs[3]["result"]["hosts"].as_u64(), runs[3]["result"]["worker_threads"].as_u64()), (Some(4), quarter));
-    assert_eq!((runs[5]["result"]["hosts"].as_u64(), runs[5]["result"]["worker_threads"].as_u64()), (Some(4), quarter));
-    assert_eq!(runs[6]["result"]["instance_reuse"], 64);
-    assert_eq!(runs[11]["result"]["hosts"], 4);
-    for run in &runs[12..] {
+    assert_eq!((runs[6]["result"]["hosts"].as_u64(), runs[6]["result"]["worker_threads"].as_u64()), (Some(4), quarter));
+    assert_eq!(runs[7]["result"]["instance_reuse"], 64);
+    assert_eq!(runs[12]["result"]["hosts"], 4);
+    for run in &runs[13..] {
         assert_eq!(run["result"]["failed"], 0, "{run}\n{log}");
         assert!(run["result"]["fresh_cpu_us_per_run"].is_f64(), "{run}");
     }
-    assert_eq!(runs[13]["result"]["parallel"].as_u64(), cores, "{}", runs[13]);
-    assert_eq!(runs[14]["result"]["engines"], 2, "at least two engines: {}", runs[14]);
+    assert_eq!(runs[14]["result"]["parallel"].as_u64(), cores, "{}", runs[14]);
+    assert_eq!(runs[15]["result"]["engines"], 2, "at least two engines: {}", runs[15]);
 }
 
 #[test]
