@@ -288,7 +288,7 @@ fn a_many_core_bundle_runs_the_quick_start_and_every_burst_from_anywhere() {
     assert!(made.status.success(), "bundle.sh: {}", String::from_utf8_lossy(&made.stderr));
 
     // The quick start's managed redis-server takes a free port of its own.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = support::free_port();
     let out_dir = tmp.path().join("out");
     let ran = Command::new("bash")
         .arg(bundle.join("run.sh"))

@@ -319,7 +319,7 @@ fn handler_schedules_a_follow_up_into_another_type() {
 
 #[test]
 fn managed_redis_starts_when_nothing_answers_and_stops_on_exit() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::support::free_port();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("plugins")).unwrap();
     std::fs::copy(plugin("noop"), dir.path().join("plugins/noop.wasm")).unwrap();

@@ -6,12 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use hourglass::cli::{Cli, Command as Sub};
 
-use crate::support::{Host, RedisServer, admin_addr, get, hourglass_bin, plugin};
-
-/// A loopback port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use crate::support::{Host, RedisServer, admin_addr, free_port, get, hourglass_bin, plugin};
 
 #[test]
 fn two_hosts_share_one_config_with_an_admin_port_each() {
