@@ -35,6 +35,7 @@ pub async fn run(
         worker_threads: config.runner.worker_threads(),
     })
     .context("cannot start the Wasm runtime")?;
+    info!(reset = %runtime.memory_reset(), "instance memory reset: how a freed instance's pages are made as built for the next task");
     if !crate::runtime::resets_by_dirty_pages() && config.runner.worker_threads() > 1 {
         warn!(
             "this kernel lacks PAGEMAP_SCAN (Linux 6.7+): each fresh instance's memory is reset with madvise, which \

@@ -100,6 +100,11 @@ impl Registry {
         types
     }
 
+    /// The runtime its plugins are loaded into.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     /// The config in force (it changes when `runner.toml` is edited).
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()

@@ -58,6 +58,9 @@ fn endpoints_answer_with_the_right_content_and_status() {
         "data-action=requeue",
         "data-action=purge",
         "data-plugin=\"mail.wasm\"",
+        // How a freed instance's memory is reset on this machine, and its swap (issue 50).
+        "<p id=memory-reset>",
+        "; swap: ",
         "id=hosts",
         "(this one, admin at",
         "data-outcome-id=\"m-1\" data-outcome=dead",

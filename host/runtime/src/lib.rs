@@ -26,11 +26,13 @@
 //!   `priority.rs`: compiles at low CPU priority;
 //! - `policy.rs`: what a type's runs are held to; `handler.rs`: a component bound to it, one run
 //!   per fresh `Store`; `run.rs`: a run's identity, caps and budget; `state.rs`: its host state and
-//!   the `hourglass:plugin` imports; `pipe.rs`: captured output;
+//!   the `hourglass:plugin` imports; `pipe.rs`: captured output; [`reset`]: how a freed instance's
+//!   memory is made as built again on this machine;
 //! - [`outbound`]: allow-lists and address checks; `outgoing.rs`: `wasi:http` requests through them;
 //!   [`trace`]: the client spans of a traced run's requests.
 
 pub mod outbound;
+pub mod reset;
 pub mod trace;
 
 mod cache;
@@ -64,6 +66,7 @@ pub use compile::{
 };
 pub use handler::{Failure, Handler, Limits, TaskRun};
 pub use policy::SandboxPolicy;
+pub use reset::{MemoryReset, ResetMethod, Swap};
 pub use run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
 pub use state::{FOLLOWUPS_REFUSED_TOTAL, LOG_CAP};
 
@@ -176,6 +179,8 @@ struct RuntimeInner {
     executor: Executor,
     /// Idle warm instances over all handlers (each holds a pool slot).
     warm_idle: Arc<AtomicUsize>,
+    /// How freed slots are reset here, and why.
+    memory_reset: MemoryReset,
 }
 
 /// The multi-threaded tokio runtime guests run on: a guest spinning in a
@@ -279,9 +284,15 @@ impl Runtime {
             compile_limits: std::sync::Mutex::new(opts.compile_limits),
             executor: Executor(Some(executor)),
             warm_idle: Arc::default(),
+            memory_reset: MemoryReset::detect(),
         });
         spawn_epoch_ticker(Arc::downgrade(&inner))?;
         Ok(Runtime { inner })
+    }
+
+    /// How a freed instance's memory is reset on this machine, and whether it can be swapped.
+    pub fn memory_reset(&self) -> &MemoryReset {
+        &self.inner.memory_reset
     }
 
     /// Runs `future` (a task's run) on the guest executor.

@@ -473,8 +473,14 @@ fn plugins(state: &AdminState, h: &mut String) {
         }
     }
     let errors = state.registry.load_errors();
+    let _ = write!(
+        h,
+        "<section><h2>Plugins</h2><p id=memory-reset>Each task runs in a fresh instance; a freed instance's memory \
+         is reset: {}.</p>",
+        esc(&state.registry.runtime().memory_reset().to_string()),
+    );
     h.push_str(
-        "<section><h2>Plugins</h2><table id=plugins><thead><tr><th>file</th><th>version</th><th>types and limits</th>\
+        "<table id=plugins><thead><tr><th>file</th><th>version</th><th>types and limits</th>\
          <th>last load error</th></tr></thead><tbody>",
     );
     let mut files: Vec<_> = by_file.keys().chain(errors.keys()).cloned().collect();
