@@ -210,6 +210,74 @@ fn handle(task: Task) -> Result<(), Failure> {
             let bytes: usize = arg.parse().map_err(Failure::permanent)?;
             Err(Failure::Error("E".repeat(bytes)))
         }
+        // --- isolation probes (tests/sandbox/isolation.rs): what one task leaves, the next must not see ---
+        "stash" => {
+            // `stash:SECRET:HOLD_MS`: SECRET at the start of every page of a
+            // zero-initialised static (.bss), of an initialised one (.data)
+            // and of a freed heap block, then the instance is held HOLD_MS.
+            let (secret, hold) = arg.split_once(':').unwrap_or((arg, "0"));
+            let hold: u64 = hold.parse().map_err(Failure::permanent)?;
+            // "SECRET-OF-TASK-", decoded here so that no page of the image starts with it.
+            let prefix: String = "RDBQDS,NE,S@RJ,".bytes().map(|b| char::from(b + 1)).collect();
+            let marker = format!("{prefix}{secret}");
+            // SAFETY: one run at a time per instance; nothing else holds these statics.
+            unsafe {
+                stamp_pages((&raw mut BSS).cast(), STASH_BYTES, marker.as_bytes());
+                stamp_pages((&raw mut DATA).cast(), DATA_BYTES, marker.as_bytes());
+            }
+            let layout = std::alloc::Layout::from_size_align(STASH_BYTES, PAGE).map_err(Failure::permanent)?;
+            // SAFETY: a non-zero size; the block is written within its bounds and freed with its layout.
+            unsafe {
+                let block = std::alloc::alloc(layout);
+                if !block.is_null() {
+                    stamp_pages(block, STASH_BYTES, marker.as_bytes());
+                    std::alloc::dealloc(block, layout);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(hold));
+            Ok(())
+        }
+        "peek" => match remnants() {
+            None => Ok(()),
+            Some(found) => Err(Failure::Permanent(found)),
+        },
+        "stdout-partial" => {
+            // An unfinished line: nothing of it may reach the next task's captured output.
+            use std::io::Write;
+            print!("PARTIAL-{arg}");
+            // Handed to the host unfinished (the guest's own buffer is its memory, reset with it).
+            let _ = std::io::stdout().flush();
+            eprint!("PARTIAL-ERR-{arg}");
+            Ok(())
+        }
+        "hash-seed" => {
+            // What std's per-process random hash keys (from wasi:random) make of one value.
+            use std::hash::BuildHasher;
+            Err(Failure::Error(format!(
+                "hash-seed {:016x}",
+                std::collections::hash_map::RandomState::new().hash_one(0u64)
+            )))
+        }
+        "leak-fields" => {
+            // Header fields left open by a run that succeeds (kept only by `instance_reuse`).
+            let n: usize = arg.parse().map_err(Failure::permanent)?;
+            for _ in 0..n {
+                let fields = wt::Fields::new();
+                let _ = fields.append("x-left", b"behind");
+                std::mem::forget(fields);
+            }
+            Ok(())
+        }
+        "handles" => {
+            // Uses resource handle N without creating any: a fresh instance has
+            // none, so the use traps; a handle alive here was left by an earlier task.
+            let handle: u32 = arg.parse().map_err(Failure::permanent)?;
+            // SAFETY: a deliberately forged handle; the host must reject it.
+            let fields = unsafe { wt::Fields::from_handle(handle) };
+            let entries = fields.entries().len();
+            std::mem::forget(fields);
+            Err(Failure::Error(format!("handle {handle} is alive with {entries} entries")))
+        }
         "config" => Err(Failure::Error(format!("config {arg}={:?}", hourglass_sdk::config(arg)))),
         "task" => Err(Failure::Error(format!(
             "task type={} id={:?} attempt={} due={}",
@@ -220,6 +288,70 @@ fn handle(task: Task) -> Result<(), Failure> {
         ))),
         other => Err(Failure::Permanent(format!("unknown chaos command {other:?}"))),
     }
+}
+
+/// Host page size the probes stamp and scan by; wasm pages are 16 of them.
+const PAGE: usize = 4096;
+/// The zero-initialised static the stash fills: 1 MiB, as in issue 50's report.
+const STASH_BYTES: usize = 1 << 20;
+/// The initialised static (a data segment) the stash overwrites.
+const DATA_BYTES: usize = 64 << 10;
+/// Its bytes as the component's image has them.
+const DATA_FILL: u8 = 0x5a;
+
+#[repr(C, align(4096))]
+struct Bss([u8; STASH_BYTES]);
+#[repr(C, align(4096))]
+struct Data([u8; DATA_BYTES]);
+
+static mut BSS: Bss = Bss([0; STASH_BYTES]);
+static mut DATA: Data = Data([DATA_FILL; DATA_BYTES]);
+
+/// Writes `marker` at the start of each page of `len` bytes at `base`.
+///
+/// # Safety
+/// `base..base+len` must be writable and page-aligned.
+unsafe fn stamp_pages(base: *mut u8, len: usize, marker: &[u8]) {
+    for page in (0..len).step_by(PAGE) {
+        for (i, b) in marker.iter().enumerate() {
+            // SAFETY: within the caller's range; volatile so the writes are kept.
+            unsafe { base.add(page + i).write_volatile(*b) };
+        }
+    }
+}
+
+/// Scans this instance's whole linear memory for what a stash leaves: a
+/// page starting with the marker (compared as an immediate, so the scan
+/// itself puts no marker in memory), or a .data page no longer as built.
+fn remnants() -> Option<String> {
+    const PREFIX: u64 = u64::from_le_bytes(*b"SECRET-O");
+    let end = core::arch::wasm32::memory_size(0) * 65536;
+    let mut found = 0usize;
+    let mut first = None;
+    for page in (PAGE..end).step_by(PAGE) {
+        // SAFETY: inside linear memory (below memory.size); aligned; page 0 skipped.
+        let head = unsafe { (page as *const u64).read_volatile() };
+        if head == PREFIX {
+            found += 1;
+            first.get_or_insert(page);
+        }
+    }
+    let data = (&raw const DATA).cast::<u8>();
+    let changed = (0..DATA_BYTES)
+        .step_by(PAGE)
+        // SAFETY: within DATA.
+        .filter(|&p| unsafe { data.add(p).read_volatile() } != DATA_FILL)
+        .count();
+    if found == 0 && changed == 0 {
+        return None;
+    }
+    let text = first.map_or_else(String::new, |at| {
+        // SAFETY: a page inside linear memory.
+        let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, 40) };
+        let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        format!(", first at {at}: {}", String::from_utf8_lossy(&bytes[..end]))
+    });
+    Some(format!("REMNANT {found} stamped pages, {changed} .data pages changed{text}"))
 }
 
 #[inline(never)]
