@@ -1,7 +1,10 @@
 // Types of the Hourglass Node client (index.js).
 import type { Redis, Cluster } from "ioredis";
 
-export type Id = string | Buffer;
+/** A task id: bytes, text, or an integer (written as its decimal text). */
+export type Id = string | Buffer | Uint8Array | number | bigint;
+/** A payload: bytes and text as they are; any other JSON-able value as its JSON text. */
+export type Payload = string | Buffer | Uint8Array | number | boolean | object | null;
 export type Mode = "upsert" | "if-absent" | "only-later" | "only-earlier";
 
 export interface ScheduleOptions {
@@ -9,7 +12,7 @@ export interface ScheduleOptions {
   at?: Date | number;
   /** Due in this many ms from now (default 0: now). */
   delayMs?: number;
-  payload?: string | Buffer;
+  payload?: Payload;
   mode?: Mode;
   /** W3C traceparent: the run's span continues this trace. */
   traceparent?: string;
@@ -70,7 +73,7 @@ export interface Stats {
 export interface Child {
   taskType: string;
   id: string;
-  payload?: string | Buffer;
+  payload?: Payload;
   /** Due time in ms since the epoch (default: now). */
   dueMs?: number;
 }

@@ -32,10 +32,45 @@ function taskType(name) {
   return name;
 }
 
+/** How a refused value reads in an error: its JSON where it has one, else its type. */
+function describe(v) {
+  try {
+    const json = JSON.stringify(v);
+    if (json !== undefined) return `${json} (${v === null ? "null" : typeof v})`;
+  } catch {
+    // a BigInt or a cycle: the type says enough
+  }
+  return typeof v;
+}
+
+// An integer is its decimal text, as the Python client, the CLI and redis-cli write it; anything
+// else that is not text or bytes is refused rather than turned into "[object Object]".
 function rawId(id, what = "task id") {
-  const raw = Buffer.isBuffer(id) ? id : Buffer.from(String(id));
+  let raw;
+  if (Buffer.isBuffer(id)) raw = id;
+  else if (id instanceof Uint8Array) raw = Buffer.from(id);
+  else if (typeof id === "string") raw = Buffer.from(id);
+  else if ((typeof id === "number" && Number.isSafeInteger(id)) || typeof id === "bigint") raw = Buffer.from(String(id));
+  else throw new InvalidId(`invalid ${what} ${describe(id)}: give a string, a Buffer or an integer`);
   if (raw.length === 0) throw new InvalidId(`invalid ${what}: it is empty`);
   return raw;
+}
+
+/**
+ * Throws InvalidArgument for an option `call` does not know, naming it (and `fooMs` for `foo`),
+ * instead of ignoring it: BullMQ's `delay` would otherwise schedule a task due now.
+ */
+function checkOptions(options, known, call) {
+  if (options === null || typeof options !== "object") {
+    throw new InvalidArgument(`the options of ${call} must be an object (got ${describe(options)})`);
+  }
+  for (const name of Object.keys(options)) {
+    if (known.includes(name)) continue;
+    const ms = `${name}Ms`;
+    const hint = known.includes(ms) ? `: did you mean ${ms} (milliseconds)?` : `; known: ${known.join(", ")}`;
+    throw new InvalidArgument(`unknown option ${JSON.stringify(name)} of ${call}${hint}`);
+  }
+  return options;
 }
 
 function textId(id, what, most = GROUP_ID_MAX) {
@@ -49,9 +84,22 @@ function textId(id, what, most = GROUP_ID_MAX) {
   return id;
 }
 
+/** Bytes as they are, a string as UTF-8, and any other value as its JSON text (`{order: 42}`, `5`). */
 function payloadOf(p) {
   if (p === undefined || p === null) return Buffer.alloc(0);
-  return Buffer.isBuffer(p) ? p : Buffer.from(String(p));
+  if (Buffer.isBuffer(p)) return p;
+  if (p instanceof Uint8Array) return Buffer.from(p);
+  if (typeof p === "string") return Buffer.from(p);
+  let json;
+  try {
+    json = JSON.stringify(p);
+  } catch (e) {
+    throw new InvalidArgument(`payload ${describe(p)} is not a Buffer, a string or JSON-able: ${e.message}`);
+  }
+  if (json === undefined || (typeof p === "number" && !Number.isFinite(p))) {
+    throw new InvalidArgument(`payload ${describe(p)} is not a Buffer, a string or JSON-able`);
+  }
+  return Buffer.from(json);
 }
 
 /** This machine's clock in ms since the epoch. */
@@ -85,7 +133,16 @@ const num = (v) => (v === null || v === undefined ? null : Math.trunc(Number(tex
  * each sharded type to its `[types.T] shards` (the same N the hosts run with).
  */
 class Hourglass {
-  constructor(redis, { prefix = "hourglass", shards = {} } = {}) {
+  constructor(redis, options = {}) {
+    const { prefix = "hourglass", shards = {} } = checkOptions(options, ["prefix", "shards"], "new Hourglass");
+    // ioredis would put its keyPrefix before every key, where no host reads them (BullMQ refuses it too).
+    const keyPrefix = redis && redis.options && (redis.options.keyPrefix || (redis.options.redisOptions || {}).keyPrefix);
+    if (keyPrefix) {
+      throw new InvalidArgument(
+        `this ioredis client has keyPrefix ${JSON.stringify(keyPrefix)}, which would move every key away from the hosts: ` +
+          "give Hourglass a client without keyPrefix (the hosts' [redis] prefix is the `prefix` option)",
+      );
+    }
     this.redis = redis;
     this.prefix = prefix;
     this.shards = new Map();
@@ -143,7 +200,9 @@ class Hourglass {
    * "only-earlier"; the payload is written only with the due time. `traceparent` (W3C) makes the
    * run's span continue the caller's trace. Resolves to whether the due time was written.
    */
-  async schedule(t, id, { at, delayMs, payload, mode = "upsert", traceparent } = {}) {
+  async schedule(t, id, options = {}) {
+    const known = ["at", "delayMs", "payload", "mode", "traceparent"];
+    const { at, delayMs, payload, mode = "upsert", traceparent } = checkOptions(options, known, "schedule");
     if (!MODES.includes(mode)) throw new InvalidArgument(`invalid mode ${JSON.stringify(mode)}: expected one of ${MODES.join(", ")}`);
     const raw = rawId(id);
     const body = payloadOf(payload);
@@ -195,7 +254,8 @@ class Hourglass {
   }
 
   /** Where task `id` is and what Redis holds about it (state "unknown" when nowhere); `payloadBytes` of its payload. */
-  async show(t, id, { payloadBytes = 65536 } = {}) {
+  async show(t, id, options = {}) {
+    const { payloadBytes = 65536 } = checkOptions(options, ["payloadBytes"], "show");
     const raw = rawId(id);
     const order = this.lookupOrder(taskType(t), raw);
     let view;
@@ -250,7 +310,8 @@ class Hourglass {
   }
 
   /** Pauses type `t` (every shard) on every host, for `lengthMs` or until resumed: when it ends (ms), or null for "until resumed". */
-  async pause(t, { lengthMs } = {}) {
+  async pause(t, options = {}) {
+    const { lengthMs } = checkOptions(options, ["lengthMs"], "pause");
     const ms = msOf(lengthMs);
     let ends = 0;
     for (const q of this.shardsOf(taskType(t))) ends = num(await this.run("pause", [this.key(q, "paused"), this.key(q, "due")], [ms]));
@@ -309,7 +370,9 @@ class Hourglass {
    * false` keeps a callback task with that id that is waiting or dead. Resolves to whether this call
    * created it (opening again with the same callback changes nothing).
    */
-  async groupOpen(callbackType, group, { callbackId, payload = "", when = "all", replace = true } = {}) {
+  async groupOpen(callbackType, group, options = {}) {
+    const known = ["callbackId", "payload", "when", "replace"];
+    const { callbackId, payload = "", when = "all", replace = true } = checkOptions(options, known, "groupOpen");
     const { c, g, keys } = this.groupKeys(callbackType, group);
     const cb = textId(callbackId === undefined ? g : callbackId, "callback id", 1 << 20);
     if (when !== "all" && when !== "success") throw new InvalidArgument(`invalid group trigger ${JSON.stringify(when)}: expected "all" or "success"`);
@@ -328,7 +391,12 @@ class Hourglass {
    */
   async groupAdd(callbackType, group, children) {
     const { c, g, keys } = this.groupKeys(callbackType, group);
-    const kids = children.map((k) => ({ ...k, taskType: taskType(k.taskType), id: textId(k.id, "child id", 1 << 20) }));
+    const childKeys = ["taskType", "id", "payload", "dueMs"];
+    const kids = children.map((k) => ({
+      ...checkOptions(k, childKeys, "groupAdd (a child)"),
+      taskType: taskType(k.taskType),
+      id: textId(k.id, "child id", 1 << 20),
+    }));
     const added = { joined: 0, refused: [] };
     for (let start = 0; start < kids.length; start += CHILDREN_PER_CALL) {
       const batch = kids.slice(start, start + CHILDREN_PER_CALL);

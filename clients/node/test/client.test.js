@@ -133,6 +133,43 @@ test("refusals are typed and write nothing", async () => {
   assert.match((await client.stats("broken")).fault, /holds a string/);
 });
 
+test("ids and payloads are written as given or refused, and so are unknown options", async () => {
+  // An integer id is its decimal text, as the Python client and the CLI write it; other values are JSON.
+  await client.schedule("ok", 42, { payload: { order: 42, note: "é" } });
+  await client.schedule("ok", -1, { payload: 5 });
+  await client.schedule("ok", 7n, { payload: new Uint8Array([0, 255]) });
+  const members = (await redis.zrangeBuffer("hourglass:{ok}:due", 0, -1)).map((b) => b.toString()).sort();
+  assert.deepEqual(members, ["-1", "42", "7"]);
+  assert.equal(await redis.hget("hourglass:{ok}:payload", "42"), '{"order":42,"note":"é"}');
+  assert.equal(await redis.hget("hourglass:{ok}:payload", "-1"), "5");
+  assert.deepEqual(await redis.hgetBuffer("hourglass:{ok}:payload", "7"), Buffer.from([0, 255]));
+  assert.equal((await client.show("ok", 42)).payload.toString(), '{"order":42,"note":"é"}');
+  // What has no faithful bytes is refused before anything is sent.
+  for (const bad of [4.2, true, null, undefined, { id: 1 }, NaN]) await assert.rejects(client.schedule("bad", bad), hg.InvalidId);
+  for (const bad of [Symbol("s"), () => 1, Infinity, 10n]) {
+    await assert.rejects(client.schedule("bad", "id", { payload: bad }), hg.InvalidArgument);
+  }
+  // BullMQ's `delay` would have been due now: it is named, with the option it meant.
+  await assert.rejects(client.schedule("bad", "id", { delay: 600000 }), (e) => {
+    assert.ok(e instanceof hg.InvalidArgument && /unknown option "delay" of schedule: did you mean delayMs/.test(e.message), e.message);
+    return true;
+  });
+  await assert.rejects(client.pause("bad", { length: 5 }), /did you mean lengthMs/);
+  await assert.rejects(client.show("bad", "id", { bytes: 5 }), /unknown option "bytes" of show; known: payloadBytes/);
+  await assert.rejects(client.groupOpen("bad", "g", { callback: "x" }), /unknown option "callback" of groupOpen/);
+  await client.groupOpen("bad2", "g");
+  await assert.rejects(client.groupAdd("bad2", "g", [{ taskType: "step", id: "a", delay: 5 }]), /"delay" of groupAdd \(a child\); known: taskType, id, payload, dueMs/);
+  assert.deepEqual(await redis.keys("hourglass:{bad}:*"), []);
+  assert.deepEqual(await redis.keys("hourglass:{step}:*"), []);
+});
+
+test("a client with an ioredis keyPrefix is refused at construction", () => {
+  const prefixed = new Redis({ path: redis.options.path, keyPrefix: "app:", lazyConnect: true });
+  assert.throws(() => new hg.Hourglass(prefixed), /keyPrefix "app:"/);
+  prefixed.disconnect();
+  assert.throws(() => new hg.Hourglass(redis, { prefx: "x" }), /unknown option "prefx" of new Hourglass/);
+});
+
 test("a sharded type routes each id to its shard, as the Python client does", async () => {
   const sharded = new hg.Hourglass(redis, { shards: { hot: 3 } });
   const tags = hg.shardTags("hot", 3);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,9 @@ import redis
 from .errors import DataFault, InvalidArgument, InvalidId, InvalidTaskType, from_reply
 from .shards import shard_of, shard_tags
 
-Id = Union[str, bytes]
+Id = Union[str, bytes, int]
+#: Bytes and text as they are; anything else JSON-able is written as its JSON text.
+Payload = Union[str, bytes, int, float, bool, dict, list, None]
 When = Union[int, float, datetime, None]
 Delay = Union[int, float, timedelta, None]
 
@@ -38,7 +41,16 @@ def task_type(name: str) -> str:
 
 
 def _id(value: Id, what: str = "task id") -> bytes:
-    raw = value.encode() if isinstance(value, str) else bytes(value)
+    # An int is its decimal text, as the Node client, the CLI and redis-cli write it
+    # (bytes(42) would be 42 NUL bytes); anything else that is not text or bytes is refused.
+    if isinstance(value, str):
+        raw = value.encode()
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        raw = str(value).encode()
+    else:
+        raise InvalidId(f"invalid {what} {value!r}: give a str, bytes or an int, not {type(value).__name__}")
     if not raw:
         raise InvalidId(f"invalid {what}: it is empty")
     return raw
@@ -52,10 +64,18 @@ def _text_id(value: str, what: str, most: int = _GROUP_ID_MAX) -> str:
     return value
 
 
-def _payload(value: Union[str, bytes, None]) -> bytes:
+def _payload(value: Payload) -> bytes:
+    """Bytes as they are, text as UTF-8, and any other value as its JSON text (``{"order": 42}``, ``5``)."""
     if value is None:
         return b""
-    return value.encode() if isinstance(value, str) else bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"payload of type {type(value).__name__} is not bytes, str or JSON-able: {e}") from None
 
 
 def now_ms() -> int:
@@ -159,7 +179,7 @@ class Child:
 
     task_type: str
     id: str
-    payload: Union[str, bytes, None] = None
+    payload: Payload = None
     #: Due time in ms since the epoch (default: now).
     due_ms: Optional[int] = None
 
@@ -210,12 +230,26 @@ class _Cmd(NamedTuple):
     args: tuple
 
 
+def _decodes_responses(client) -> bool:
+    """Whether a redis-py client (plain or cluster, blocking or asyncio) turns replies into str."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if kwargs is None and hasattr(client, "get_connection_kwargs"):
+        kwargs = client.get_connection_kwargs()
+    return bool((kwargs or {}).get("decode_responses"))
+
+
 class _Core:
     """What both clients share: the key names, the routing, and each call as a
     generator that yields the Redis steps it needs and gets their replies, so
     one body serves the blocking client and the asyncio one."""
 
     def __init__(self, client: "redis.Redis", *, prefix: str = "hourglass", shards: Optional[dict] = None):
+        if _decodes_responses(client):
+            raise InvalidArgument(
+                "this redis client decodes replies to str (decode_responses=True), but task ids and payloads "
+                "are bytes: give Hourglass a client made without decode_responses (it can share the pool's URL)"
+            )
         self.redis = client
         self.prefix = prefix
         self._shards: dict = {}
@@ -261,7 +295,7 @@ class _Core:
         *,
         at: When = None,
         delay: Delay = None,
-        payload: Union[str, bytes, None] = None,
+        payload: Payload = None,
         mode: str = "upsert",
         traceparent: Optional[str] = None,
     ) -> bool:

@@ -200,6 +200,35 @@ class ClientTest(unittest.TestCase):
         self.assertFalse(self.r.exists("hourglass:{broken}:payload"))
         self.assertIn("holds a string", self.hg.stats("broken").fault)
 
+    def test_ids_and_payloads_are_written_as_given_or_refused(self):
+        # An int id is its decimal text, as the Node client and the CLI write it; JSON-able payloads are JSON.
+        self.hg.schedule("ok", 42, payload={"order": 42, "note": "é"})
+        self.hg.schedule("ok", -1, payload=5)
+        self.hg.schedule("ok", bytearray(b"\x00\xff"), payload=[1, 2])
+        members = set(self.r.zrange("hourglass:{ok}:due", 0, -1))
+        self.assertEqual(members, {b"42", b"-1", b"\x00\xff"})
+        self.assertEqual(self.r.hget("hourglass:{ok}:payload", "42"), '{"order":42,"note":"é"}'.encode())
+        self.assertEqual(self.r.hget("hourglass:{ok}:payload", "-1"), b"5")
+        self.assertEqual(self.r.hget("hourglass:{ok}:payload", b"\x00\xff"), b"[1,2]")
+        self.assertEqual(self.hg.show("ok", 42).payload, b'{"order":42,"note":"\xc3\xa9"}')
+        # What has no faithful bytes is refused before anything is sent.
+        for bad in (4.2, True, None, object(), [1]):
+            with self.assertRaises(hg.InvalidId, msg=repr(bad)):
+                self.hg.schedule("bad", bad)
+        for bad in (object(), float("nan"), {1, 2}):
+            with self.assertRaises(hg.InvalidArgument, msg=repr(bad)):
+                self.hg.schedule("bad", "id", payload=bad)
+        self.assertEqual(self.r.keys("hourglass:{bad}:*"), [])
+
+    def test_a_client_that_decodes_replies_is_refused_at_construction(self):
+        for client in (
+            redis.Redis(unix_socket_path=self.server.socket, decode_responses=True),
+            redis.asyncio.Redis(unix_socket_path=self.server.socket, decode_responses=True),
+        ):
+            with self.assertRaises(hg.InvalidArgument) as caught:
+                (hg.AsyncHourglass if isinstance(client, redis.asyncio.Redis) else Hourglass)(client)
+            self.assertIn("decode_responses", str(caught.exception))
+
     def test_a_sharded_type_routes_each_id_to_its_shard(self):
         client = Hourglass(self.r, shards={"hot": 3})
         tags = hg.shard_tags("hot", 3)
