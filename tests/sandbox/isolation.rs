@@ -16,30 +16,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::runtime::{chaos, runtime};
 use crate::support::{Host, RedisServer, RunNow, capture_logs, now_ms, plugin, stat, test_plugin, wait_for};
 use bytesize::ByteSize;
 use hourglass::config::TypePolicy;
-use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
+use hourglass::runtime::{Component, Failure, Handler, TaskRun};
 use hourglass::task::ClaimedTask;
 use redis::Commands;
-
-fn runtime() -> &'static Runtime {
-    static RT: OnceLock<Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        Runtime::new(RuntimeOptions {
-            cache_dir: Some(crate::support::workspace_root().join("target/hourglass-test-cache")),
-            max_instances: 16,
-            max_memory: ByteSize::mib(64).as_u64(),
-            ..RuntimeOptions::new(crate::support::compiler())
-        })
-        .expect("runtime")
-    })
-}
-
-fn chaos() -> Component {
-    static C: OnceLock<Component> = OnceLock::new();
-    C.get_or_init(|| runtime().load(&test_plugin("chaos")).expect("load chaos")).clone()
-}
 
 /// A handler of `component` with a 5 s deadline; `reuse` is `instance_reuse`.
 fn handler(component: Component, reuse: u32) -> Handler {

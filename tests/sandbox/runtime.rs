@@ -11,8 +11,8 @@ use hourglass::config::TypePolicy;
 use hourglass::runtime::{Component, Failure, Handler, Runtime, RuntimeOptions, TaskRun};
 use hourglass::task::ClaimedTask;
 
-/// One runtime for most tests, as in the host: many handlers, one engine.
-fn runtime() -> &'static Runtime {
+/// One runtime for most tests, as in the host: many handlers, one engine (isolation.rs shares it).
+pub(crate) fn runtime() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         Runtime::new(RuntimeOptions {
@@ -25,7 +25,7 @@ fn runtime() -> &'static Runtime {
     })
 }
 
-fn chaos() -> Component {
+pub(crate) fn chaos() -> Component {
     static C: OnceLock<Component> = OnceLock::new();
     C.get_or_init(|| runtime().load(&crate::support::test_plugin("chaos")).expect("load chaos")).clone()
 }
