@@ -35,6 +35,9 @@ pub async fn run(
         worker_threads: config.runner.worker_threads(),
     })
     .context("cannot start the Wasm runtime")?;
+    for line in config.ineffective_keys() {
+        warn!("{line}");
+    }
     info!(reset = %runtime.memory_reset(), "instance memory reset: how a freed instance's pages are made as built for the next task");
     if !crate::runtime::resets_by_dirty_pages() && config.runner.worker_threads() > 1 {
         warn!(

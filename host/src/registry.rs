@@ -281,6 +281,9 @@ impl Registry {
                 warn!("runner.toml: the change to {what} takes effect after a restart");
             }
         }
+        for line in new.ineffective_keys() {
+            warn!("{line}");
+        }
         self.runtime.set_compile_limits(new.runner.compile_limits());
         self.config.store(Arc::new(new));
         info!("runner.toml reloaded");

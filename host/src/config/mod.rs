@@ -44,6 +44,9 @@ pub struct Config {
     /// Traces (opt-in): where to send one span per run.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// The `[admin]` keys the file wrote, to say when they do nothing ([`Config::ineffective_keys`]).
+    #[serde(skip)]
+    admin_written: Vec<&'static str>,
 }
 
 /// The `[admin]` table.
@@ -246,7 +249,25 @@ impl Config {
             }
         })?;
         config.validate().with_context(|| format!("{origin}: invalid configuration"))?;
+        let mut config = config;
+        if let Some(admin) = text.parse::<toml::Table>().ok().and_then(|t| t.get("admin")?.as_table().cloned()) {
+            config.admin_written = ["listen", "token"].into_iter().filter(|k| admin.contains_key(*k)).collect();
+        }
         Ok(config)
+    }
+
+    /// One line for each key that is set but has no effect, because another
+    /// key turns its feature off: logged at start and on every reload.
+    pub fn ineffective_keys(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !self.admin.enabled && !self.admin_written.is_empty() {
+            lines.push(format!(
+                "runner.toml: [admin] {} has no effect without [admin] enabled = true: no admin server, metrics or \
+                 dashboard is started",
+                self.admin_written.join(" and ")
+            ));
+        }
+        lines
     }
 
     /// The config file to use: `explicit` (a `--config`), else `./runner.toml`

@@ -194,3 +194,17 @@ fn run_flags_win_over_the_file_and_turn_the_admin_server_on() {
     let err = format!("{:#}", wide.apply(&mut Config::parse("", "runner.toml").unwrap()).unwrap_err());
     assert!(err.starts_with("--admin-listen") && err.contains("admin.token"), "{err}");
 }
+
+#[test]
+fn a_key_turned_off_by_another_gets_one_warning_line() {
+    let parse = |text: &str| Config::parse(text, "runner.toml").unwrap().ineffective_keys();
+    let lines = parse("[admin]\nlisten = \"127.0.0.1:9191\"\n");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("[admin] listen") && lines[0].contains("enabled = true"), "{}", lines[0]);
+    assert!(!lines[0].contains('\n'));
+    let both = parse("[admin]\nenabled = false\nlisten = \"127.0.0.1:9191\"\ntoken = \"secret-123\"\n");
+    assert!(both[0].contains("listen and token"), "{both:?}");
+    assert!(parse("[admin]\nenabled = true\nlisten = \"127.0.0.1:9191\"\n").is_empty());
+    assert!(parse("[admin]\nenabled = false\n").is_empty());
+    assert!(parse("").is_empty());
+}
