@@ -308,7 +308,7 @@ fn no_later_task_reads_an_earlier_tasks_memory_after_it_was_swapped_out() {
     let mut pipe = redis::pipe();
     let now = now_ms();
     for i in 0..noops {
-        pipe.zadd("hourglass:{noop}:due", format!("n{i}"), now + i as i64 * 40).ignore();
+        pipe.zadd("hourglass:{noop}:due", format!("n{i}"), now + i * 40).ignore();
     }
     let _: () = pipe.query(&mut conn).unwrap();
 
