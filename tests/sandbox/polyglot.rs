@@ -168,6 +168,53 @@ fn echo_plugin_end_to_end(task_type: &str) {
     assert_eq!(got, "again ✓".as_bytes());
 }
 
+/// A Python module global and a JavaScript module variable (`{"remember": ...}`)
+/// do not reach the next task with the shipped defaults: each task is a fresh
+/// instance. Under `instance_reuse` the same recall finds it, so the probe can fail.
+fn module_state_stays_with_its_task(task_type: &str) {
+    let component = crate::runtime::runtime().load(&polyglot_plugin(task_type)).unwrap();
+    let handler = |reuse: u32| {
+        let policy = hourglass::config::TypePolicy {
+            may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
+            instance_reuse: reuse,
+            ..Default::default()
+        };
+        hourglass::runtime::Handler::new(component.clone(), task_type, &policy.sandbox(), Arc::new(BTreeMap::new()))
+    };
+    let task = |payload: &str| hourglass::task::ClaimedTask {
+        task_type: task_type.parse().unwrap(),
+        id: b"probe".to_vec(),
+        payload: payload.as_bytes().to_vec(),
+        attempt: 1,
+        due_ms: 1_700_000_000_000,
+        token: 1,
+        claim: 1,
+    };
+    let fresh = handler(0);
+    for round in 0..3 {
+        let remember = format!(r#"{{"remember": "secret-{round}"}}"#);
+        assert_eq!(fresh.run_now(&task(&remember)).result, Ok(()));
+        let recall = fresh.run_now(&task(r#"{"recall": true}"#));
+        assert_eq!(recall.result, Ok(()), "{task_type}: a fresh instance recalled an earlier task's module state");
+    }
+    let kept = handler(8);
+    assert_eq!(kept.run_now(&task(r#"{"remember": "kept"}"#)).result, Ok(()));
+    match kept.run_now(&task(r#"{"recall": true}"#)).result {
+        Err(hourglass::runtime::Failure::Permanent(e)) => assert!(e.contains("kept"), "{e}"),
+        other => panic!("{task_type}: the recall missed state kept on purpose: {other:?}"),
+    }
+}
+
+#[test]
+fn python_module_globals_do_not_reach_the_next_task() {
+    module_state_stays_with_its_task("py.echo");
+}
+
+#[test]
+fn javascript_module_variables_do_not_reach_the_next_task() {
+    module_state_stays_with_its_task("js.echo");
+}
+
 #[test]
 fn python_handler_succeeds_retries_dead_letters_and_round_trips_payloads() {
     echo_plugin_end_to_end("py.echo");

@@ -9,6 +9,12 @@
 // - A JSON payload `{"permanent": "reason"}` dead-letters the task at once.
 // - A JSON payload `{"crash": "message"}` throws an Error: the attempt fails
 //   like a trap, with the message in the host's log.
+// - A JSON payload `{"remember": "text"}` keeps the text in a module variable;
+//   `{"recall": true}` dead-letters the task, naming the text, if an earlier
+//   task left one there, and echoes as usual otherwise. With the default
+//   `instance_reuse = 0` every task starts in a fresh instance, so a recall
+//   never finds anything (tests/sandbox/polyglot.rs checks it, and that it
+//   does under reuse).
 // - A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
 //   also opens workflow group G with callback task G of type C, adds one child
 //   of type T per id (payload `{}`, due now) and seals it.
@@ -52,8 +58,18 @@ function fanOut(f, dueMs) {
   }
 }
 
+// What a task asked to remember: module state, which a fresh instance starts without.
+let remembered;
+
 export function handle(task) {
   const c = controls(task.payload);
+
+  if (c.recall === true && remembered !== undefined) {
+    throw { tag: "permanent", val: `recalled ${JSON.stringify(remembered)} from an earlier task` };
+  }
+  if ("remember" in c) {
+    remembered = String(c.remember);
+  }
 
   if ("crash" in c) {
     throw new Error(String(c.crash));

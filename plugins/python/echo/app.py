@@ -9,6 +9,12 @@
 - A JSON payload `{"permanent": "reason"}` dead-letters the task at once.
 - A JSON payload `{"crash": "message"}` raises an uncaught exception: the
   attempt fails like a trap, with the traceback in the host's log.
+- A JSON payload `{"remember": "text"}` keeps the text in a module global;
+  `{"recall": true}` dead-letters the task, naming the text, if an earlier
+  task left one there, and echoes as usual otherwise. With the default
+  `instance_reuse = 0` every task starts in a fresh instance, so a recall
+  never finds anything (tests/sandbox/polyglot.rs checks it, and that it
+  does under reuse).
 - A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
   also opens workflow group G with callback task G of type C, adds one child
   of type T per id (payload `{}`, due now) and seals it.
@@ -53,9 +59,19 @@ def _fan_out(fanout: dict, due_ms: int) -> None:
         raise Err(types.Failure_Permanent(f"cannot fan out: {e.value}"))
 
 
+#: What a task asked to remember: module state, which a fresh instance starts without.
+_remembered = None
+
+
 class WitWorld(wit_world.WitWorld):
     def handle(self, task: types.Task) -> None:
+        global _remembered
         controls = _controls(task.payload)
+
+        if controls.get("recall") is True and _remembered is not None:
+            raise Err(types.Failure_Permanent(f"recalled {_remembered!r} from an earlier task"))
+        if "remember" in controls:
+            _remembered = str(controls["remember"])
 
         if "crash" in controls:
             raise RuntimeError(str(controls["crash"]))
