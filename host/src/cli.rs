@@ -12,6 +12,7 @@ use crate::store::Store;
 use crate::task_type::TaskType;
 
 mod group;
+mod plugin;
 mod queues;
 mod recurring;
 mod tasks;
@@ -140,10 +141,13 @@ pub struct RunArgs {
 /// `hourglass plugin ...`.
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
-    /// Print the world a `.wasm` implements, its imports, and whether it fits Hourglass.
+    /// Print the world a `.wasm` implements, its imports, whether it fits Hourglass, and what a run costs.
     Check {
         /// The component file.
         file: PathBuf,
+        /// The payload of the runs the cost is measured with (the type's policy is the config's, by the file name).
+        #[arg(long, default_value = "")]
+        payload: String,
     },
 }
 
@@ -200,7 +204,7 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
             crate::host::run_from_cli(config, target, overrides, config_path).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin(PluginCommand::Check { file }) => plugin_check(&config, &file),
+        Command::Plugin(PluginCommand::Check { file, payload }) => plugin::check(&config, &file, &payload).await,
         Command::Bench { args } => Err(run_bench(config_path.as_deref(), redis_override.as_deref(), &args)),
         Command::Cron(args) => recurring::cron(&config, redis_override.as_deref(), args).await,
         Command::Every(args) => recurring::every(&config, redis_override.as_deref(), args).await,
@@ -253,17 +257,6 @@ fn run_bench(config: Option<&Path>, redis: Option<&str>, args: &[std::ffi::OsStr
          puts it beside hourglass)",
         program.display()
     )
-}
-
-fn plugin_check(config: &Config, file: &Path) -> Result<ExitCode> {
-    let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeOptions {
-        cache_dir: Some(config.runner.cache_dir.clone()),
-        compile_limits: config.runner.compile_limits(),
-        ..crate::runtime::RuntimeOptions::new(crate::runtime::Compiler::this_binary())
-    })?;
-    let report = runtime.check(file)?;
-    print!("{report}");
-    Ok(if report.fits() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 #[cfg(test)]

@@ -1,0 +1,94 @@
+//! `hourglass plugin check`: what a plugin implements and imports, and what a run of it costs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::config::Config;
+use crate::runtime::{Compiler, Component, Handler, Runtime, RuntimeOptions};
+use crate::task::ClaimedTask;
+use crate::task_type::TaskType;
+
+/// Runs of each kind the cost is measured over, after as many unmeasured ones.
+const RUNS: u32 = 200;
+/// A run that takes longer than this ends the measurement: the plugin waits on something.
+const RUN_DEADLINE: Duration = Duration::from_secs(2);
+/// Warm runs per instance: enough that instantiation is out of the figure.
+const WARM_REUSE: u32 = 1000;
+
+pub(super) async fn check(config: &Config, file: &Path, payload: &str) -> Result<ExitCode> {
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(config.runner.cache_dir.clone()),
+        compile_limits: config.runner.compile_limits(),
+        ..RuntimeOptions::new(Compiler::this_binary())
+    })?;
+    let report = runtime.check(file)?;
+    print!("{report}");
+    if !report.fits() {
+        return Ok(ExitCode::FAILURE);
+    }
+    let component = runtime.load(file)?;
+    let task_type = type_of(file);
+    println!("cost:    {}", cost(config, &component, &task_type, payload.as_bytes()).await);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The task type a plugin file serves by its name (`order.timeout.wasm`), else `check`.
+fn type_of(file: &Path) -> TaskType {
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    stem.parse().unwrap_or_else(|_| "check".parse().expect("a valid type name"))
+}
+
+/// One line: the wall time of a run in a fresh instance and in a warm one,
+/// one run at a time under the type's policy from the config.
+async fn cost(config: &Config, component: &Component, task_type: &TaskType, payload: &[u8]) -> String {
+    let mut policy = config.policy(task_type).sandbox();
+    policy.timeout = policy.timeout.min(RUN_DEADLINE);
+    let handler = |reuse: u32| {
+        let mut p = policy.clone();
+        p.instance_reuse = reuse;
+        Handler::new(component.clone(), task_type.as_str(), &p, Arc::new(BTreeMap::new()))
+    };
+    let task = ClaimedTask {
+        task_type: task_type.clone(),
+        id: b"check".to_vec(),
+        payload: payload.to_vec(),
+        attempt: 1,
+        due_ms: 0,
+        token: 0,
+        claim: 0,
+    };
+    let (fresh, warm) = (handler(0), handler(WARM_REUSE));
+    let mut failed = 0;
+    let mut per_run = Vec::new();
+    for handler in [&fresh, &warm] {
+        for _ in 0..RUNS {
+            handler.run(&task, None).await;
+        }
+        let started = Instant::now();
+        for _ in 0..RUNS {
+            let run_started = Instant::now();
+            if handler.run(&task, None).await.result.is_err() {
+                failed += 1;
+            }
+            if run_started.elapsed() >= RUN_DEADLINE {
+                return format!("not measured: a run took {}s or more", RUN_DEADLINE.as_secs());
+            }
+        }
+        per_run.push(started.elapsed().as_secs_f64() * 1e6 / f64::from(RUNS));
+    }
+    let failures = if failed > 0 {
+        format!("; {failed} of {} runs failed with this payload (--payload sets it)", 2 * RUNS)
+    } else {
+        String::new()
+    };
+    format!(
+        "{:.1} µs a run in a fresh instance, {:.1} µs in a warm one (instance_reuse), wall time of {RUNS} runs \
+         each, one at a time{failures}",
+        per_run[0], per_run[1]
+    )
+}
