@@ -44,10 +44,13 @@ fn type_of(file: &Path) -> TaskType {
 }
 
 /// One line: the wall time of a run in a fresh instance and in a warm one,
-/// one run at a time under the type's policy from the config.
+/// one run at a time under the type's policy from the config, outbound HTTP denied.
 async fn cost(config: &Config, component: &Component, task_type: &TaskType, payload: &[u8]) -> String {
     let mut policy = config.policy(task_type).sandbox();
     policy.timeout = policy.timeout.min(RUN_DEADLINE);
+    // A check sends nothing anywhere: 400 runs must not call a real service
+    // (follow-ups are only buffered, never committed, so they may stay).
+    policy.allowed_outbound_hosts = Default::default();
     let handler = |reuse: u32| {
         let mut p = policy.clone();
         p.instance_reuse = reuse;
@@ -88,7 +91,7 @@ async fn cost(config: &Config, component: &Component, task_type: &TaskType, payl
     };
     format!(
         "{:.1} µs a run in a fresh instance, {:.1} µs in a warm one (instance_reuse), wall time of {RUNS} runs \
-         each, one at a time{failures}",
+         each, one at a time, outbound HTTP denied{failures}",
         per_run[0], per_run[1]
     )
 }
