@@ -475,8 +475,8 @@ fn plugins(state: &AdminState, h: &mut String) {
     let errors = state.registry.load_errors();
     let _ = write!(
         h,
-        "<section><h2>Plugins</h2><p id=memory-reset>Each task runs in a fresh instance; a freed instance's memory \
-         is reset: {}.</p>",
+        "<section><h2>Plugins</h2><p id=memory-reset>Each task runs in a fresh instance (unless its type sets \
+         instance_reuse); a freed instance's memory is reset: {}.</p>",
         esc(&state.registry.runtime().memory_reset().to_string()),
     );
     h.push_str(
