@@ -39,7 +39,7 @@ pub async fn run(
         warn!("{line}");
     }
     info!(reset = %runtime.memory_reset(), "instance memory reset: how a freed instance's pages are made as built for the next task");
-    if !crate::runtime::resets_by_dirty_pages() && config.runner.worker_threads() > 1 {
+    if runtime.memory_reset().method == crate::runtime::ResetMethod::Madvise && config.runner.worker_threads() > 1 {
         warn!(
             "this kernel lacks PAGEMAP_SCAN (Linux 6.7+): each fresh instance's memory is reset with madvise, which \
              interrupts every core the handler threads ran on; on 16 cores that measured 4x the host CPU per task \

@@ -420,7 +420,8 @@ fn wanted_files(dir: &Path, config: &Config) -> Result<BTreeMap<PathBuf, BTreeSe
     Ok(wanted)
 }
 
-fn file_stem(path: &Path) -> String {
+/// A plugin file's name without `.wasm`: the task type it serves, when that is a valid name.
+pub(crate) fn file_stem(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 

@@ -203,13 +203,6 @@ impl fmt::Debug for Runtime {
     }
 }
 
-/// Whether a freed instance's memory is reset by finding its dirty pages
-/// (Linux's PAGEMAP_SCAN) rather than by madvise, whose TLB shoot-down
-/// interrupts every core the process runs on.
-pub fn resets_by_dirty_pages() -> bool {
-    PoolingAllocationConfig::is_pagemap_scan_available()
-}
-
 impl Runtime {
     /// Builds the engine, the instance pool, the linker and the guest
     /// executor, and starts the epoch ticker.
@@ -217,6 +210,7 @@ impl Runtime {
         let max_instances = opts.max_instances.max(1);
         let max_memory = opts.max_memory.max(ByteSize::mib(1).as_u64());
         let slots = max_instances.saturating_add(WARM_IDLE_MAX as u32);
+        let memory_reset = MemoryReset::detect();
 
         let mut pool = PoolingAllocationConfig::new();
         // A Rust wasip2 component has a handful of core instances, memories and
@@ -236,7 +230,7 @@ impl Runtime {
             // costs a TLB shoot-down on every core and page faults on the next
             // task. Measured: burst throughput about doubles (BENCHMARKS.md).
             .pagemap_scan(wasmtime::Enabled::Auto)
-            .linear_memory_keep_resident(if PoolingAllocationConfig::is_pagemap_scan_available() {
+            .linear_memory_keep_resident(if memory_reset.method == ResetMethod::DirtyPageScan {
                 KEEP_RESIDENT_MEMORY
             } else {
                 KEEP_RESIDENT_MEMORY_NO_PAGEMAP
@@ -284,7 +278,7 @@ impl Runtime {
             compile_limits: std::sync::Mutex::new(opts.compile_limits),
             executor: Executor(Some(executor)),
             warm_idle: Arc::default(),
-            memory_reset: MemoryReset::detect(),
+            memory_reset,
         });
         spawn_epoch_ticker(Arc::downgrade(&inner))?;
         Ok(Runtime { inner })

@@ -39,8 +39,7 @@ pub(super) async fn check(config: &Config, file: &Path, payload: &str) -> Result
 
 /// The task type a plugin file serves by its name (`order.timeout.wasm`), else `check`.
 fn type_of(file: &Path) -> TaskType {
-    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    stem.parse().unwrap_or_else(|_| "check".parse().expect("a valid type name"))
+    crate::registry::file_stem(file).parse().unwrap_or_else(|_| "check".parse().expect("a valid type name"))
 }
 
 /// One line: the wall time of a run in a fresh instance and in a warm one,
