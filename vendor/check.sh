@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that vendor/wasmtime is crates.io's wasmtime, at the version its
-# Cargo.toml names, plus vendor/wasmtime-pagemap.patch and nothing else
-# (vendor/README.md says why we carry it and when it goes).
+# Cargo.toml names, plus vendor/wasmtime-pagemap.patch then
+# vendor/wasmtime-checkpoint.patch and nothing else (vendor/README.md says
+# why we carry them and when they go).
 set -euo pipefail
 cd "$(dirname "$0")"
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' wasmtime/Cargo.toml | head -1)"
@@ -16,10 +17,13 @@ cargo fetch -q --manifest-path "$work/probe/Cargo.toml"
 pristine="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"wasmtime-$version" | head -1)"
 cp -r "$pristine" "$work/expected"
 rm -f "$work/expected/.cargo-ok"
-patch -s -p1 -d "$work/expected" <wasmtime-pagemap.patch
+patches=(wasmtime-pagemap.patch wasmtime-checkpoint.patch)
+for p in "${patches[@]}"; do
+    patch -s -p1 -d "$work/expected" <"$p"
+done
 if ! diff -r "$work/expected" wasmtime >"$work/diff"; then
-    echo "error: vendor/wasmtime differs from wasmtime $version + vendor/wasmtime-pagemap.patch:" >&2
+    echo "error: vendor/wasmtime differs from wasmtime $version + ${patches[*]}:" >&2
     head -40 "$work/diff" >&2
     exit 1
 fi
-echo "vendor/wasmtime: wasmtime $version + vendor/wasmtime-pagemap.patch, nothing else"
+echo "vendor/wasmtime: wasmtime $version + ${patches[*]}, nothing else"

@@ -38,6 +38,8 @@ pub(crate) mod func;
 
 pub(crate) mod code;
 pub(crate) mod code_memory;
+#[cfg(all(feature = "pooling-allocator", feature = "component-model"))]
+mod checkpoint;
 #[cfg(feature = "debug")]
 pub(crate) mod debug;
 pub(crate) mod exception;
@@ -114,6 +116,8 @@ pub use values::*;
 
 #[cfg(feature = "pooling-allocator")]
 pub use vm::{PoolConcurrencyLimitError, PoolingAllocatorMetrics};
+#[cfg(all(feature = "pooling-allocator", feature = "component-model"))]
+pub use checkpoint::Checkpoint;
 
 #[cfg(feature = "profiling")]
 mod profiling;

@@ -1712,6 +1712,13 @@ impl StoreOpaque {
         )
     }
 
+    /// Hourglass: every instance in this store, dummy ones included, for
+    /// checkpoints.
+    #[cfg(feature = "pooling-allocator")]
+    pub(crate) fn instance_ids(&self) -> Vec<InstanceId> {
+        self.instances.keys().collect()
+    }
+
     /// Get all instances (ignoring dummy instances) within this store.
     pub fn all_instances<'a>(&'a mut self) -> impl ExactSizeIterator<Item = Instance> + 'a {
         let instances = self

@@ -105,6 +105,8 @@ pub use crate::runtime::vm::instance::{
     MemoryAllocationIndex, OnDemandInstanceAllocator, TableAllocationIndex,
 };
 #[cfg(feature = "pooling-allocator")]
+pub(crate) use crate::runtime::vm::instance::{InstanceCheckpoint, ResetParams};
+#[cfg(feature = "pooling-allocator")]
 pub use crate::runtime::vm::instance::{
     PoolConcurrencyLimitError, PoolingAllocatorMetrics, PoolingInstanceAllocator,
 };

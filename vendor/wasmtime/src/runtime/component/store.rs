@@ -321,6 +321,26 @@ impl StoreData {
 }
 
 impl StoreOpaque {
+    /// Hourglass: the component instances in this store, for checkpoints.
+    pub(crate) fn component_instance_ids(&self) -> Vec<ComponentInstanceId> {
+        let instances = &self.store_data().components.instances;
+        instances.iter().filter(|(_, i)| i.is_some()).map(|(id, _)| id).collect()
+    }
+
+    /// Hourglass: whether the host holds no component handles
+    /// (`ResourceAny`), for checkpoints.
+    pub(crate) fn component_host_table_is_empty(&self) -> bool {
+        self.store_data().components.component_host_table.is_empty()
+    }
+
+    /// Hourglass: forgets `n` live handles of instance tables a checkpoint
+    /// restore emptied.
+    pub(crate) fn forget_component_handles(&mut self, n: usize) {
+        self.store_data_mut().components.handle_counter.forget(n);
+    }
+}
+
+impl StoreOpaque {
     pub(crate) fn trapped(&self) -> bool {
         self.store_data().components.trapped
     }

@@ -23,6 +23,7 @@ use crate::store::InstanceId;
 use crate::{Func, vm};
 use alloc::alloc::Layout;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::mem;
 use core::mem::offset_of;
 use core::pin::Pin;
@@ -231,6 +232,61 @@ unsafe impl VmSafe for VMLowering {}
 // internally right now `VMGlobalDefinition` which has an alignment of 16 bytes.
 #[repr(align(16))]
 pub struct VMComponentContext;
+
+/// Hourglass: what `wasmtime::Checkpoint` resets a component instance to:
+/// the flags in its vmctx (`may_leave` of each inner instance and
+/// `task_may_block`). Its handle tables are emptied, as they are just after
+/// instantiation.
+pub(crate) struct ComponentCheckpoint {
+    flags: Vec<u8>,
+}
+
+impl ComponentInstance {
+    /// The vmctx range of the flags, from the first `may_leave` to the end of
+    /// `task_may_block`.
+    fn checkpointed_flags(&self) -> (u32, usize) {
+        let first = self.offsets.may_leave(RuntimeComponentInstanceIndex::from_u32(0));
+        let end = self.offsets.task_may_block() + u32::try_from(mem::size_of::<u32>()).unwrap();
+        (first, usize::try_from(end - first).unwrap())
+    }
+
+    /// Hourglass: records this instance's flags; fails unless its handle
+    /// tables are empty, as a reset empties them.
+    pub(crate) fn checkpoint(&self) -> Result<ComponentCheckpoint> {
+        if self.instance_states.values().any(|state| !state.handle_table.is_empty()) {
+            crate::bail!("a component instance holding handles cannot be checkpointed");
+        }
+        let (offset, len) = self.checkpointed_flags();
+        // SAFETY: the range is within this instance's vmctx allocation.
+        let flags = unsafe {
+            core::slice::from_raw_parts(self.vmctx_plus_offset_raw::<u8>(offset).as_ptr(), len)
+        };
+        Ok(ComponentCheckpoint { flags: flags.to_vec() })
+    }
+
+    /// Hourglass: puts the flags back and empties the handle tables. Returns
+    /// the number of handles that were live in them.
+    pub(crate) fn restore(self: Pin<&mut Self>, checkpoint: &ComponentCheckpoint) -> usize {
+        let (offset, len) = self.checkpointed_flags();
+        assert_eq!(len, checkpoint.flags.len());
+        // SAFETY: the range is within this instance's vmctx allocation and no
+        // wasm runs while it is restored.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                checkpoint.flags.as_ptr(),
+                self.vmctx_plus_offset_raw::<u8>(offset).as_ptr(),
+                len,
+            );
+        }
+        let (states, _) = self.instance_states();
+        let mut live = 0;
+        for state in states.values_mut() {
+            live += state.handle_table.live();
+            state.handle_table = HandleTable::default();
+        }
+        live
+    }
+}
 
 impl ComponentInstance {
     /// Converts the `vmctx` provided into a `ComponentInstance` and runs the

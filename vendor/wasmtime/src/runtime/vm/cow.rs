@@ -772,6 +772,84 @@ impl MemoryImageSlot {
     }
 }
 
+/// Hourglass: the contents of a linear memory captured by a
+/// `wasmtime::Checkpoint`, the source of the image it is reset to.
+struct CheckpointBytes(Vec<u8>);
+
+impl ModuleMemoryImageSource for CheckpointBytes {
+    fn wasm_data(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn mmap(&self) -> Option<&crate::runtime::vm::MmapVec> {
+        None
+    }
+}
+
+impl MemoryImage {
+    /// Hourglass: an image of a whole linear memory as it is now (`bytes`
+    /// from offset 0), in an anonymous file, so a slot can be reset to it
+    /// with copy-on-write and the pagemap scan like any module image.
+    ///
+    /// Returns `None` where the platform has no such file.
+    pub(crate) fn from_checkpoint(bytes: Vec<u8>) -> Result<Option<Arc<MemoryImage>>> {
+        let len = HostAlignedByteCount::new(bytes.len())
+            .map_err(|_| format_err!("linear memory size is not a multiple of the host page"))?;
+        let module_source = Arc::new(CheckpointBytes(bytes));
+        let Some(source) = MemoryImageSource::from_data(module_source.wasm_data())? else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(MemoryImage {
+            source,
+            len,
+            source_offset: 0,
+            linear_memory_offset: HostAlignedByteCount::ZERO,
+            module_source,
+            module_source_offset: 0,
+        })))
+    }
+
+    /// Hourglass: the bytes this image holds, from its first byte in linear
+    /// memory.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.module_source.wasm_data()[self.module_source_offset..][..self.len.byte_count()]
+    }
+}
+
+impl MemoryImageSlot {
+    /// Hourglass: resets a live slot to `image` at `size_bytes`, for
+    /// `wasmtime::Checkpoint`: the pages written since the last reset are
+    /// put back (or given back to the kernel past `keep_resident`), then the
+    /// slot is mapped to `image` (when it is another) and its accessible
+    /// size set to `size_bytes`. Memory past that size is made inaccessible.
+    pub(crate) fn reset_in_place(
+        &mut self,
+        image: &Arc<MemoryImage>,
+        size_bytes: usize,
+        pagemap: Option<&PageMap>,
+        keep_resident: HostAlignedByteCount,
+        ty: &wasmtime_environ::Memory,
+        memory_tunables: &MemoryTunables<'_>,
+    ) -> Result<()> {
+        let mut decommit_failed = None;
+        self.clear_and_remain_ready(pagemap, keep_resident, |ptr, len| {
+            // SAFETY: the range is within this slot, which no wasm uses while
+            // it is reset.
+            let iov = vm::iovec { iov_base: ptr.cast(), iov_len: len };
+            if let Err(e) = unsafe { vm::decommit_pages(core::slice::from_ref(&iov)) } {
+                decommit_failed.get_or_insert(e);
+            }
+        })?;
+        // The slot must be instantiated again even on failure: whoever drops
+        // it next resets it as a dirty slot.
+        self.instantiate(size_bytes, Some(image), ty, memory_tunables)?;
+        if let Some(e) = decommit_failed {
+            bail!("could not give back a reset memory's pages: {e}");
+        }
+        Ok(())
+    }
+}
+
 #[cfg(all(test, target_os = "linux", not(miri)))]
 mod test {
     use super::*;

@@ -7,6 +7,10 @@ use crate::module::ModuleRegistry;
 use crate::prelude::*;
 use crate::runtime::vm::export::{Export, ExportMemory};
 use crate::runtime::vm::memory::{Memory, RuntimeMemoryCreator};
+#[cfg(feature = "pooling-allocator")]
+use crate::runtime::vm::MemoryImage;
+#[cfg(feature = "pooling-allocator")]
+use crate::runtime::vm::table::TableCheckpoint;
 use crate::runtime::vm::table::{Table, TableElementType};
 use crate::runtime::vm::vmcontext::{
     VMBuiltinFunctionsArray, VMContext, VMFuncRef, VMFunctionImport, VMGlobalDefinition,
@@ -1857,6 +1861,164 @@ impl<T: InstanceLayout> Drop for OwnedInstance<T> {
             ptr::drop_in_place(self.instance.as_ptr());
             alloc::alloc::dealloc(self.instance.as_ptr().cast(), layout);
         }
+    }
+}
+
+/// Hourglass: what `wasmtime::Checkpoint` resets one instance to: the
+/// state it is in when the checkpoint is taken (just after instantiation).
+///
+/// Everything wasm can change in an instance is here: defined globals, the
+/// lengths of its data segments (`data.drop`), its passive element segments
+/// (`elem.drop`), its function tables (size and elements) and its linear
+/// memories (size and contents, the latter as a copy-on-write image). The
+/// rest of the vmctx is either set at instantiation and never written again
+/// or a cache (`func_refs`, filled the same way each time).
+#[cfg(feature = "pooling-allocator")]
+pub(crate) struct InstanceCheckpoint {
+    module: Arc<wasmtime_environ::Module>,
+    globals: Vec<u8>,
+    runtime_data: Vec<u8>,
+    passive_elements: Vec<Vec<ValRaw>>,
+    tables: Vec<TableCheckpoint>,
+    /// Each defined memory's image and size in bytes.
+    memories: Vec<(Arc<MemoryImage>, usize)>,
+}
+
+/// Hourglass: how the pooling allocator resets memory, for checkpoints.
+#[cfg(feature = "pooling-allocator")]
+pub(crate) struct ResetParams<'a> {
+    pub pagemap: Option<&'a crate::runtime::vm::sys::vm::PageMap>,
+    pub keep_resident: crate::runtime::vm::HostAlignedByteCount,
+    pub tunables: &'a wasmtime_environ::Tunables,
+}
+
+#[cfg(feature = "pooling-allocator")]
+impl InstanceCheckpoint {
+    /// Bytes of host memory this checkpoint holds (its memory images are
+    /// counted once per checkpoint even where they are shared).
+    pub(crate) fn host_bytes(&self) -> usize {
+        self.globals.len()
+            + self.runtime_data.len()
+            + self.passive_elements.iter().map(|e| e.len() * mem::size_of::<ValRaw>()).sum::<usize>()
+            + self.tables.iter().map(|t| t.host_bytes()).sum::<usize>()
+            + self.memories.iter().map(|(image, _)| image.bytes().len()).sum::<usize>()
+    }
+}
+
+#[cfg(feature = "pooling-allocator")]
+impl Instance {
+    /// The vmctx bytes of the defined globals, then of the data segments'
+    /// bases and lengths: (offset, length) of each.
+    fn checkpointed_vmctx_ranges(&self) -> [(u32, usize); 2] {
+        let offsets = self.offsets();
+        let module = self.env_module();
+        let globals = module.num_defined_globals() * mem::size_of::<VMGlobalDefinition>();
+        let data_start = offsets.vmctx_runtime_data_bases_begin();
+        let data_end = offsets.vmctx_runtime_data_lengths_begin() as usize
+            + module.runtime_data.len() * mem::size_of::<u32>();
+        [
+            (offsets.vmctx_globals_begin(), globals),
+            (data_start, data_end - data_start as usize),
+        ]
+    }
+
+    fn vmctx_bytes(&self, (offset, len): (u32, usize)) -> &[u8] {
+        // SAFETY: the range is within this instance's vmctx allocation.
+        unsafe { core::slice::from_raw_parts(self.vmctx_plus_offset_raw::<u8>(offset).as_ptr(), len) }
+    }
+
+    /// Hourglass: records this instance's state (see `InstanceCheckpoint`)
+    /// and puts each linear memory on a copy-on-write image of its current
+    /// contents, reusing `like`'s image where the contents are the same.
+    pub(crate) fn checkpoint(
+        mut self: Pin<&mut Self>,
+        like: Option<&InstanceCheckpoint>,
+        reset: &ResetParams<'_>,
+    ) -> Result<InstanceCheckpoint> {
+        let module = self.env_module().clone();
+        if module.globals.values().skip(module.num_imported_globals).any(|g| g.wasm_ty.is_vmgcref_type()) {
+            bail!("a global holding a GC reference cannot be checkpointed");
+        }
+        let [globals, runtime_data] = self.checkpointed_vmctx_ranges();
+        let globals = self.vmctx_bytes(globals).to_vec();
+        let runtime_data = self.vmctx_bytes(runtime_data).to_vec();
+        let mut passive_elements = Vec::new();
+        for segment in self.passive_elements.iter() {
+            if segment.needs_gc_rooting && !segment.elements.is_empty() {
+                bail!("an element segment of GC references cannot be checkpointed");
+            }
+            passive_elements.push(segment.elements.to_vec());
+        }
+        let mut tables = Vec::new();
+        for (_, (_, table)) in self.tables.iter() {
+            tables.push(table.checkpoint()?);
+        }
+        let like = like.filter(|like| Arc::ptr_eq(&like.module, &module));
+        let mut memories = Vec::new();
+        for (index, (_, memory)) in self.as_mut().memories_mut().iter_mut() {
+            let Memory::Local(memory) = memory else {
+                bail!("a shared memory cannot be checkpointed");
+            };
+            let bytes = memory.bytes();
+            let image = match like.and_then(|like| like.memories.get(index.index())) {
+                Some((image, _)) if image.bytes() == bytes => image.clone(),
+                _ => MemoryImage::from_checkpoint(bytes.to_vec())?
+                    .ok_or_else(|| format_err!("no copy-on-write image can be made on this platform"))?,
+            };
+            let size = bytes.len();
+            memory.reset_in_place(&image, size, reset.pagemap, reset.keep_resident, reset.tunables)?;
+            memories.push((image, size));
+        }
+        for (index, (_, memory)) in self.memories.iter() {
+            self.set_memory(index, memory.vmmemory());
+        }
+        Ok(InstanceCheckpoint { module, globals, runtime_data, passive_elements, tables, memories })
+    }
+
+    /// Hourglass: puts this instance back in the state `checkpoint` recorded.
+    pub(crate) fn restore(
+        mut self: Pin<&mut Self>,
+        checkpoint: &InstanceCheckpoint,
+        reset: &ResetParams<'_>,
+    ) -> Result<()> {
+        if !Arc::ptr_eq(&checkpoint.module, self.env_module()) {
+            bail!("a checkpoint restored into another module's instance");
+        }
+        let [globals, runtime_data] = self.checkpointed_vmctx_ranges();
+        for ((offset, len), saved) in [(globals, &checkpoint.globals), (runtime_data, &checkpoint.runtime_data)] {
+            assert_eq!(len, saved.len());
+            // SAFETY: the range is within this instance's vmctx allocation
+            // and no wasm runs while it is restored.
+            unsafe {
+                ptr::copy_nonoverlapping(saved.as_ptr(), self.vmctx_plus_offset_raw::<u8>(offset).as_ptr(), len);
+            }
+        }
+        for (segment, saved) in self.as_mut().passive_elements_mut().iter_mut().zip(&checkpoint.passive_elements) {
+            if segment.elements.len() != saved.len() {
+                segment.elements = TryVec::from(saved.clone());
+            } else {
+                segment.elements.copy_from_slice(saved);
+            }
+        }
+        let num_tables = self.tables.len();
+        for i in 0..num_tables {
+            let index = DefinedTableIndex::new(i);
+            let table = self.as_mut().get_defined_table(index);
+            table.restore(&checkpoint.tables[i])?;
+            let definition = table.vmtable();
+            self.as_mut().set_table(index, definition);
+        }
+        for (index, (_, memory)) in self.as_mut().memories_mut().iter_mut() {
+            let Memory::Local(memory) = memory else {
+                bail!("a shared memory cannot be checkpointed");
+            };
+            let (image, size) = &checkpoint.memories[index.index()];
+            memory.reset_in_place(image, *size, reset.pagemap, reset.keep_resident, reset.tunables)?;
+        }
+        for (index, (_, memory)) in self.memories.iter() {
+            self.set_memory(index, memory.vmmemory());
+        }
+        Ok(())
     }
 }
 

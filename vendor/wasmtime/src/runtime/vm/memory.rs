@@ -762,6 +762,39 @@ impl LocalMemory {
     pub fn unwrap_static_image(self) -> MemoryImageSlot {
         self.memory_image.unwrap()
     }
+
+    /// Hourglass: this memory's bytes, up to its current size, for
+    /// `wasmtime::Checkpoint`.
+    #[cfg(feature = "pooling-allocator")]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: the first `byte_size` bytes are mapped and readable, and
+        // no wasm runs while a checkpoint is taken.
+        unsafe { core::slice::from_raw_parts(self.alloc.base().as_mut_ptr(), self.byte_size()) }
+    }
+
+    /// Hourglass: resets this memory to `image` at `size_bytes` (see
+    /// `MemoryImageSlot::reset_in_place`). Only for a pooled memory with a
+    /// copy-on-write slot.
+    #[cfg(feature = "pooling-allocator")]
+    pub(crate) fn reset_in_place(
+        &mut self,
+        image: &Arc<MemoryImage>,
+        size_bytes: usize,
+        pagemap: Option<&crate::runtime::vm::sys::vm::PageMap>,
+        keep_resident: HostAlignedByteCount,
+        tunables: &wasmtime_environ::Tunables,
+    ) -> Result<()> {
+        let Some(slot) = &mut self.memory_image else {
+            bail!("this linear memory has no copy-on-write slot to reset");
+        };
+        if size_bytes > self.alloc.byte_capacity() {
+            bail!("a checkpointed memory size beyond the slot's capacity");
+        }
+        let memory_tunables = MemoryTunables::new(tunables, MemoryKind::LinearMemory);
+        slot.reset_in_place(image, size_bytes, pagemap, keep_resident, &self.ty, &memory_tunables)?;
+        self.alloc.set_byte_size(size_bytes);
+        Ok(())
+    }
 }
 
 /// In the configurations where bounds checks were elided in JIT code (because

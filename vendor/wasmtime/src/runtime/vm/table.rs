@@ -108,6 +108,19 @@ pub const NOMINAL_MAX_TABLE_ELEM_SIZE: usize = {
     slice_max(&sizes)
 };
 
+/// Hourglass: a function table's elements at a `wasmtime::Checkpoint`; its
+/// size is their number.
+pub(crate) struct TableCheckpoint {
+    funcrefs: Vec<MaybeTaggedFuncRef>,
+}
+
+impl TableCheckpoint {
+    /// Bytes of host memory it holds.
+    pub(crate) fn host_bytes(&self) -> usize {
+        self.funcrefs.len() * mem::size_of::<MaybeTaggedFuncRef>()
+    }
+}
+
 pub enum StaticTable {
     Func(StaticFuncTable),
     GcRef(StaticGcRefTable),
@@ -869,6 +882,38 @@ impl Table {
             ),
             _ => unreachable!(),
         }
+    }
+
+    /// Hourglass: this table's size and elements, for `wasmtime::Checkpoint`.
+    /// Only function tables: their elements are function references into
+    /// the same store, which live as long as it does.
+    pub(crate) fn checkpoint(&self) -> Result<TableCheckpoint> {
+        if self.element_type() != TableElementType::Func {
+            bail!("a table of GC references or continuations cannot be checkpointed");
+        }
+        let (funcrefs, _lazy_init) = self.funcrefs();
+        Ok(TableCheckpoint { funcrefs: funcrefs.to_vec() })
+    }
+
+    /// Hourglass: puts back the size and elements `checkpoint` recorded.
+    /// Elements past that size (a `table.grow` since) are cleared too.
+    pub(crate) fn restore(&mut self, checkpoint: &TableCheckpoint) -> Result<()> {
+        let size = checkpoint.funcrefs.len();
+        if self.element_type() != TableElementType::Func || self.size() < size {
+            bail!("a table no longer matches its checkpoint");
+        }
+        // Past its size a static table's slots are all null, as `grow`
+        // expects (a raw null, not a lazy table's initialised null).
+        let (grown, _lazy_init) = self.funcrefs_mut();
+        grown[size..].fill(MaybeTaggedFuncRef(None));
+        match self {
+            Table::Static(StaticTable::Func(table)) => table.size = size,
+            Table::Dynamic(DynamicTable::Func(table)) => table.elements.truncate(size),
+            _ => unreachable!("checked above"),
+        }
+        let (funcrefs, _lazy_init) = self.funcrefs_mut();
+        funcrefs.copy_from_slice(&checkpoint.funcrefs);
+        Ok(())
     }
 
     fn gc_refs(&self) -> &[Option<VMGcRef>] {

@@ -39,6 +39,11 @@ impl HandleCounter {
         self.limit
     }
 
+    /// Hourglass: forgets `n` live handles whose tables were emptied at once.
+    pub(crate) fn forget(&mut self, n: usize) {
+        self.live = self.live.saturating_sub(n);
+    }
+
     /// Updates the limit. Does not retroactively trap tables already over it.
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit;
@@ -163,6 +168,11 @@ impl Default for HandleTable {
 }
 
 impl HandleTable {
+    /// Hourglass: the number of occupied slots.
+    pub(crate) fn live(&self) -> usize {
+        self.slots.iter().filter(|slot| !matches!(slot, Slot::Free { .. })).count()
+    }
+
     /// Returns whether or not this table is empty.
     pub fn is_empty(&self) -> bool {
         self.slots

@@ -268,6 +268,18 @@ impl Drop for PoolingInstanceAllocator {
 }
 
 impl PoolingInstanceAllocator {
+    /// Hourglass: how this pool resets a linear memory, for checkpoints.
+    pub(crate) fn reset_params<'a>(
+        &'a self,
+        tunables: &'a wasmtime_environ::Tunables,
+    ) -> crate::runtime::vm::ResetParams<'a> {
+        crate::runtime::vm::ResetParams {
+            pagemap: self.pagemap.as_ref(),
+            keep_resident: self.memories.keep_resident,
+            tunables,
+        }
+    }
+
     /// Creates a new pooling instance allocator with the given strategy and limits.
     pub fn new(config: &PoolingAllocationConfig, tunables: &Tunables) -> Result<Self> {
         Ok(Self {
