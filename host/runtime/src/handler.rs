@@ -4,6 +4,13 @@
 //! (returns, traps, or passes its deadline while blocked in a host call) or
 //! the future is dropped (shutdown, cancel), the instance, its pooled slot
 //! and everything the host held for it are freed at once.
+//!
+//! By default an instance that returned is not freed but reset to its
+//! [`Checkpoint`], taken just after it was instantiated, and kept for the
+//! type's next task: that task starts from the same state a new instance
+//! would, without paying for instantiation (for an interpreter such as
+//! CPython, most of a run's cost). Anything abnormal (a trap, the
+//! deadline, a cancel, a host budget exceeded) drops it instead.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytesize::ByteSize;
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{Checkpoint, Store, Trap, UpdateDeadline};
 
 use super::bindings::TaskHandler;
 use super::bindings::hourglass::plugin::types as wit_types;
@@ -24,8 +31,13 @@ use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
 use hourglass_task::clean::clean_id;
 use hourglass_task::task::{ClaimedTask, FollowUp, GroupWork};
 
-/// Idle warm instances one handler keeps for its next tasks (`instance_reuse`).
-const WARM_PER_HANDLER: usize = 8;
+/// Idle kept instances one handler keeps for its next tasks (reset or
+/// `instance_reuse`): as many as the default executor threads, which bound
+/// how many runs are in guest code at once.
+const WARM_PER_HANDLER: usize = super::MAX_DEFAULT_WORKER_THREADS;
+/// Tasks one reset instance serves before it is dropped and instantiated
+/// anew, so nothing a store accumulates outside the instance grows unbounded.
+const RESETS_PER_INSTANCE: u32 = 10_000;
 
 /// Sandbox limits of one task type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,10 +108,21 @@ pub struct Handler {
     /// The types its follow-ups may go to.
     grants: Arc<Grants>,
     http: Arc<outgoing::HttpPolicy>,
-    /// Most consecutive tasks one instance serves (`instance_reuse`); 0 or 1: a fresh instance each.
-    reuse: u32,
-    /// Idle instances kept for the next tasks when `reuse` > 1.
+    /// Where each run's instance comes from.
+    instances: Instances,
+    /// Idle instances kept for the next tasks (reset or reused).
     warm: Arc<WarmPool>,
+}
+
+/// Where a handler's runs get their instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Instances {
+    /// Instantiated for each run (`instance_reset = false`).
+    Fresh,
+    /// Kept between runs and reset to its checkpoint after each (the default).
+    Reset,
+    /// Kept between up to this many consecutive runs as it is (`instance_reuse`).
+    Reuse(u32),
 }
 
 /// The idle warm instances of one handler. Each holds a pooled instance
@@ -107,6 +130,35 @@ pub struct Handler {
 struct WarmPool {
     idle: Mutex<Vec<WarmInstance>>,
     shared: Arc<AtomicUsize>,
+    /// Instances of this handler with a checkpoint, idle or running. Past
+    /// `WARM_PER_HANDLER` a new instance takes none (and is dropped after
+    /// its run): it could not be kept, so recording it would be wasted.
+    checkpointed: Arc<AtomicUsize>,
+}
+
+/// Counts one checkpointed instance in its handler's pool while it lives.
+struct Checkpointed(Arc<AtomicUsize>);
+
+impl Checkpointed {
+    /// A place for one more checkpointed instance, if the handler has one.
+    fn claim(count: &Arc<AtomicUsize>) -> Option<Checkpointed> {
+        let mut n = count.load(Ordering::Relaxed);
+        loop {
+            if n >= WARM_PER_HANDLER {
+                return None;
+            }
+            match count.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(Checkpointed(count.clone())),
+                Err(now) => n = now,
+            }
+        }
+    }
+}
+
+impl Drop for Checkpointed {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for WarmPool {
@@ -116,13 +168,16 @@ impl Drop for WarmPool {
     }
 }
 
-/// A live instance kept between tasks of a type that opted into reuse.
+/// A live instance kept between tasks: reset to `checkpoint` after each, or
+/// (a type that opted into reuse) as it is.
 struct WarmInstance {
     store: Store<HostState>,
     instance: TaskHandler,
     stdout: CappedPipe,
     stderr: CappedPipe,
     served: u32,
+    /// Its checkpoint, and its place among the handler's checkpointed instances.
+    checkpoint: Option<(Arc<Checkpoint>, Checkpointed)>,
 }
 
 impl fmt::Debug for Handler {
@@ -157,8 +212,16 @@ impl Handler {
             config,
             grants: Arc::new(Grants::new(policy)),
             http: Arc::new(outgoing::HttpPolicy::new(policy)),
-            reuse: policy.instance_reuse,
-            warm: Arc::new(WarmPool { idle: Mutex::default(), shared: component.inner.warm_idle.clone() }),
+            instances: match policy.instance_reuse {
+                n if n > 1 => Instances::Reuse(n),
+                _ if policy.instance_reset => Instances::Reset,
+                _ => Instances::Fresh,
+            },
+            warm: Arc::new(WarmPool {
+                idle: Mutex::default(),
+                shared: component.inner.warm_idle.clone(),
+                checkpointed: Arc::default(),
+            }),
             component,
         }
     }
@@ -166,6 +229,16 @@ impl Handler {
     /// The component it runs.
     pub fn component(&self) -> &Component {
         &self.component
+    }
+
+    /// Where its runs get their instance, in words for the dashboard.
+    pub fn instances(&self) -> String {
+        match self.instances {
+            Instances::Reset if self.component.resettable() => "a kept instance reset after each task".to_owned(),
+            Instances::Reset => "a new instance per task (its instances cannot be reset)".to_owned(),
+            Instances::Fresh => "a new instance per task (instance_reset = false)".to_owned(),
+            Instances::Reuse(n) => format!("one instance kept as it is for up to {n} tasks (instance_reuse)"),
+        }
     }
 
     /// Its sandbox limits.
@@ -192,8 +265,18 @@ impl Handler {
         if let Some(refused) = self.refuse_oversize(task) {
             return refused;
         }
-        if self.reuse > 1 {
-            return self.run_reusing(task, trace).await;
+        let started = Instant::now();
+        let run = self.run_in_instance(task, trace).await;
+        self.component.record_run(started.elapsed());
+        run
+    }
+
+    /// [`Handler::run`] once the payload is accepted.
+    async fn run_in_instance(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> TaskRun {
+        match self.instances {
+            Instances::Reset if self.component.resettable() => return self.run_kept(task, trace, true).await,
+            Instances::Reuse(_) => return self.run_kept(task, trace, false).await,
+            Instances::Fresh | Instances::Reset => {}
         }
         let deadline = Instant::now() + self.limits.timeout;
         let parts = self.run_parts(task, deadline, trace);
@@ -224,15 +307,22 @@ impl Handler {
         TaskRun::of(result, state.followups, groups)
     }
 
-    /// [`Handler::run`] on a warm instance: taken from the idle ones (or made),
-    /// and put back after a success until it has served `instance_reuse`
-    /// tasks. A trap or any failure discards it.
+    /// [`Handler::run`] on a kept instance: taken from the idle ones (or
+    /// made), and put back after the run when it may serve another task.
     ///
-    /// What reuse gives up: the instance's linear memory, globals and WASI
-    /// state carry over from one task to the next, so a task can see data an
-    /// earlier task of the same type left behind, and a handler that corrupts
-    /// its own state without failing affects the tasks after it.
-    async fn run_reusing(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> TaskRun {
+    /// `reset` (the default): the instance is put back in its state just
+    /// after instantiation ([`Checkpoint`]) after every run that returned,
+    /// and what the host held for the run is dropped, so the next task sees
+    /// what a new instance would. A run that did not return normally (a trap,
+    /// the deadline, a cancel, a host budget or memory cap exceeded) drops
+    /// the instance.
+    ///
+    /// Otherwise (`instance_reuse`) what reuse gives up: the instance's linear
+    /// memory, globals and WASI state carry over from one task to the next,
+    /// so a task can see data an earlier task of the same type left behind,
+    /// and a handler that corrupts its own state without failing affects the
+    /// tasks after it. Any failure discards it.
+    async fn run_kept(&self, task: &ClaimedTask, trace: Option<RunTrace>, reset: bool) -> TaskRun {
         let deadline = Instant::now() + self.limits.timeout;
         let parts = self.run_parts(task, deadline, trace.clone());
         let meta = parts.meta.clone();
@@ -251,7 +341,14 @@ impl Handler {
         // The pipes outlive a dropped call, so output is shown even after a timeout.
         let (warm, stdout, stderr) = match idle {
             Some(mut w) => {
-                w.store.data_mut().next_task(parts);
+                if reset {
+                    // A reset instance writes to this task's own pipes.
+                    w.stdout = CappedPipe::new(OUTPUT_CAP);
+                    w.stderr = CappedPipe::new(OUTPUT_CAP);
+                    w.store.data_mut().next_fresh_task(parts, &w.stdout, &w.stderr);
+                } else {
+                    w.store.data_mut().next_task(parts);
+                }
                 w.store.set_epoch_deadline(1);
                 let (stdout, stderr) = (w.stdout.clone(), w.stderr.clone());
                 (Ok(w), stdout, stderr)
@@ -262,11 +359,19 @@ impl Handler {
             }
         };
         let (out_pipe, err_pipe) = (stdout.clone(), stderr.clone());
+        let component = self.component.clone();
+        let checkpointed = self.warm.checkpointed.clone();
         let call = async move {
             let mut w = match warm {
                 Ok(w) => w,
                 Err(mut store) => match pre.instantiate_async(&mut store).await {
-                    Ok(instance) => WarmInstance { store, instance, stdout, stderr, served: 0 },
+                    Ok(instance) => {
+                        let checkpoint = match reset.then(|| Checkpointed::claim(&checkpointed)).flatten() {
+                            Some(place) => component.checkpoint(&mut store).map(|c| (c, place)),
+                            None => None,
+                        };
+                        WarmInstance { store, instance, stdout, stderr, served: 0, checkpoint }
+                    }
                     Err(e) => {
                         let state = store.into_data();
                         return (Err(e), state.limiter.exceeded, state.held.exceeded, Vec::new(), Vec::new(), None);
@@ -288,20 +393,46 @@ impl Handler {
         let Ok((outcome, memory_wanted, held, followups, groups, warm)) = finished else {
             return TaskRun::failed(self.deadline_failure());
         };
+        // Whether the guest returned (success or a failure it reported) within
+        // its caps: only then is its instance in a state that may be kept.
+        let returned = outcome.is_ok() && memory_wanted.is_none() && held.is_none();
         let result = self.result_of(outcome, memory_wanted, held, &err);
-        if result.is_ok()
-            && let Some(mut w) = warm
-        {
-            w.served += 1;
-            self.keep_warm(w);
+        if let Some(mut w) = warm {
+            if reset && returned {
+                if self.reset(&mut w) {
+                    self.keep_warm(w);
+                }
+            } else if !reset && result.is_ok() {
+                w.served += 1;
+                self.keep_warm(w);
+            }
         }
         TaskRun::of(result, followups, groups)
+    }
+
+    /// Puts a kept instance back in its state just after instantiation, and
+    /// drops what the host held for its last task. False: it must be dropped
+    /// (it has no checkpoint, served its share, or could not be reset).
+    fn reset(&self, w: &mut WarmInstance) -> bool {
+        let Some((checkpoint, _)) = &w.checkpoint else { return false };
+        w.served += 1;
+        if w.served >= RESETS_PER_INSTANCE {
+            return false;
+        }
+        if let Err(e) = checkpoint.restore(&mut w.store) {
+            tracing::warn!(plugin = %self.plugin_name, "dropped an instance that could not be reset: {}", one_line(&format!("{e:#}")));
+            return false;
+        }
+        w.store.data_mut().forget_task();
+        true
     }
 
     /// Keeps a warm instance for the next task unless it served its share or
     /// too many are idle (each holds a pooled instance slot).
     fn keep_warm(&self, w: WarmInstance) {
-        if w.served >= self.reuse {
+        if let Instances::Reuse(n) = self.instances
+            && w.served >= n
+        {
             return;
         }
         let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner());

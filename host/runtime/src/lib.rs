@@ -49,15 +49,15 @@ mod state;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bytesize::ByteSize;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Checkpoint, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use check::{CheckReport, CompileReport};
 pub use compile::{
@@ -336,6 +336,10 @@ impl Runtime {
                 compiled,
                 max_memory: self.inner.max_memory,
                 warm_idle: self.inner.warm_idle.clone(),
+                reset_template: OnceLock::new(),
+                reset_refused: OnceLock::new(),
+                runs: AtomicU64::new(0),
+                run_nanos: AtomicU64::new(0),
             }),
         })
     }
@@ -519,6 +523,25 @@ struct ComponentInner {
     compiled: Option<CompileStats>,
     max_memory: u64,
     warm_idle: Arc<AtomicUsize>,
+    /// The first checkpoint of one of its instances: later ones share its
+    /// memory images where the contents are the same (they are for a
+    /// deterministic start), so kept instances of a plugin hold one copy.
+    reset_template: OnceLock<Arc<Checkpoint>>,
+    /// Why its instances cannot be reset, once that is known: each task then
+    /// gets a fresh instance.
+    reset_refused: OnceLock<String>,
+    /// Runs of it since it was loaded, and their wall time in all.
+    runs: AtomicU64,
+    run_nanos: AtomicU64,
+}
+
+/// What a plugin's runs cost, measured as they ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunCost {
+    /// Runs since the plugin was loaded.
+    pub runs: u64,
+    /// Their mean wall time, getting an instance (new or reset) included, in µs.
+    pub mean_us: f64,
 }
 
 impl fmt::Debug for Component {
@@ -544,5 +567,54 @@ impl Component {
     /// What compiling it took; `None` when it was mapped from the cache.
     pub fn compile_stats(&self) -> Option<CompileStats> {
         self.inner.compiled
+    }
+
+    /// The mean wall time of its runs since it was loaded; `None` before the first.
+    pub fn run_cost(&self) -> Option<RunCost> {
+        let runs = self.inner.runs.load(Ordering::Relaxed);
+        (runs > 0).then(|| RunCost {
+            runs,
+            mean_us: self.inner.run_nanos.load(Ordering::Relaxed) as f64 / runs as f64 / 1000.0,
+        })
+    }
+
+    pub(crate) fn record_run(&self, took: Duration) {
+        self.inner.run_nanos.fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.inner.runs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Why its instances cannot be reset between tasks, if they cannot (each
+    /// task then gets a fresh instance).
+    pub fn reset_refused(&self) -> Option<&str> {
+        self.inner.reset_refused.get().map(String::as_str)
+    }
+
+    /// Whether its instances may be reset between tasks (not known to be refused).
+    pub(crate) fn resettable(&self) -> bool {
+        self.inner.reset_refused.get().is_none()
+    }
+
+    /// A checkpoint of a new instance's store, taken before its first call;
+    /// `None` (and never tried again for this plugin) where the instance
+    /// holds what a reset cannot put back.
+    pub(crate) fn checkpoint(&self, store: &mut wasmtime::Store<HostState>) -> Option<Arc<Checkpoint>> {
+        let like = self.inner.reset_template.get().map(|c| &**c);
+        match Checkpoint::take(store, like) {
+            Ok(checkpoint) => {
+                let checkpoint = Arc::new(checkpoint);
+                self.inner.reset_template.get_or_init(|| checkpoint.clone());
+                Some(checkpoint)
+            }
+            Err(e) => {
+                let why = one_line(&format!("{e:#}"));
+                if self.inner.reset_refused.set(why.clone()).is_ok() {
+                    tracing::warn!(
+                        plugin = %self.inner.path.display(),
+                        "its instances cannot be reset between tasks ({why}): each task gets a new instance"
+                    );
+                }
+                None
+            }
+        }
     }
 }

@@ -22,6 +22,8 @@ pub struct SandboxPolicy {
     pub max_payload: ByteSize,
     /// One instance serves up to this many consecutive tasks (0 or 1: a fresh instance per task).
     pub instance_reuse: u32,
+    /// Reset a kept instance between tasks instead of instantiating anew (ignored when reusing).
+    pub instance_reset: bool,
     /// Where the plugin may send HTTP requests; empty: nowhere.
     pub allowed_outbound_hosts: AllowedHosts,
     /// Deadline of one outbound request, connect to last body byte.

@@ -148,14 +148,10 @@ impl HostState {
         stdout: &CappedPipe,
         stderr: &CappedPipe,
     ) -> HostState {
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(MAX_RESOURCES);
-        let mut http = WasiHttpCtx::new();
-        http.set_field_size_limit(budget.field_limit());
         HostState {
             wasi: None,
             output: (stdout.clone(), stderr.clone()),
-            table,
+            table: resource_table(),
             limiter: MemoryCap { limit: memory_limit, exceeded: None },
             meta: parts.meta,
             config,
@@ -166,7 +162,7 @@ impl HostState {
             held: Held::new(budget.held_limit()),
             budget,
             logged: 0,
-            http,
+            http: http_ctx(budget),
             http_hooks: parts.http_hooks,
             deadline: parts.deadline,
         }
@@ -185,6 +181,38 @@ impl HostState {
         self.logged = 0;
         self.limiter.exceeded = None;
     }
+
+    /// Starts the next task on an instance reset to its checkpoint: like
+    /// [`HostState::next_task`], with the task's own output pipes; WASI and
+    /// the resource table were emptied by [`HostState::forget_task`].
+    pub(crate) fn next_fresh_task(&mut self, parts: RunParts, stdout: &CappedPipe, stderr: &CappedPipe) {
+        self.next_task(parts);
+        self.output = (stdout.clone(), stderr.clone());
+    }
+
+    /// Drops what the host held for the last task (its WASI context, the
+    /// resources its handles named, its HTTP state) when its instance is
+    /// reset: none of it may reach the next task, nor be kept while idle.
+    pub(crate) fn forget_task(&mut self) {
+        self.wasi = None;
+        self.table = resource_table();
+        self.http = http_ctx(self.budget);
+        self.followups = Vec::new();
+        self.groups = Vec::new();
+        self.held = Held::new(self.budget.held_limit());
+    }
+}
+
+fn resource_table() -> ResourceTable {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_RESOURCES);
+    table
+}
+
+fn http_ctx(budget: HostBudget) -> WasiHttpCtx {
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(budget.field_limit());
+    http
 }
 
 /// WASI with nothing granted: no files, env, args or network; output captured.
@@ -462,6 +490,7 @@ mod tests {
             host_memory_limit: ByteSize::mib(4),
             max_payload: ByteSize::kib(1),
             instance_reuse: 0,
+            instance_reset: true,
             allowed_outbound_hosts: Default::default(),
             http_timeout: std::time::Duration::from_secs(1),
             http_max_response: ByteSize::kib(1),

@@ -455,46 +455,63 @@ fn recent(h: &mut String) {
 /// Loaded plugins with their version, types and limits, and files that failed to load.
 fn plugins(state: &AdminState, h: &mut String) {
     use std::collections::BTreeMap;
-    let mut by_file: BTreeMap<std::path::PathBuf, (String, Vec<String>)> = BTreeMap::new();
+    // File -> (version, its types with their limits, what its runs cost).
+    let mut by_file: BTreeMap<std::path::PathBuf, (String, Vec<String>, String)> = BTreeMap::new();
     for t in state.registry.types() {
         if let Some(e) = state.registry.get(&t) {
             let p = &e.policy;
             let limits = format!(
-                "{t}: timeout {}, memory {}, concurrency {}, max_attempts {}, max_payload {}{}",
+                "{t}: timeout {}, memory {}, concurrency {}, max_attempts {}, max_payload {}{}; {}",
                 humantime::format_duration(p.timeout),
                 p.memory_limit,
                 p.concurrency,
                 p.max_attempts,
                 p.max_payload,
                 if p.events { ", events on" } else { "" },
+                e.handler.instances(),
             );
-            let slot = by_file.entry(e.file.clone()).or_insert_with(|| (e.hash.clone(), Vec::new()));
+            let component = e.handler.component();
+            let cost = match component.run_cost() {
+                Some(c) => {
+                    format!("{:.0} µs wall time per run, mean of {} runs since it was loaded", c.mean_us, c.runs)
+                }
+                None => "no run yet".to_owned(),
+            };
+            let cost = match component.reset_refused() {
+                Some(why) => format!("{cost}; its instances cannot be reset ({why})"),
+                None => cost,
+            };
+            let slot = by_file.entry(e.file.clone()).or_insert_with(|| (e.hash.clone(), Vec::new(), cost));
             slot.1.push(limits);
         }
     }
     let errors = state.registry.load_errors();
     let _ = write!(
         h,
-        "<section><h2>Plugins</h2><p id=memory-reset>Each task runs in a fresh instance (unless its type sets \
-         instance_reuse); a freed instance's memory is reset: {}.</p>",
+        "<section><h2>Plugins</h2><p id=memory-reset>Each task starts from its plugin's state just after \
+         instantiation (unless its type sets instance_reuse): a kept instance is reset to it, or a new one made; \
+         memory is reset: {}.</p>",
         esc(&state.registry.runtime().memory_reset().to_string()),
     );
     h.push_str(
         "<table id=plugins><thead><tr><th>file</th><th>version</th><th>types and limits</th>\
-         <th>last load error</th></tr></thead><tbody>",
+         <th>cost per run</th><th>last load error</th></tr></thead><tbody>",
     );
     let mut files: Vec<_> = by_file.keys().chain(errors.keys()).cloned().collect();
     files.sort();
     files.dedup();
     for f in files {
         let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (hash, types) = by_file.get(&f).cloned().unwrap_or_else(|| ("—".into(), vec!["not serving".into()]));
+        let (hash, types, cost) =
+            by_file.get(&f).cloned().unwrap_or_else(|| ("—".into(), vec!["not serving".into()], String::new()));
         let error = errors.get(&f).map(|e| esc(e)).unwrap_or_default();
         let _ = write!(
             h,
-            "<tr data-plugin=\"{n}\"><td>{n}</td><td><code>{}</code></td><td>{}</td><td class=error>{error}</td></tr>",
+            "<tr data-plugin=\"{n}\"><td>{n}</td><td><code>{}</code></td><td>{}</td><td class=cost>{}</td>\
+             <td class=error>{error}</td></tr>",
             esc(&hash),
             types.iter().map(|t| esc(t)).collect::<Vec<_>>().join("<br>"),
+            esc(&cost),
             n = esc(&name),
         );
     }

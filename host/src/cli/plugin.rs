@@ -42,17 +42,20 @@ fn type_of(file: &Path) -> TaskType {
     crate::registry::file_stem(file).parse().unwrap_or_else(|_| "check".parse().expect("a valid type name"))
 }
 
-/// One line: the wall time of a run in a fresh instance and in a warm one,
-/// one run at a time under the type's policy from the config, outbound HTTP denied.
+/// One line: the wall time of a run in each way a task can get its instance
+/// (a kept one reset to its checkpoint, the default; a new one; a warm one
+/// kept as it is), one run at a time under the type's policy from the
+/// config, outbound HTTP denied.
 async fn cost(config: &Config, component: &Component, task_type: &TaskType, payload: &[u8]) -> String {
     let mut policy = config.policy(task_type).sandbox();
     policy.timeout = policy.timeout.min(RUN_DEADLINE);
     // A check sends nothing anywhere: 400 runs must not call a real service
     // (follow-ups are only buffered, never committed, so they may stay).
     policy.allowed_outbound_hosts = Default::default();
-    let handler = |reuse: u32| {
+    let handler = |reuse: u32, reset: bool| {
         let mut p = policy.clone();
         p.instance_reuse = reuse;
+        p.instance_reset = reset;
         Handler::new(component.clone(), task_type.as_str(), &p, Arc::new(BTreeMap::new()))
     };
     let task = ClaimedTask {
@@ -64,10 +67,10 @@ async fn cost(config: &Config, component: &Component, task_type: &TaskType, payl
         token: 0,
         claim: 0,
     };
-    let (fresh, warm) = (handler(0), handler(WARM_REUSE));
+    let handlers = [handler(0, true), handler(0, false), handler(WARM_REUSE, false)];
     let mut failed = 0;
     let mut per_run = Vec::new();
-    for handler in [&fresh, &warm] {
+    for handler in &handlers {
         for _ in 0..RUNS {
             handler.run(&task, None).await;
         }
@@ -84,13 +87,17 @@ async fn cost(config: &Config, component: &Component, task_type: &TaskType, payl
         per_run.push(started.elapsed().as_secs_f64() * 1e6 / f64::from(RUNS));
     }
     let failures = if failed > 0 {
-        format!("; {failed} of {} runs failed with this payload (--payload sets it)", 2 * RUNS)
+        format!("; {failed} of {} runs failed with this payload (--payload sets it)", 3 * RUNS)
     } else {
         String::new()
     };
+    let reset = match component.reset_refused() {
+        None => format!("{:.1} µs a run with a fresh state (a kept instance reset, the default)", per_run[0]),
+        Some(why) => format!("instances cannot be reset ({why}), so each run gets a new one"),
+    };
     format!(
-        "{:.1} µs a run in a fresh instance, {:.1} µs in a warm one (instance_reuse), wall time of {RUNS} runs \
-         each, one at a time, outbound HTTP denied{failures}",
-        per_run[0], per_run[1]
+        "{reset}, {:.1} µs in a new instance (instance_reset = false), {:.1} µs in a warm one (instance_reuse); \
+         wall time of {RUNS} runs each, one at a time, outbound HTTP denied{failures}",
+        per_run[1], per_run[2]
     )
 }

@@ -63,6 +63,12 @@ pub struct TypePolicy {
     /// failure discards the instance. Faster, but a task can see what earlier
     /// tasks left in the instance's memory and globals.
     pub instance_reuse: u32,
+    /// A fresh state for every task by resetting a kept instance to its
+    /// state just after instantiation (the default), instead of
+    /// instantiating anew: the same isolation, at about the cost of a warm
+    /// instance. `false` instantiates for every task. Ignored when
+    /// `instance_reuse` is over 1.
+    pub instance_reset: bool,
     /// Append every outcome to the `<prefix>:{<type>}:events` stream.
     pub events: bool,
     /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
@@ -95,6 +101,7 @@ impl Default for TypePolicy {
             host_memory_limit: ByteSize::mib(16),
             max_payload: ByteSize::mib(1),
             instance_reuse: 0,
+            instance_reset: true,
             events: false,
             events_maxlen: 10_000,
             may_schedule: Vec::new(),
@@ -145,6 +152,8 @@ pub struct TypeConfig {
     pub max_payload: Option<ByteSize>,
     /// See [`TypePolicy::instance_reuse`].
     pub instance_reuse: Option<u32>,
+    /// See [`TypePolicy::instance_reset`].
+    pub instance_reset: Option<bool>,
     /// See [`TypePolicy::events`].
     pub events: Option<bool>,
     /// See [`TypePolicy::events_maxlen`].
@@ -172,6 +181,7 @@ impl TypePolicy {
             host_memory_limit: self.host_memory_limit,
             max_payload: self.max_payload,
             instance_reuse: self.instance_reuse,
+            instance_reset: self.instance_reset,
             allowed_outbound_hosts: self.allowed_outbound_hosts.clone(),
             http_timeout: self.http_timeout,
             http_max_response: self.http_max_response,
