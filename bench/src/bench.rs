@@ -96,9 +96,12 @@ pub struct BenchArgs {
     /// `hostile`'s component, whose `sleep:<ms>` payload blocks in a host call [default: plugins/testing/chaos.wasm].
     #[arg(long, value_name = "PATH")]
     pub hostile_plugin: Option<PathBuf>,
-    /// Let one instance serve up to N consecutive tasks (`instance_reuse`) [default: a fresh instance per task].
+    /// Let one instance serve up to N consecutive tasks (`instance_reuse`) [default: a fresh state per task].
     #[arg(long, value_name = "N")]
     pub reuse: Option<u32>,
+    /// Instantiate for every task (`instance_reset = false`) instead of resetting a kept instance [default: reset].
+    #[arg(long)]
+    pub no_reset: bool,
     /// Global and per-type concurrency of the host [default: the config's `[runner]` and `[defaults]` concurrency].
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
@@ -154,8 +157,8 @@ pub enum Scenario {
     /// falling due beside them and the claim cost, each against an empty queue, and a drain of 1 M due at one
     /// instant. Not part of `all`: the default run takes minutes and about 3 GB of Redis memory.
     BacklogScale,
-    /// One plugin's runs one at a time, no Redis: a fresh instance each against `--reuse` (64 unless given),
-    /// the host CPU a fresh instance costs.
+    /// One plugin's runs one at a time, no Redis: a new instance each, a kept one reset after each (the default)
+    /// and `--reuse` (64 unless given): the host CPU a new instance and a reset cost.
     Instance,
     /// Every scenario in turn (but `backlog-scale`).
     All,
@@ -357,6 +360,7 @@ impl Bench {
         m.insert("host_threads".into(), json!(host_threads(&self.args, &self.base_config)));
         m.insert("cores".into(), json!(std::thread::available_parallelism().map_or(0, |n| n.get())));
         m.insert("instance_reuse".into(), json!(self.args.reuse.unwrap_or(0)));
+        m.insert("instance_reset".into(), json!(!self.args.no_reset));
         m.insert("concurrency".into(), json!(self.concurrency()));
         m.insert("type_concurrency".into(), json!(self.type_concurrency()));
         m.insert("batch_size".into(), json!(self.batch_size()));
@@ -420,6 +424,7 @@ impl Bench {
         let type_config = TypeConfig {
             concurrency: Some(self.type_concurrency()),
             instance_reuse: self.args.reuse,
+            instance_reset: Some(!self.args.no_reset),
             plugin: Some(PathBuf::from(format!("{TYPE}.wasm"))),
             shards: Some(self.args.shards),
             ..TypeConfig::default()

@@ -1,12 +1,14 @@
 //! Nothing one task leaves in its instance reaches the next: probes of every kind of state, written as an attacker would.
 //!
-//! A fresh instance per task is the sandbox's promise (docs/sandbox.md,
-//! "Isolation"). Each probe first *plants* something (a secret in memory,
-//! a mutable global, a funcref in a table, an open host resource, a
-//! partial output line, follow-ups) and then *peeks* from a later task.
-//! Every probe is also run where the state is meant to survive (one
-//! instance kept with `instance_reuse`), to show that the peek would see
-//! it: a probe that cannot fail proves nothing.
+//! A fresh state per task is the sandbox's promise (docs/sandbox.md,
+//! "Isolation"), whether the instance is new (`instance_reset = false`) or
+//! a kept one reset to its checkpoint (the default). Each probe first
+//! *plants* something (a secret in memory, a mutable global, a funcref in a
+//! table, grown memory and tables, dropped segments, an open host resource,
+//! a partial output line, follow-ups) and then *peeks* from a later task, in
+//! both modes. Every probe is also run where the state is meant to survive
+//! (one instance kept with `instance_reuse`), to show that the peek would
+//! see it: a probe that cannot fail proves nothing.
 //!
 //! The swap test pushes the host's memory to swap while a handler holds a
 //! secret (issue 50): a dirty page that is swapped out must be reset like
@@ -24,12 +26,31 @@ use hourglass::runtime::{Component, Failure, Handler, TaskRun};
 use hourglass::task::ClaimedTask;
 use redis::Commands;
 
-/// A handler of `component` with a 5 s deadline; `reuse` is `instance_reuse`.
-fn handler(component: Component, reuse: u32) -> Handler {
+/// Where a probe's runs get their instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The default: one kept instance, reset to its checkpoint after each task.
+    Reset,
+    /// A new instance for every task (`instance_reset = false`).
+    Fresh,
+    /// One instance kept as it is for up to 8 tasks (`instance_reuse = 8`): the control.
+    Reuse,
+}
+
+/// The modes that promise a fresh state.
+const ISOLATED: [Mode; 2] = [Mode::Reset, Mode::Fresh];
+
+/// A handler of `component` with a 5 s deadline, in `mode`.
+fn handler(component: Component, mode: Mode) -> Handler {
+    handler_with(component, mode, Duration::from_secs(5))
+}
+
+fn handler_with(component: Component, mode: Mode, timeout: Duration) -> Handler {
     let policy = TypePolicy {
-        timeout: Duration::from_secs(5),
+        timeout,
         memory_limit: ByteSize::mib(64),
-        instance_reuse: reuse,
+        instance_reuse: if mode == Mode::Reuse { 8 } else { 0 },
+        instance_reset: mode == Mode::Reset,
         may_schedule: vec!["noop".parse().unwrap()],
         ..TypePolicy::default()
     };
@@ -55,12 +76,16 @@ const GLOBAL: u64 = 1;
 const TABLE: u64 = 2;
 const DATA_PAGE: u64 = 4;
 const MEMORY: u64 = 8;
+const GROWN: u64 = 16;
 
 /// A component whose `handle` reads its payload's first byte: `s` plants a
 /// mutable global, a funcref (`table.set`), a byte of its data segment and
-/// a word of memory; `t` plants them and traps; `l` plants them and loops
-/// until stopped; `p` peeks and fails with `retry-after(bits)` naming what
-/// it found (see [`GLOBAL`] ...), or succeeds when everything is as built.
+/// a word of memory, grows its memory and table by one, and drops its
+/// passive data and element segments; `t` plants them and traps; `l` plants
+/// them and loops until stopped; `p` peeks and fails with
+/// `retry-after(bits)` naming what it found (see [`GLOBAL`] ...), or
+/// succeeds when everything is as built; `d` copies from both passive
+/// segments, which traps once they were dropped.
 /// Rust does not emit `table.set` or mutable globals of its own, so this one
 /// is WebAssembly text.
 fn state_probe() -> Component {
@@ -84,7 +109,9 @@ const STATE_PROBE_WAT: &str = r#"
     (table $t 1 funcref)
     (func $plant_me (result i32) (i32.const 7))
     (elem declare func $plant_me)
+    (elem $passive_elem func $plant_me)
     (data (i32.const 1024) "DATA-AS-BUILT")
+    (data $passive_data "PASSIVE")
     (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
       (local $p i32)
       ;; a bump allocator: the host lowers the task's lists and strings here
@@ -96,7 +123,12 @@ const STATE_PROBE_WAT: &str = r#"
       (global.set $planted (i64.const 42))
       (table.set $t (i32.const 0) (ref.func $plant_me))
       (i32.store8 (i32.const 1024) (i32.const 0x53))
-      (i64.store (i32.const 4096) (i64.const 0x5445524345532121)))
+      (i64.store (i32.const 4096) (i64.const 0x5445524345532121))
+      (drop (memory.grow (i32.const 1)))
+      (i64.store (i32.const 65536) (i64.const 0x5445524345532121))
+      (drop (table.grow $t (ref.func $plant_me) (i32.const 1)))
+      (data.drop $passive_data)
+      (elem.drop $passive_elem))
     ;; handle(id, task-type, payload, attempt, due-ms) -> pointer to result<_, failure>
     (func (export "handle") (param i32 i32 i32 i32 i32 i32 i32 i64) (result i32)
       (local $cmd i32) (local $found i64)
@@ -104,6 +136,10 @@ const STATE_PROBE_WAT: &str = r#"
       (if (i32.eq (local.get $cmd) (i32.const 0x73)) (then (call $plant)))
       (if (i32.eq (local.get $cmd) (i32.const 0x74)) (then (call $plant) (unreachable)))
       (if (i32.eq (local.get $cmd) (i32.const 0x6c)) (then (call $plant) (loop $spin (br $spin))))
+      (if (i32.eq (local.get $cmd) (i32.const 0x64))
+        (then
+          (memory.init $passive_data (i32.const 2048) (i32.const 0) (i32.const 7))
+          (table.init $t $passive_elem (i32.const 0) (i32.const 0) (i32.const 1))))
       (if (i32.eq (local.get $cmd) (i32.const 0x70))
         (then
           (if (i64.ne (global.get $planted) (i64.const 0))
@@ -113,7 +149,9 @@ const STATE_PROBE_WAT: &str = r#"
           (if (i32.ne (i32.load8_u (i32.const 1024)) (i32.const 0x44))
             (then (local.set $found (i64.or (local.get $found) (i64.const 4)))))
           (if (i64.ne (i64.load (i32.const 4096)) (i64.const 0))
-            (then (local.set $found (i64.or (local.get $found) (i64.const 8)))))))
+            (then (local.set $found (i64.or (local.get $found) (i64.const 8)))))
+          (if (i32.or (i32.ne (memory.size) (i32.const 1)) (i32.ne (table.size $t) (i32.const 1)))
+            (then (local.set $found (i64.or (local.get $found) (i64.const 16)))))))
       ;; result<_, failure> at 256: tag, then failure's tag at 264 and its u64 at 272
       (if (i64.eqz (local.get $found))
         (then (i32.store8 (i32.const 256) (i32.const 0)))
@@ -144,68 +182,98 @@ fn found(run: &TaskRun) -> u64 {
 
 #[test]
 fn globals_tables_and_data_pages_start_as_built_in_every_instance() {
-    let fresh = handler(state_probe(), 0);
-    assert_eq!(fresh.run_now(&task("s")).result, Ok(()));
-    assert_eq!(found(&fresh.run_now(&task("p"))), 0, "a fresh instance saw what the last task planted");
-    // Many slots and many plants: whichever slot the next instance gets.
-    for _ in 0..20 {
-        assert_eq!(fresh.run_now(&task("s")).result, Ok(()));
-    }
-    for _ in 0..20 {
-        assert_eq!(found(&fresh.run_now(&task("p"))), 0);
+    for mode in ISOLATED {
+        let h = handler(state_probe(), mode);
+        assert_eq!(h.run_now(&task("s")).result, Ok(()));
+        assert_eq!(found(&h.run_now(&task("p"))), 0, "{mode:?}: an instance saw what the last task planted");
+        assert_eq!(h.run_now(&task("s")).result, Ok(()));
+        assert_eq!(h.run_now(&task("d")).result, Ok(()), "{mode:?}: an instance saw the last task's segment drops");
+        // Many slots and many plants: whichever instance the next task gets.
+        for _ in 0..20 {
+            assert_eq!(h.run_now(&task("s")).result, Ok(()));
+        }
+        for _ in 0..20 {
+            assert_eq!(found(&h.run_now(&task("p"))), 0, "{mode:?}");
+        }
     }
 
-    // The peek sees all four where state is kept on purpose (`instance_reuse`).
-    let kept = handler(state_probe(), 8);
+    // The peek sees all of it where state is kept on purpose (`instance_reuse`).
+    let kept = handler(state_probe(), Mode::Reuse);
     assert_eq!(kept.run_now(&task("s")).result, Ok(()));
-    assert_eq!(found(&kept.run_now(&task("p"))), GLOBAL | TABLE | DATA_PAGE | MEMORY);
+    assert_eq!(found(&kept.run_now(&task("p"))), GLOBAL | TABLE | DATA_PAGE | MEMORY | GROWN);
+    // (The peek's failure discarded that instance: plant again for the segment check.)
+    assert_eq!(kept.run_now(&task("s")).result, Ok(()));
+    assert!(kept.run_now(&task("d")).result.is_err(), "the copy from dropped segments did not trap");
 }
 
 #[test]
-fn instance_reuse_discards_an_instance_after_a_trap_a_timeout_or_a_cancel() {
-    let kept = handler(state_probe(), 8);
-    // A trap.
-    let trapped = kept.run_now(&task("t"));
-    assert!(matches!(trapped.result, Err(Failure::Error(_))), "{trapped:?}");
-    assert_eq!(found(&kept.run_now(&task("p"))), 0, "a warm instance outlived its trap");
+fn a_trap_a_timeout_or_a_cancel_drops_a_kept_instance() {
+    for mode in [Mode::Reset, Mode::Reuse] {
+        let kept = handler(state_probe(), mode);
+        // A trap.
+        let trapped = kept.run_now(&task("t"));
+        assert!(matches!(trapped.result, Err(Failure::Error(_))), "{trapped:?}");
+        assert_eq!(found(&kept.run_now(&task("p"))), 0, "{mode:?}: a kept instance outlived its trap");
 
-    // A timeout: the deadline stops the loop.
-    let short = {
-        let policy = TypePolicy { timeout: Duration::from_millis(300), instance_reuse: 8, ..TypePolicy::default() };
-        Handler::new(state_probe(), "probe", &policy.sandbox(), Arc::new(BTreeMap::new()))
-    };
-    let timed_out = short.run_now(&task("l"));
-    assert!(
-        matches!(&timed_out.result, Err(Failure::Error(e)) if e.contains("deadline") || e.contains("timed out")),
-        "{timed_out:?}"
-    );
-    assert_eq!(found(&short.run_now(&task("p"))), 0, "a warm instance outlived its timeout");
+        // A timeout: the deadline stops the loop.
+        let short = handler_with(state_probe(), mode, Duration::from_millis(300));
+        let timed_out = short.run_now(&task("l"));
+        assert!(
+            matches!(&timed_out.result, Err(Failure::Error(e)) if e.contains("deadline") || e.contains("timed out")),
+            "{timed_out:?}"
+        );
+        assert_eq!(found(&short.run_now(&task("p"))), 0, "{mode:?}: a kept instance outlived its timeout");
 
-    // A cancel: the run's future is dropped while the guest spins.
-    let rt = crate::support::tokio_runtime();
-    let cancelled =
-        rt.block_on(async { tokio::time::timeout(Duration::from_millis(200), kept.run(&task("l"), None)).await });
-    assert!(cancelled.is_err(), "the spinning run ended by itself");
-    assert_eq!(found(&kept.run_now(&task("p"))), 0, "a warm instance outlived its cancel");
+        // A cancel: the run's future is dropped while the guest spins.
+        let rt = crate::support::tokio_runtime();
+        let cancelled =
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(200), kept.run(&task("l"), None)).await });
+        assert!(cancelled.is_err(), "the spinning run ended by itself");
+        assert_eq!(found(&kept.run_now(&task("p"))), 0, "{mode:?}: a kept instance outlived its cancel");
+    }
 
-    // And a success does keep it: the probe would have seen a survivor.
+    // And a success does keep a reused instance: the probe would have seen a survivor.
+    let kept = handler(state_probe(), Mode::Reuse);
     assert_eq!(kept.run_now(&task("s")).result, Ok(()));
     assert_ne!(found(&kept.run_now(&task("p"))), 0);
 }
 
 #[test]
+fn a_plugin_whose_instances_cannot_be_reset_gets_a_new_instance_per_task() {
+    // A global holding a GC reference is what a checkpoint refuses to record.
+    let wat = STATE_PROBE_WAT.replace(
+        "(global $planted (mut i64) (i64.const 0))",
+        "(global $planted (mut i64) (i64.const 0)) (global $gc (mut externref) (ref.null extern))",
+    );
+    let wasm = wat::parse_str(&wat).expect("the probe's text parses");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gc-probe.wasm");
+    std::fs::write(&path, &wasm).unwrap();
+    let component = runtime().load(&path).expect("load the probe");
+    let h = handler(component.clone(), Mode::Reset);
+    for _ in 0..3 {
+        assert_eq!(h.run_now(&task("s")).result, Ok(()));
+        assert_eq!(found(&h.run_now(&task("p"))), 0);
+    }
+    let why = component.reset_refused().expect("the checkpoint was refused");
+    assert!(why.contains("GC"), "{why}");
+}
+
+#[test]
 fn a_hot_reload_starts_from_the_new_plugin_as_built() {
     // A reload swaps the component; the old one's planted state must not show.
-    let old = handler(state_probe(), 8);
-    assert_eq!(old.run_now(&task("s")).result, Ok(()));
-    let reloaded = {
-        let wasm = wat::parse_str(STATE_PROBE_WAT).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state-probe-v2.wasm");
-        std::fs::write(&path, &wasm).unwrap();
-        handler(runtime().load(&path).unwrap(), 8)
-    };
-    assert_eq!(found(&reloaded.run_now(&task("p"))), 0);
+    for mode in [Mode::Reset, Mode::Reuse] {
+        let old = handler(state_probe(), mode);
+        assert_eq!(old.run_now(&task("s")).result, Ok(()));
+        let reloaded = {
+            let wasm = wat::parse_str(STATE_PROBE_WAT).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("state-probe-v2.wasm");
+            std::fs::write(&path, &wasm).unwrap();
+            handler(runtime().load(&path).unwrap(), mode)
+        };
+        assert_eq!(found(&reloaded.run_now(&task("p"))), 0);
+    }
 }
 
 // --- memory, WASI and host resources: the chaos plugin ---------------------
@@ -220,13 +288,15 @@ fn error_text(run: &TaskRun) -> String {
 
 #[test]
 fn linear_memory_heap_bss_and_data_start_clean_in_every_instance() {
-    let fresh = handler(chaos(), 0);
-    for round in 0..10 {
-        assert_eq!(fresh.run_now(&task(&format!("stash:round{round}:0"))).result, Ok(()));
-        let peek = fresh.run_now(&task("peek"));
-        assert_eq!(peek.result, Ok(()), "round {round}: a fresh instance read an earlier task's memory");
+    for mode in ISOLATED {
+        let h = handler(chaos(), mode);
+        for round in 0..10 {
+            assert_eq!(h.run_now(&task(&format!("stash:round{round}:0"))).result, Ok(()));
+            let peek = h.run_now(&task("peek"));
+            assert_eq!(peek.result, Ok(()), "{mode:?}, round {round}: an instance read an earlier task's memory");
+        }
     }
-    let kept = handler(chaos(), 8);
+    let kept = handler(chaos(), Mode::Reuse);
     assert_eq!(kept.run_now(&task("stash:kept:0")).result, Ok(()));
     match kept.run_now(&task("peek")).result {
         Err(Failure::Permanent(found)) => assert!(found.contains("SECRET-OF-TASK-kept"), "{found}"),
@@ -236,52 +306,70 @@ fn linear_memory_heap_bss_and_data_start_clean_in_every_instance() {
 
 #[test]
 fn wasi_state_env_output_and_random_start_fresh() {
-    let fresh = handler(chaos(), 0);
-    // Env and preopens are the host's to give, and it gives none, whatever ran before.
-    assert_eq!(fresh.run_now(&task("stash:env:0")).result, Ok(()));
-    assert_eq!(error_text(&fresh.run_now(&task("env"))), "env: vars=0 path=false args=0");
-    assert!(error_text(&fresh.run_now(&task("readfile"))).starts_with("readfile failed"));
+    for mode in ISOLATED {
+        let h = handler(chaos(), mode);
+        // Env and preopens are the host's to give, and it gives none, whatever ran before.
+        assert_eq!(h.run_now(&task("stash:env:0")).result, Ok(()));
+        assert_eq!(error_text(&h.run_now(&task("env"))), "env: vars=0 path=false args=0");
+        assert!(error_text(&h.run_now(&task("readfile"))).starts_with("readfile failed"));
 
-    // An unfinished output line is the task's own: the next task's lines never carry it.
-    let (first, first_logs) = capture_logs(|| fresh.run_now(&task("stdout-partial:A1")));
-    assert_eq!(first.result, Ok(()));
-    assert!(first_logs.contains("PARTIAL-A1") && first_logs.contains("PARTIAL-ERR-A1"), "{first_logs}");
-    let (second, second_logs) = capture_logs(|| fresh.run_now(&task("stdout")));
-    assert_eq!(second.result, Ok(()));
-    assert!(second_logs.contains("hello from stdout"), "{second_logs}");
-    assert!(!second_logs.contains("PARTIAL"), "an earlier task's output reached a later one:\n{second_logs}");
+        // An unfinished output line is the task's own: the next task's lines never carry it.
+        let (first, first_logs) = capture_logs(|| h.run_now(&task("stdout-partial:A1")));
+        assert_eq!(first.result, Ok(()));
+        assert!(first_logs.contains("PARTIAL-A1") && first_logs.contains("PARTIAL-ERR-A1"), "{first_logs}");
+        let (second, second_logs) = capture_logs(|| h.run_now(&task("stdout")));
+        assert_eq!(second.result, Ok(()));
+        assert!(second_logs.contains("hello from stdout"), "{second_logs}");
+        assert!(
+            !second_logs.contains("PARTIAL"),
+            "{mode:?}: an earlier task's output reached a later one:\n{second_logs}"
+        );
 
-    // Random state: each instance draws its own hash keys.
-    let seeds: std::collections::HashSet<String> =
-        (0..4).map(|_| error_text(&fresh.run_now(&task("hash-seed")))).collect();
-    assert_eq!(seeds.len(), 4, "instances shared random state: {seeds:?}");
+        // Random state: each task's instance draws its own hash keys.
+        let seeds: std::collections::HashSet<String> =
+            (0..4).map(|_| error_text(&h.run_now(&task("hash-seed")))).collect();
+        assert_eq!(seeds.len(), 4, "{mode:?}: tasks shared random state: {seeds:?}");
+    }
 }
 
 #[test]
 fn host_resources_and_followups_end_with_their_task() {
-    let fresh = handler(chaos(), 0);
-    // 16 header fields left open, then a forged handle in the next task.
-    assert!(error_text(&fresh.run_now(&task("fields:16:10"))).starts_with("fields: kept 16"));
-    let text = error_text(&fresh.run_now(&task("handles:1")));
-    assert!(text.contains("unknown handle index 1"), "a later task used an earlier task's resource: {text}");
+    for mode in ISOLATED {
+        let h = handler(chaos(), mode);
+        // 16 header fields left open, then a forged handle in the next task.
+        assert!(error_text(&h.run_now(&task("fields:16:10"))).starts_with("fields: kept 16"));
+        let text = error_text(&h.run_now(&task("handles:1")));
+        assert!(
+            text.contains("unknown handle index 1"),
+            "{mode:?}: a later task used an earlier task's resource: {text}"
+        );
 
-    // Outgoing requests with their bodies half written, left open: the same.
-    // (Its own drops trap at the end, with the resources still open: it fails either way.)
-    assert!(fresh.run_now(&task("bodies:4")).result.is_err());
-    let text = error_text(&fresh.run_now(&task("handles:1")));
-    assert!(text.contains("unknown handle index 1"), "a later task used an earlier task's request: {text}");
+        // Outgoing requests with their bodies half written, left open: the same.
+        // (Its own drops trap at the end, with the resources still open: it fails either way.)
+        assert!(h.run_now(&task("bodies:4")).result.is_err());
+        let text = error_text(&h.run_now(&task("handles:1")));
+        assert!(
+            text.contains("unknown handle index 1"),
+            "{mode:?}: a later task used an earlier task's request: {text}"
+        );
+
+        // A run that returns with resources still open: the next task cannot name them.
+        assert_eq!(h.run_now(&task("leak-fields:2")).result, Ok(()));
+        let text = error_text(&h.run_now(&task("handles:1")));
+        assert!(text.contains("unknown handle index 1"), "{mode:?}: a later task used a leaked resource: {text}");
+
+        // Follow-ups buffered by a failed run are gone; the next run starts with none.
+        assert!(h.run_now(&task("schedule-then-fail")).followups.is_empty());
+        let next = h.run_now(&task("ok"));
+        assert_eq!(next.result, Ok(()));
+        assert!(next.followups.is_empty() && next.groups.is_empty());
+    }
 
     // The probe sees a handle where one is kept on purpose (`instance_reuse`).
-    let kept = handler(chaos(), 8);
+    let kept = handler(chaos(), Mode::Reuse);
     assert_eq!(kept.run_now(&task("leak-fields:2")).result, Ok(()));
     let text = error_text(&kept.run_now(&task("handles:1")));
     assert!(text.contains("is alive"), "the forged handle missed a kept resource: {text}");
-
-    // Follow-ups buffered by a failed run are gone; the next run starts with none.
-    assert!(fresh.run_now(&task("schedule-then-fail")).followups.is_empty());
-    let next = fresh.run_now(&task("ok"));
-    assert_eq!(next.result, Ok(()));
-    assert!(next.followups.is_empty() && next.groups.is_empty());
 }
 
 // --- swap: issue 50 ---------------------------------------------------------

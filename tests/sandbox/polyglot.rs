@@ -173,10 +173,11 @@ fn echo_plugin_end_to_end(task_type: &str) {
 /// instance. Under `instance_reuse` the same recall finds it, so the probe can fail.
 fn module_state_stays_with_its_task(task_type: &str) {
     let component = crate::runtime::runtime().load(&polyglot_plugin(task_type)).unwrap();
-    let handler = |reuse: u32| {
+    let handler = |reuse: u32, reset: bool| {
         let policy = hourglass::config::TypePolicy {
             may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
             instance_reuse: reuse,
+            instance_reset: reset,
             ..Default::default()
         };
         hourglass::runtime::Handler::new(component.clone(), task_type, &policy.sandbox(), Arc::new(BTreeMap::new()))
@@ -190,14 +191,22 @@ fn module_state_stays_with_its_task(task_type: &str) {
         token: 1,
         claim: 1,
     };
-    let fresh = handler(0);
-    for round in 0..3 {
-        let remember = format!(r#"{{"remember": "secret-{round}"}}"#);
-        assert_eq!(fresh.run_now(&task(&remember)).result, Ok(()));
-        let recall = fresh.run_now(&task(r#"{"recall": true}"#));
-        assert_eq!(recall.result, Ok(()), "{task_type}: a fresh instance recalled an earlier task's module state");
+    // The default (a kept instance reset after each task), then a new instance per task.
+    for reset in [true, false] {
+        let isolated = handler(0, reset);
+        for round in 0..3 {
+            let remember = format!(r#"{{"remember": "secret-{round}"}}"#);
+            assert_eq!(isolated.run_now(&task(&remember)).result, Ok(()));
+            let recall = isolated.run_now(&task(r#"{"recall": true}"#));
+            assert_eq!(
+                recall.result,
+                Ok(()),
+                "{task_type} (instance_reset = {reset}): a task recalled an earlier task's module state"
+            );
+        }
     }
-    let kept = handler(8);
+    assert!(component.reset_refused().is_none(), "{task_type}: {:?}", component.reset_refused());
+    let kept = handler(8, false);
     assert_eq!(kept.run_now(&task(r#"{"remember": "kept"}"#)).result, Ok(()));
     match kept.run_now(&task(r#"{"recall": true}"#)).result {
         Err(hourglass::runtime::Failure::Permanent(e)) => assert!(e.contains("kept"), "{e}"),

@@ -1,4 +1,4 @@
-//! The `instance` scenario: a fresh instance per run against a warm one, for one plugin, with nothing else in the way.
+//! The `instance` scenario: a new instance per run, a kept one reset after each, and a warm one, for one plugin, with nothing else in the way.
 
 use std::collections::BTreeMap;
 
@@ -7,15 +7,17 @@ use hourglass::task::ClaimedTask;
 
 use super::*;
 
-/// Rounds the runs are split into, fresh and warm taking turns, so that a
-/// machine whose speed drifts weighs on both alike.
+/// Rounds the runs are split into, the three kinds taking turns, so that a
+/// machine whose speed drifts weighs on all alike.
 const ROUNDS: u64 = 5;
 
 /// What one plugin's runs cost in host CPU, one run at a time (or
-/// `--parallel` at a time) on the handler threads, with a fresh instance
-/// each and with `--reuse` (64 unless given). No Redis, claims, settles or
-/// other work: the difference is what making and freeing an instance costs,
-/// the floor under what `burst` shows between the two. With `--hosts N` the
+/// `--parallel` at a time) on the handler threads: with a new instance each
+/// (`fresh`, `instance_reset = false`), with a kept instance reset to its
+/// checkpoint after each (`reset`, the default), and with a warm one kept as
+/// it is for `--reuse` runs (64 unless given). No Redis, claims, settles or
+/// other work: the differences are what making and freeing an instance, or
+/// resetting one, costs, the floor under what `burst` shows between them. With `--hosts N` the
 /// lanes are spread over N engines, each with its own instance pool and its
 /// share of the handler threads, as N hosts in one process would have them.
 pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -> Result<()> {
@@ -48,33 +50,39 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
     // lanes than that also make fresh instances in the warm rounds, as a
     // host would).
     let lanes = u64::from(args.parallel);
-    let handlers = |instance_reuse: u32| -> Vec<Handler> {
+    let handlers = |instance_reuse: u32, instance_reset: bool| -> Vec<Handler> {
         let mut policy = config.policy(&task_type).sandbox();
         policy.instance_reuse = instance_reuse;
+        policy.instance_reset = instance_reset;
         components.iter().map(|c| Handler::new(c.clone(), TYPE, &policy, Arc::new(BTreeMap::new()))).collect()
     };
-    let (fresh, warm) = (handlers(0), handlers(reuse));
+    let (fresh, reset, warm) = (handlers(0, false), handlers(0, true), handlers(reuse, false));
     let payload = args.payload.clone().unwrap_or_default().into_bytes();
 
     // Runs of each lane in each round.
     let per_round = (runs / ROUNDS / lanes).max(1);
-    let (mut fresh_cpu, mut warm_cpu, mut fresh_wall, mut warm_wall) = (0.0, 0.0, Duration::ZERO, Duration::ZERO);
+    // CPU and wall time of the fresh, reset and warm runs.
+    let mut cpu = [0.0; 3];
+    let mut wall = [Duration::ZERO; 3];
     let mut failed = 0;
-    // A first round of each, unmeasured: the pool's slots and the warm instances fill.
-    runs_of(&runtimes, &fresh, lanes, &task_type, &payload, per_round.min(1000)).await?;
-    runs_of(&runtimes, &warm, lanes, &task_type, &payload, per_round.min(1000)).await?;
+    let kinds = [&fresh, &reset, &warm];
+    // A first round of each, unmeasured: the pool's slots and the kept instances fill.
+    for handlers in kinds {
+        runs_of(&runtimes, handlers, lanes, &task_type, &payload, per_round.min(1000)).await?;
+    }
     for _ in 0..ROUNDS {
-        let (cpu, wall, f) = runs_of(&runtimes, &fresh, lanes, &task_type, &payload, per_round).await?;
-        (fresh_cpu, fresh_wall, failed) = (fresh_cpu + cpu, fresh_wall + wall, failed + f);
-        let (cpu, wall, f) = runs_of(&runtimes, &warm, lanes, &task_type, &payload, per_round).await?;
-        (warm_cpu, warm_wall, failed) = (warm_cpu + cpu, warm_wall + wall, failed + f);
+        for (i, handlers) in kinds.iter().enumerate() {
+            let (c, w, f) = runs_of(&runtimes, handlers, lanes, &task_type, &payload, per_round).await?;
+            (cpu[i], wall[i], failed) = (cpu[i] + c, wall[i] + w, failed + f);
+        }
     }
     let measured = (per_round * ROUNDS * lanes) as f64;
-    let fresh_us = fresh_cpu / measured;
-    let warm_us = warm_cpu / measured;
+    let [fresh_us, reset_us, warm_us] = cpu.map(|c| c / measured);
+    let [fresh_wall, reset_wall, warm_wall] = wall.map(|w| w.as_secs_f64() * 1e6 / measured);
+    let reset_refused = components[0].reset_refused().map(str::to_owned);
     report(
         args.json,
-        "instance: a fresh instance each run against --reuse, no Redis",
+        "instance: a new instance each run, a kept one reset after each (the default) and --reuse, no Redis",
         json!({
             "scenario": "instance",
             "plugin": plugin.display().to_string(),
@@ -87,17 +95,21 @@ pub(super) async fn instance(args: &BenchArgs, config: &Config, plugin: &Path) -
             "failed": failed,
             "fresh_cpu_us_per_run": round2(fresh_us),
             "reuse_cpu_us_per_run": round2(warm_us),
+            "reset_cpu_us_per_run": round2(reset_us),
             "fresh_over_reuse_us": round2(fresh_us - warm_us),
             "ratio": round2(fresh_us / warm_us),
-            "fresh_wall_us_per_run": round2(fresh_wall.as_secs_f64() * 1e6 / measured),
-            "reuse_wall_us_per_run": round2(warm_wall.as_secs_f64() * 1e6 / measured),
+            "reset_over_reuse": round2(reset_us / warm_us),
+            "fresh_wall_us_per_run": round2(fresh_wall),
+            "reset_wall_us_per_run": round2(reset_wall),
+            "reuse_wall_us_per_run": round2(warm_wall),
+            "reset_refused": reset_refused,
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
         }),
     );
     if failed > 0 {
         bail!(
             "{failed} of {} runs of {} failed: does it accept {}? (--payload sets it)",
-            2 * per_round * ROUNDS * lanes,
+            3 * per_round * ROUNDS * lanes,
             plugin.display(),
             match &args.payload {
                 Some(text) => format!("the payload {text:?}"),
