@@ -25,9 +25,11 @@
 //!   on-disk cache of compiled plugins; `check.rs`: a component checked against the world;
 //!   `priority.rs`: compiles at low CPU priority;
 //! - `policy.rs`: what a type's runs are held to; `handler.rs`: a component bound to it, one run
-//!   per fresh `Store`; `run.rs`: a run's identity, caps and budget; `state.rs`: its host state and
-//!   the `hourglass:plugin` imports; `pipe.rs`: captured output; [`reset`]: how a freed instance's
-//!   memory is made as built again on this machine;
+//!   from a fresh state (`handler/kept.rs`: on a kept instance reset to its checkpoint, or reused);
+//!   `checkpoints.rs`: what a plugin's instances share and what its runs cost; `run.rs`: a run's
+//!   identity, caps and budget; `state.rs`: its host state and the `hourglass:plugin` imports;
+//!   `pipe.rs`: captured output; [`reset`]: how a freed instance's memory is made as built again
+//!   on this machine;
 //! - [`outbound`]: allow-lists and address checks; `outgoing.rs`: `wasi:http` requests through them;
 //!   [`trace`]: the client spans of a traced run's requests.
 
@@ -37,6 +39,7 @@ pub mod trace;
 
 mod cache;
 mod check;
+mod checkpoints;
 mod compile;
 mod handler;
 mod outgoing;
@@ -49,7 +52,7 @@ mod state;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -60,6 +63,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Checkpoint, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use check::{CheckReport, CompileReport};
+pub use checkpoints::RunCost;
 pub use compile::{
     CompileLimits, CompileStats, Compiler, DEFAULT_COMPILE_THREADS, Refused, WorkerArgs, is_refused,
     worker as compile_worker, worker_if_asked as compile_worker_if_asked,
@@ -535,15 +539,6 @@ struct ComponentInner {
     run_nanos: AtomicU64,
 }
 
-/// What a plugin's runs cost, measured as they ran.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunCost {
-    /// Runs since the plugin was loaded.
-    pub runs: u64,
-    /// Their mean wall time, getting an instance (new or reset) included, in µs.
-    pub mean_us: f64,
-}
-
 impl fmt::Debug for Component {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Component")
@@ -567,54 +562,5 @@ impl Component {
     /// What compiling it took; `None` when it was mapped from the cache.
     pub fn compile_stats(&self) -> Option<CompileStats> {
         self.inner.compiled
-    }
-
-    /// The mean wall time of its runs since it was loaded; `None` before the first.
-    pub fn run_cost(&self) -> Option<RunCost> {
-        let runs = self.inner.runs.load(Ordering::Relaxed);
-        (runs > 0).then(|| RunCost {
-            runs,
-            mean_us: self.inner.run_nanos.load(Ordering::Relaxed) as f64 / runs as f64 / 1000.0,
-        })
-    }
-
-    pub(crate) fn record_run(&self, took: Duration) {
-        self.inner.run_nanos.fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.inner.runs.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Why its instances cannot be reset between tasks, if they cannot (each
-    /// task then gets a fresh instance).
-    pub fn reset_refused(&self) -> Option<&str> {
-        self.inner.reset_refused.get().map(String::as_str)
-    }
-
-    /// Whether its instances may be reset between tasks (not known to be refused).
-    pub(crate) fn resettable(&self) -> bool {
-        self.inner.reset_refused.get().is_none()
-    }
-
-    /// A checkpoint of a new instance's store, taken before its first call;
-    /// `None` (and never tried again for this plugin) where the instance
-    /// holds what a reset cannot put back.
-    pub(crate) fn checkpoint(&self, store: &mut wasmtime::Store<HostState>) -> Option<Arc<Checkpoint>> {
-        let like = self.inner.reset_template.get().map(|c| &**c);
-        match Checkpoint::take(store, like) {
-            Ok(checkpoint) => {
-                let checkpoint = Arc::new(checkpoint);
-                self.inner.reset_template.get_or_init(|| checkpoint.clone());
-                Some(checkpoint)
-            }
-            Err(e) => {
-                let why = one_line(&format!("{e:#}"));
-                if self.inner.reset_refused.set(why.clone()).is_ok() {
-                    tracing::warn!(
-                        plugin = %self.inner.path.display(),
-                        "its instances cannot be reset between tasks ({why}): each task gets a new instance"
-                    );
-                }
-                None
-            }
-        }
     }
 }

@@ -1,0 +1,227 @@
+//! Kept instances: a handler's idle instances, reset to their checkpoint or reused as they are, and a run on one.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use wasmtime::{Checkpoint, Store};
+
+use super::{Handler, Instances, TaskRun, wit_task};
+use crate::bindings::TaskHandler;
+use crate::run::OUTPUT_CAP;
+use crate::state::HostState;
+use crate::trace::RunTrace;
+use crate::{one_line, pipe::CappedPipe};
+use hourglass_task::task::ClaimedTask;
+
+/// Idle kept instances one handler keeps for its next tasks (reset or
+/// `instance_reuse`): as many as the default executor threads, which bound
+/// how many runs are in guest code at once.
+const WARM_PER_HANDLER: usize = crate::MAX_DEFAULT_WORKER_THREADS;
+/// Tasks one reset instance serves before it is dropped and instantiated
+/// anew, so nothing a store accumulates outside the instance grows unbounded.
+const RESETS_PER_INSTANCE: u32 = 10_000;
+
+/// The idle instances of one handler. Each holds a pooled instance slot,
+/// so all handlers together keep at most `WARM_IDLE_MAX` (counted in `shared`).
+pub(super) struct WarmPool {
+    idle: Mutex<Vec<WarmInstance>>,
+    shared: Arc<AtomicUsize>,
+    /// Instances of this handler with a checkpoint, idle or running. Past
+    /// `WARM_PER_HANDLER` a new instance takes none (and is dropped after
+    /// its run): it could not be kept, so recording it would be wasted.
+    checkpointed: Arc<AtomicUsize>,
+}
+
+impl WarmPool {
+    /// An empty pool whose idle instances count in `shared`, over all handlers.
+    pub(super) fn new(shared: Arc<AtomicUsize>) -> WarmPool {
+        WarmPool { idle: Mutex::default(), shared, checkpointed: Arc::default() }
+    }
+}
+
+/// Counts one checkpointed instance in its handler's pool while it lives.
+struct Checkpointed(Arc<AtomicUsize>);
+
+impl Checkpointed {
+    /// A place for one more checkpointed instance, if the handler has one.
+    fn claim(count: &Arc<AtomicUsize>) -> Option<Checkpointed> {
+        let mut n = count.load(Ordering::Relaxed);
+        loop {
+            if n >= WARM_PER_HANDLER {
+                return None;
+            }
+            match count.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(Checkpointed(count.clone())),
+                Err(now) => n = now,
+            }
+        }
+    }
+}
+
+impl Drop for Checkpointed {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        let n = self.idle.get_mut().map_or(0, |idle| idle.len());
+        self.shared.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// A live instance kept between tasks: reset to `checkpoint` after each, or
+/// (a type that opted into reuse) as it is.
+struct WarmInstance {
+    store: Store<HostState>,
+    instance: TaskHandler,
+    stdout: CappedPipe,
+    stderr: CappedPipe,
+    served: u32,
+    /// Its checkpoint, and its place among the handler's checkpointed instances.
+    checkpoint: Option<(Arc<Checkpoint>, Checkpointed)>,
+}
+
+impl Handler {
+    /// [`Handler::run`] on a kept instance: taken from the idle ones (or
+    /// made), and put back after the run when it may serve another task.
+    ///
+    /// `reset` (the default): the instance is put back in its state just
+    /// after instantiation ([`Checkpoint`]) after every run that returned,
+    /// and what the host held for the run is dropped, so the next task sees
+    /// what a new instance would. A run that did not return normally (a trap,
+    /// the deadline, a cancel, a host budget or memory cap exceeded) drops
+    /// the instance.
+    ///
+    /// Otherwise (`instance_reuse`) what reuse gives up: the instance's linear
+    /// memory, globals and WASI state carry over from one task to the next,
+    /// so a task can see data an earlier task of the same type left behind,
+    /// and a handler that corrupts its own state without failing affects the
+    /// tasks after it. Any failure discards it.
+    pub(super) async fn run_kept(&self, task: &ClaimedTask, trace: Option<RunTrace>, reset: bool) -> TaskRun {
+        let deadline = Instant::now() + self.limits.timeout;
+        let parts = self.run_parts(task, deadline, trace.clone());
+        let meta = parts.meta.clone();
+        let idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        if idle.is_some() {
+            self.warm.shared.fetch_sub(1, Ordering::Relaxed);
+        }
+        let wit = wit_task(task);
+        let pre = self.component.inner.pre.clone();
+        let fresh = || {
+            let stdout = CappedPipe::new(OUTPUT_CAP);
+            let stderr = CappedPipe::new(OUTPUT_CAP);
+            let store = self.new_store(self.run_parts(task, deadline, trace.clone()), &stdout, &stderr);
+            (store, stdout, stderr)
+        };
+        // The pipes outlive a dropped call, so output is shown even after a timeout.
+        let (warm, stdout, stderr) = match idle {
+            Some(mut w) => {
+                if reset {
+                    // A reset instance writes to this task's own pipes.
+                    w.stdout = CappedPipe::new(OUTPUT_CAP);
+                    w.stderr = CappedPipe::new(OUTPUT_CAP);
+                    w.store.data_mut().next_fresh_task(parts, &w.stdout, &w.stderr);
+                } else {
+                    w.store.data_mut().next_task(parts);
+                }
+                w.store.set_epoch_deadline(1);
+                let (stdout, stderr) = (w.stdout.clone(), w.stderr.clone());
+                (Ok(w), stdout, stderr)
+            }
+            None => {
+                let (store, stdout, stderr) = fresh();
+                (Err(store), stdout, stderr)
+            }
+        };
+        let (out_pipe, err_pipe) = (stdout.clone(), stderr.clone());
+        let component = self.component.clone();
+        let checkpointed = self.warm.checkpointed.clone();
+        let call = async move {
+            let mut w = match warm {
+                Ok(w) => w,
+                Err(mut store) => match pre.instantiate_async(&mut store).await {
+                    Ok(instance) => {
+                        let checkpoint = match reset.then(|| Checkpointed::claim(&checkpointed)).flatten() {
+                            Some(place) => component.checkpoint(&mut store).map(|c| (c, place)),
+                            None => None,
+                        };
+                        WarmInstance { store, instance, stdout, stderr, served: 0, checkpoint }
+                    }
+                    Err(e) => {
+                        let state = store.into_data();
+                        return (Err(e), state.limiter.exceeded, state.held.exceeded, Vec::new(), Vec::new(), None);
+                    }
+                },
+            };
+            let outcome = w.instance.call_handle(&mut w.store, &wit).await;
+            let state = w.store.data_mut();
+            let (exceeded, held) = (state.limiter.exceeded, state.held.exceeded.take());
+            let followups = std::mem::take(&mut state.followups);
+            let groups = state.take_groups();
+            (outcome, exceeded, held, followups, groups, Some(w))
+        };
+        let finished = tokio::time::timeout(self.hard_limit(), call).await;
+        let (out, out_dropped) = out_pipe.take();
+        let (err, err_dropped) = err_pipe.take();
+        meta.emit_output("stdout", &out, out_dropped);
+        meta.emit_output("stderr", &err, err_dropped);
+        let Ok((outcome, memory_wanted, held, followups, groups, warm)) = finished else {
+            return TaskRun::failed(self.deadline_failure());
+        };
+        // Whether the guest returned (success or a failure it reported) within
+        // its caps: only then is its instance in a state that may be kept.
+        let returned = outcome.is_ok() && memory_wanted.is_none() && held.is_none();
+        let result = self.result_of(outcome, memory_wanted, held, &err);
+        if let Some(mut w) = warm {
+            if reset && returned {
+                if self.reset(&mut w) {
+                    self.keep_warm(w);
+                }
+            } else if !reset && result.is_ok() {
+                w.served += 1;
+                self.keep_warm(w);
+            }
+        }
+        TaskRun::of(result, followups, groups)
+    }
+
+    /// Puts a kept instance back in its state just after instantiation, and
+    /// drops what the host held for its last task. False: it must be dropped
+    /// (it has no checkpoint, served its share, or could not be reset).
+    fn reset(&self, w: &mut WarmInstance) -> bool {
+        let Some((checkpoint, _)) = &w.checkpoint else { return false };
+        w.served += 1;
+        if w.served >= RESETS_PER_INSTANCE {
+            return false;
+        }
+        if let Err(e) = checkpoint.restore(&mut w.store) {
+            tracing::warn!(plugin = %self.plugin_name, "dropped an instance that could not be reset: {}", one_line(&format!("{e:#}")));
+            return false;
+        }
+        w.store.data_mut().forget_task();
+        true
+    }
+
+    /// Keeps a warm instance for the next task unless it served its share or
+    /// too many are idle (each holds a pooled instance slot).
+    fn keep_warm(&self, w: WarmInstance) {
+        if let Instances::Reuse(n) = self.instances
+            && w.served >= n
+        {
+            return;
+        }
+        let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() >= WARM_PER_HANDLER {
+            return;
+        }
+        if self.warm.shared.fetch_add(1, Ordering::Relaxed) >= crate::WARM_IDLE_MAX {
+            self.warm.shared.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        idle.push(w);
+    }
+}
