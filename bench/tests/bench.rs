@@ -375,11 +375,20 @@ fn instance_compares_fresh_and_warm_runs_and_needs_no_redis() {
         (run["runs"].as_u64(), run["instance_reuse"].as_u64(), run["failed"].as_u64()),
         (Some(1000), Some(8), Some(0))
     );
-    for field in
-        ["fresh_cpu_us_per_run", "reuse_cpu_us_per_run", "fresh_over_reuse_us", "ratio", "fresh_wall_us_per_run"]
-    {
+    for field in [
+        "fresh_cpu_us_per_run",
+        "reset_cpu_us_per_run",
+        "reuse_cpu_us_per_run",
+        "fresh_over_reuse_us",
+        "ratio",
+        "reset_over_reuse",
+        "fresh_wall_us_per_run",
+        "reset_wall_us_per_run",
+    ] {
         assert!(run[field].is_f64(), "{field}: {run}");
     }
+    // noop's instances can be reset: the kept instances were checkpointed.
+    assert!(run["reset_refused"].is_null(), "{run}");
 }
 
 #[test]
@@ -432,6 +441,6 @@ fn instance_gives_each_run_the_payload_and_fails_naming_a_plugin_whose_runs_fail
     let out = instance(None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("40 of 40 runs of") && stderr.contains("order.timeout.wasm failed"), "{stderr}");
+    assert!(stderr.contains("60 of 60 runs of") && stderr.contains("order.timeout.wasm failed"), "{stderr}");
     assert!(stderr.contains("does it accept an empty payload? (--payload sets it)"), "{stderr}");
 }
