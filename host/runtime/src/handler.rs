@@ -155,7 +155,7 @@ impl Handler {
                 _ if policy.instance_reset => Instances::Reset,
                 _ => Instances::Fresh,
             },
-            warm: Arc::new(WarmPool::new(component.inner.warm_idle.clone())),
+            warm: Arc::new(WarmPool::new(component.inner.warm_idle.clone(), component.inner.kept_per_handler)),
             component,
         }
     }

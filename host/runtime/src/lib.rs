@@ -124,6 +124,14 @@ pub const MAX_THREADS: usize = 256;
 /// (BENCHMARKS.md, "Host CPU by thread count"); `worker_threads` raises it.
 pub const MAX_DEFAULT_WORKER_THREADS: usize = 8;
 
+/// Idle kept instances one handler keeps for its next tasks (reset or
+/// `instance_reuse`): one per handler thread, since those bound how many
+/// runs are in guest code at once, and at least the default threads' cap;
+/// at most what the pool keeps for all handlers (`WARM_IDLE_MAX`).
+fn kept_per_handler(worker_threads: usize) -> usize {
+    worker_threads.max(MAX_DEFAULT_WORKER_THREADS).min(WARM_IDLE_MAX)
+}
+
 /// Threads that run handlers when none are asked for: the machine's cores, up to [`MAX_DEFAULT_WORKER_THREADS`].
 pub fn default_worker_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_DEFAULT_WORKER_THREADS)
@@ -183,6 +191,8 @@ struct RuntimeInner {
     executor: Executor,
     /// Idle warm instances over all handlers (each holds a pool slot).
     warm_idle: Arc<AtomicUsize>,
+    /// Idle kept instances one handler keeps ([`kept_per_handler`]).
+    kept_per_handler: usize,
     /// How freed slots are reset here, and why.
     memory_reset: MemoryReset,
 }
@@ -282,6 +292,7 @@ impl Runtime {
             compile_limits: std::sync::Mutex::new(opts.compile_limits),
             executor: Executor(Some(executor)),
             warm_idle: Arc::default(),
+            kept_per_handler: kept_per_handler(opts.worker_threads),
             memory_reset,
         });
         spawn_epoch_ticker(Arc::downgrade(&inner))?;
@@ -340,6 +351,7 @@ impl Runtime {
                 compiled,
                 max_memory: self.inner.max_memory,
                 warm_idle: self.inner.warm_idle.clone(),
+                kept_per_handler: self.inner.kept_per_handler,
                 reset_template: OnceLock::new(),
                 reset_refused: OnceLock::new(),
                 runs: AtomicU64::new(0),
@@ -527,6 +539,7 @@ struct ComponentInner {
     compiled: Option<CompileStats>,
     max_memory: u64,
     warm_idle: Arc<AtomicUsize>,
+    kept_per_handler: usize,
     /// The first checkpoint of one of its instances: later ones share its
     /// memory images where the contents are the same (they are for a
     /// deterministic start), so kept instances of a plugin hold one copy.

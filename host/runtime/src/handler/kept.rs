@@ -15,10 +15,6 @@ use crate::trace::RunTrace;
 use crate::{one_line, pipe::CappedPipe};
 use hourglass_task::task::ClaimedTask;
 
-/// Idle kept instances one handler keeps for its next tasks (reset or
-/// `instance_reuse`): as many as the default executor threads, which bound
-/// how many runs are in guest code at once.
-const WARM_PER_HANDLER: usize = crate::MAX_DEFAULT_WORKER_THREADS;
 /// Tasks one reset instance serves before it is dropped and instantiated
 /// anew, so nothing a store accumulates outside the instance grows unbounded.
 const RESETS_PER_INSTANCE: u32 = 10_000;
@@ -28,16 +24,18 @@ const RESETS_PER_INSTANCE: u32 = 10_000;
 pub(super) struct WarmPool {
     idle: Mutex<Vec<WarmInstance>>,
     shared: Arc<AtomicUsize>,
+    /// Most idle instances it keeps, and most checkpointed ones it has.
+    cap: usize,
     /// Instances of this handler with a checkpoint, idle or running. Past
-    /// `WARM_PER_HANDLER` a new instance takes none (and is dropped after
+    /// `cap` a new instance takes none (and is dropped after
     /// its run): it could not be kept, so recording it would be wasted.
     checkpointed: Arc<AtomicUsize>,
 }
 
 impl WarmPool {
     /// An empty pool whose idle instances count in `shared`, over all handlers.
-    pub(super) fn new(shared: Arc<AtomicUsize>) -> WarmPool {
-        WarmPool { idle: Mutex::default(), shared, checkpointed: Arc::default() }
+    pub(super) fn new(shared: Arc<AtomicUsize>, cap: usize) -> WarmPool {
+        WarmPool { idle: Mutex::default(), shared, cap, checkpointed: Arc::default() }
     }
 }
 
@@ -46,10 +44,10 @@ struct Checkpointed(Arc<AtomicUsize>);
 
 impl Checkpointed {
     /// A place for one more checkpointed instance, if the handler has one.
-    fn claim(count: &Arc<AtomicUsize>) -> Option<Checkpointed> {
+    fn claim(count: &Arc<AtomicUsize>, cap: usize) -> Option<Checkpointed> {
         let mut n = count.load(Ordering::Relaxed);
         loop {
-            if n >= WARM_PER_HANDLER {
+            if n >= cap {
                 return None;
             }
             match count.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
@@ -139,13 +137,13 @@ impl Handler {
         };
         let (out_pipe, err_pipe) = (stdout.clone(), stderr.clone());
         let component = self.component.clone();
-        let checkpointed = self.warm.checkpointed.clone();
+        let (checkpointed, cap) = (self.warm.checkpointed.clone(), self.warm.cap);
         let call = async move {
             let mut w = match warm {
                 Ok(w) => w,
                 Err(mut store) => match pre.instantiate_async(&mut store).await {
                     Ok(instance) => {
-                        let checkpoint = match reset.then(|| Checkpointed::claim(&checkpointed)).flatten() {
+                        let checkpoint = match reset.then(|| Checkpointed::claim(&checkpointed, cap)).flatten() {
                             Some(place) => component.checkpoint(&mut store).map(|c| (c, place)),
                             None => None,
                         };
@@ -215,7 +213,7 @@ impl Handler {
             return;
         }
         let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() >= WARM_PER_HANDLER {
+        if idle.len() >= self.warm.cap {
             return;
         }
         if self.warm.shared.fetch_add(1, Ordering::Relaxed) >= crate::WARM_IDLE_MAX {
