@@ -129,7 +129,7 @@ pub const MAX_DEFAULT_WORKER_THREADS: usize = 8;
 /// runs are in guest code at once, and at least the default threads' cap;
 /// at most what the pool keeps for all handlers (`WARM_IDLE_MAX`).
 fn kept_per_handler(worker_threads: usize) -> usize {
-    worker_threads.max(MAX_DEFAULT_WORKER_THREADS).min(WARM_IDLE_MAX)
+    worker_threads.clamp(MAX_DEFAULT_WORKER_THREADS, WARM_IDLE_MAX)
 }
 
 /// Threads that run handlers when none are asked for: the machine's cores, up to [`MAX_DEFAULT_WORKER_THREADS`].
