@@ -45,16 +45,8 @@ struct Checkpointed(Arc<AtomicUsize>);
 impl Checkpointed {
     /// A place for one more checkpointed instance, if the handler has one.
     fn claim(count: &Arc<AtomicUsize>, cap: usize) -> Option<Checkpointed> {
-        let mut n = count.load(Ordering::Relaxed);
-        loop {
-            if n >= cap {
-                return None;
-            }
-            match count.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Some(Checkpointed(count.clone())),
-                Err(now) => n = now,
-            }
-        }
+        count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < cap).then_some(n + 1)).ok()?;
+        Some(Checkpointed(count.clone()))
     }
 }
 
