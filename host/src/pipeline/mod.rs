@@ -64,6 +64,16 @@ fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, conc
     let settler =
         settle::Settler::of(runner).run(task_type.clone(), state.in_flight.clone(), state.metrics.clone(), queue);
     state.set_settler(tokio::spawn(settler));
+    if runner.registry.config().events_maxlen(task_type).is_some() {
+        // The stream exists from the start, so a client waiting for a task's end
+        // can tell "no event yet" from "this type has no events" (docs/operations.md).
+        let (store, task_type) = (runner.store.clone(), task_type.clone());
+        tokio::spawn(async move {
+            if let Err(e) = store.open_events(&task_type).await {
+                warn!(task_type = %task_type, "{e:#}: clients waiting for its tasks may say it has no events until one ends");
+            }
+        });
+    }
     state
 }
 

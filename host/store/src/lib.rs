@@ -25,7 +25,7 @@
 //! | `P:{T}:seq`                 | STRING | token counter                                  |
 //! | `P:{T}:outbox`              | HASH   | entry id → encoded follow-up                   |
 //! | `P:{T}:delivered:<entry>`   | STRING | outbox delivery marker, PX 24h                 |
-//! | `P:{T}:events`              | STREAM | outcomes, when `events = true` for the type    |
+//! | `P:{T}:events`              | STREAM | outcomes, when `events = true` (made at start)|
 //! | `P:{T}:recur`               | HASH   | recurring schedules and their armed occurrences|
 //! | `P:{T}:throttle`            | HASH   | the token bucket of the type's `rate`          |
 //! | `P:{T}:paused`              | STRING | exists while the type is paused                |

@@ -32,6 +32,7 @@ pub(super) struct Scripts {
     pub(super) group_child: Script,
     pub(super) group_end: Script,
     pub(super) group_reports: Script,
+    pub(super) events_open: Script,
 }
 
 /// The shared helpers every script starts with.
@@ -100,6 +101,7 @@ impl Scripts {
             group_child: script!(prelude, "group_child"),
             group_end: script!(prelude, "group_end"),
             group_reports: script!(prelude, "group_reports"),
+            events_open: script!(prelude, "events_open"),
         }
     }
 }

@@ -121,6 +121,22 @@ impl Store {
         Ok((ends > 0).then_some(ends))
     }
 
+    /// Creates the (empty) events stream of type or shard `t` when it is missing, so clients
+    /// that wait for a task's end can tell a type without events from one with none yet.
+    /// A host calls it for each type with `events = true` as it starts serving it.
+    pub async fn open_events(&self, t: &TaskType) -> Result<bool> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        let created: i64 = self
+            .scripts
+            .events_open
+            .key(&k.events)
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot create the events stream of {t}"))?;
+        Ok(created == 1)
+    }
+
     /// Resumes a paused type (every shard); false when it was not paused.
     pub async fn resume(&self, t: &TaskType) -> Result<bool> {
         let mut resumed = false;

@@ -139,6 +139,28 @@ fn events_are_capped_by_events_maxlen() {
     assert!((10..=200).contains(&len), "{len} entries kept");
 }
 
+/// A host creates the (empty) events stream of each type with events on as it starts, and no
+/// other: clients waiting for a task's end tell "no event yet" from "no events" by it.
+#[test]
+fn a_host_opens_the_events_stream_of_types_with_events_on() {
+    let redis = RedisServer::start();
+    let mut conn = redis.client();
+    // An entry written before the host starts is kept: the stream is only created when missing.
+    let _: String = conn.xadd("hourglass:{kept}:events", "*", &[("id", "old"), ("outcome", "succeeded")]).unwrap();
+    let _host = Host::start(
+        &redis,
+        &[("noop", plugin("noop")), ("quiet", plugin("noop")), ("kept", plugin("noop"))],
+        "[types.noop]\nevents = true\n[types.kept]\nevents = true\n",
+    );
+    let present = |conn: &mut redis::Connection, t: &str| -> bool { conn.exists(format!("hourglass:{{{t}}}:events")).unwrap() };
+    wait_for("the stream", LONG, || present(&mut conn, "noop").then_some(()));
+    let len: usize = conn.xlen("hourglass:{noop}:events").unwrap();
+    let groups: Vec<redis::Value> = redis::cmd("XINFO").arg("GROUPS").arg("hourglass:{noop}:events").query(&mut conn).unwrap();
+    assert_eq!((len, groups.len()), (0, 0), "created empty, with no consumer group left behind");
+    assert!(!present(&mut conn, "quiet"), "a type with events off gets no stream");
+    assert_eq!(events(&mut conn, "kept").len(), 1, "an existing stream is left as it was");
+}
+
 #[test]
 fn json_logs_carry_task_and_plugin_fields() {
     let redis = RedisServer::start();
