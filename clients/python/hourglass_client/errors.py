@@ -4,19 +4,30 @@ from __future__ import annotations
 
 
 class HourglassError(Exception):
-    """Every error this client raises on purpose."""
+    """Every error this client raises on purpose.
+
+    ``code`` is a stable name for the kind of error, the same as the Node client's ``code``.
+    """
+
+    code: str = "HG_ERROR"
 
 
 class InvalidTaskType(HourglassError, ValueError):
     """A task type name the host would refuse: ``[a-z0-9][a-z0-9._-]{0,63}``."""
 
+    code = "HG_INVALID_TASK_TYPE"
+
 
 class InvalidId(HourglassError, ValueError):
     """A task id, group id or callback id that cannot be used (empty, too long, control characters)."""
 
+    code = "HG_INVALID_ID"
+
 
 class InvalidArgument(HourglassError, ValueError):
     """Another argument out of its range: a mode, a ``when``, a negative delay, a shard count."""
+
+    code = "HG_INVALID_ARGUMENT"
 
 
 class DataFault(HourglassError):
@@ -25,21 +36,49 @@ class DataFault(HourglassError):
     Nothing was written: every script checks before its first write.
     """
 
+    code = "HG_DATA_FAULT"
+
 
 class GroupRefused(HourglassError):
     """A workflow group step the group's state refuses (``HGGROUP``); nothing was written."""
+
+    code = "HG_GROUP_REFUSED"
 
 
 class NoSuchGroup(GroupRefused):
     """The group was never opened, or was done more than 7 days ago."""
 
+    code = "HG_NO_SUCH_GROUP"
+
 
 class GroupClosed(GroupRefused):
     """The group is sealed or done: no children can be added."""
 
+    code = "HG_GROUP_CLOSED"
+
 
 class GroupConflict(GroupRefused):
     """Opening a group that is open with another callback, or that already completed."""
+
+    code = "HG_GROUP_CONFLICT"
+
+
+class NoEvents(HourglassError):
+    """:meth:`~hourglass_client.Hourglass.wait` on a type that has no events stream (``events = true`` is not set for it)."""
+
+    code = "HG_NO_EVENTS"
+
+
+class WaitTimeout(HourglassError, TimeoutError):
+    """:meth:`~hourglass_client.Hourglass.wait` reached its timeout before the task ended."""
+
+    code = "HG_WAIT_TIMEOUT"
+
+
+class UnknownTask(HourglassError, LookupError):
+    """:meth:`~hourglass_client.Hourglass.wait` on a task that is not there and has no ending in the events stream."""
+
+    code = "HG_UNKNOWN_TASK"
 
 
 def from_reply(err: Exception) -> Exception:

@@ -12,7 +12,7 @@ SLOTS = 16384
 
 def _f32(x: float) -> float:
     """``x`` rounded to a C ``float``: redis-cli splits the slots in float arithmetic."""
-    return struct.unpack("f", struct.pack("f", x))[0]
+    return float(struct.unpack("f", struct.pack("f", x))[0])
 
 
 def slot_ranges(n: int) -> list[int]:

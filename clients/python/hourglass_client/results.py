@@ -1,0 +1,229 @@
+"""What the calls return: states as ``str`` enums (``view.state == "running"`` still holds, and
+``print(view.state)`` prints ``running``), and results as dataclasses. Every time is in ms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, List, Mapping, Optional, Tuple, Union
+
+from ._args import Id, Mode, Payload
+
+
+class _StrEnum(str, Enum):
+    """A ``str`` whose value is the word Redis and the CLI use; prints as that word."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class TaskState(_StrEnum):
+    """Where a task is (:attr:`TaskView.state`)."""
+
+    SCHEDULED = "scheduled"
+    DUE = "due"
+    RUNNING = "running"
+    DEAD = "dead"
+    UNKNOWN = "unknown"
+
+
+class CancelState(_StrEnum):
+    """What :meth:`~hourglass_client.Hourglass.cancel` found: a waiting task (removed), a running one
+    (its host was asked to stop it), or none."""
+
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    UNKNOWN = "unknown"
+
+
+class GroupState(_StrEnum):
+    """A workflow group: ``open`` (children can be added), ``sealed`` (waits for its children), ``done``."""
+
+    OPEN = "open"
+    SEALED = "sealed"
+    DONE = "done"
+
+
+class Fired(_StrEnum):
+    """What completing a group did: scheduled its ``callback``, ``skipped`` it (``when="success"`` and a
+    child failed), or ``kept`` a callback task that was there (``replace=False``)."""
+
+    CALLBACK = "callback"
+    SKIPPED = "skipped"
+    KEPT = "kept"
+
+
+class SealState(_StrEnum):
+    """What :meth:`~hourglass_client.Hourglass.group_seal` did."""
+
+    #: Sealed: it completes once its last pending child ends.
+    SEALED = "sealed"
+    #: Nothing was pending: sealed and completed at once (see :attr:`Sealed.fired`).
+    COMPLETED = "completed"
+    #: It was sealed or done before: nothing changed.
+    ALREADY = "already"
+
+
+class Outcome(_StrEnum):
+    """How a task ended (:attr:`Ended.outcome`)."""
+
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class Cancelled:
+    """What :meth:`~hourglass_client.Hourglass.cancel` did."""
+
+    #: ``scheduled`` (removed), ``running`` (its host was asked to stop it) or ``unknown`` (neither).
+    state: CancelState
+    #: Of a running task, the host id that holds it.
+    holder: str = ""
+    #: A workflow group's child: its group is told it was cancelled (a host delivers the report).
+    group_told: bool = False
+
+
+@dataclass
+class Lease:
+    """The lease of a running task."""
+
+    host: str
+    attempt: int
+    token: int
+    until_ms: int
+
+
+@dataclass
+class TaskView:
+    """Where one task is and what Redis knows about it, read in one snapshot (``hourglass show``)."""
+
+    #: Its type; of a sharded type, the shard it is in (``hot#3``).
+    task_type: str
+    id: bytes
+    state: TaskState
+    #: Redis's clock when read, ms.
+    now_ms: int
+    due_ms: Optional[int] = None
+    running: Optional[Lease] = None
+    died_ms: Optional[int] = None
+    attempts: int = 0
+    last_error: Optional[str] = None
+    #: The payload's size in bytes, and its first bytes (up to the ``payload_bytes`` asked for).
+    payload_size: int = 0
+    payload: Optional[bytes] = None
+    #: ``<callback type>/<group id>`` of a workflow group's child, until it ends.
+    group: Optional[str] = None
+    #: Of a sharded type, the index of its shard.
+    shard: Optional[int] = None
+
+
+@dataclass
+class Stats:
+    """Queue sizes and counters of a type, summed over its shards (``hourglass stats``)."""
+
+    due_now: int = 0
+    scheduled_later: int = 0
+    in_flight: int = 0
+    dead: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_total: int = 0
+    cancelled: int = 0
+    oldest_due_age_ms: int = 0
+    groups_open: int = 0
+    groups_completed: int = 0
+    groups_failed: int = 0
+    #: What is wrong with the type's keys, with the fix; None when they are sound.
+    fault: Optional[str] = None
+    #: None when not paused; 0 when paused until resumed; else ms until the pause ends.
+    paused_ms: Optional[int] = None
+
+
+@dataclass
+class Child:
+    """A child to add to a workflow group: a task of any type."""
+
+    task_type: str
+    id: str
+    payload: Payload = None
+    #: Due time in ms since the epoch (default: now).
+    due_ms: Optional[int] = None
+
+
+@dataclass
+class Added:
+    """What :meth:`~hourglass_client.Hourglass.group_add` did."""
+
+    #: Children new to the group (a child added again while pending counts once).
+    joined: int = 0
+    #: (type, id) of children not scheduled: another group's child; counted as cancelled here.
+    refused: List[Tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Sealed:
+    """What :meth:`~hourglass_client.Hourglass.group_seal` did."""
+
+    state: SealState
+    #: When it completed at once (``state`` is ``completed``): what completing did.
+    fired: Optional[Fired] = None
+
+
+@dataclass
+class GroupView:
+    """A workflow group as it is now (``hourglass group show``)."""
+
+    callback_type: str
+    group: str
+    state: GroupState
+    callback_id: str
+    #: ``all`` or ``success``.
+    when: str
+    added: int
+    pending: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    opened_ms: int
+    completed_ms: Optional[int] = None
+    #: What completing did, once done.
+    fired: Optional[Fired] = None
+
+
+@dataclass
+class Ended:
+    """How a task ended (:meth:`~hourglass_client.Hourglass.wait`), from its type's events stream."""
+
+    outcome: Outcome
+    #: The attempt that ended (1 = the first); 0 when nothing ran (cancelled while it waited).
+    attempt: int
+    #: The error text of a dead task's last attempt.
+    error: Optional[str] = None
+    #: When its handler finished, ms since the epoch; None when that is not known.
+    finished_ms: Optional[int] = None
+
+
+@dataclass
+class NewTask:
+    """One task for :meth:`~hourglass_client.Hourglass.schedule_many`: the arguments of
+    :meth:`~hourglass_client.Hourglass.schedule`, but no ``traceparent`` (not supported in bulk)."""
+
+    task_type: str
+    id: Id
+    payload: Payload = None
+    at: Optional[datetime] = None
+    at_ms: Optional[int] = None
+    delay: Optional[timedelta] = None
+    delay_ms: Optional[int] = None
+    mode: Mode = "upsert"
+
+
+#: What :meth:`~hourglass_client.Hourglass.schedule_many` takes: a :class:`NewTask`, or a mapping
+#: with the same keys (``{"task_type": "mail", "id": "m-1", "delay_ms": 60_000}``).
+NewTaskLike = Union[NewTask, Mapping[str, Any]]
