@@ -1,29 +1,60 @@
-// The errors the client throws: a refusal is typed, so an application can match on it (instanceof).
+// The errors the client throws: a refusal is typed, so an application can match on it (instanceof),
+// or on its stable `code` ("HG_INVALID_ID", ...) beside its `name`, as Node's own errors carry one.
 "use strict";
 
-/** Every error this client throws on purpose. */
+/** Every error this client throws on purpose; `code` names its kind and never changes. */
 class HourglassError extends Error {
-  constructor(message) {
-    super(message);
+  static code = "HG_ERROR";
+  constructor(message, options) {
+    super(message, options);
     this.name = this.constructor.name;
+    this.code = this.constructor.code;
   }
 }
 /** A task type name the host would refuse: [a-z0-9][a-z0-9._-]{0,63}. */
-class InvalidTaskType extends HourglassError {}
+class InvalidTaskType extends HourglassError {
+  static code = "HG_INVALID_TASK_TYPE";
+}
 /** A task id, group id or callback id that cannot be used (empty, too long, control characters). */
-class InvalidId extends HourglassError {}
-/** Another argument out of its range: a mode, a `when`, a negative delay, a shard count. */
-class InvalidArgument extends HourglassError {}
+class InvalidId extends HourglassError {
+  static code = "HG_INVALID_ID";
+}
+/** Another argument out of its range or of the wrong kind: a mode, a `when`, a negative delay, an unknown option. */
+class InvalidArgument extends HourglassError {
+  static code = "HG_INVALID_ARGUMENT";
+}
 /** A key of the type holds data of the wrong kind (HGFAULT); the message names it and the fix. Nothing was written. */
-class DataFault extends HourglassError {}
+class DataFault extends HourglassError {
+  static code = "HG_DATA_FAULT";
+}
 /** A workflow group step the group's state refuses (HGGROUP); nothing was written. */
-class GroupRefused extends HourglassError {}
+class GroupRefused extends HourglassError {
+  static code = "HG_GROUP_REFUSED";
+}
 /** The group was never opened, or was done more than 7 days ago. */
-class NoSuchGroup extends GroupRefused {}
+class NoSuchGroup extends GroupRefused {
+  static code = "HG_NO_SUCH_GROUP";
+}
 /** The group is sealed or done: no children can be added. */
-class GroupClosed extends GroupRefused {}
+class GroupClosed extends GroupRefused {
+  static code = "HG_GROUP_CLOSED";
+}
 /** Opening a group that is open with another callback, or that already completed. */
-class GroupConflict extends GroupRefused {}
+class GroupConflict extends GroupRefused {
+  static code = "HG_GROUP_CONFLICT";
+}
+/** waitUntilFinished: the type (or shard) has no events stream, so no end could ever be seen. */
+class NoEvents extends HourglassError {
+  static code = "HG_NO_EVENTS";
+}
+/** waitUntilFinished: the task did not end within `timeoutMs`. */
+class WaitTimeout extends HourglassError {
+  static code = "HG_WAIT_TIMEOUT";
+}
+/** waitUntilFinished: the task is not waiting, running or dead, and its events stream holds no end of it. */
+class UnknownTask extends HourglassError {
+  static code = "HG_UNKNOWN_TASK";
+}
 
 /** The typed error for a script's error reply, or `err` itself when it is none of ours. */
 function fromReply(err) {
@@ -50,5 +81,8 @@ module.exports = {
   NoSuchGroup,
   GroupClosed,
   GroupConflict,
+  NoEvents,
+  WaitTimeout,
+  UnknownTask,
   fromReply,
 };

@@ -1,4 +1,5 @@
-// Types of the Hourglass Node client (index.js).
+// Types of the Hourglass Node client (index.js); checked by `tsc --strict` in test/types.test.js.
+// Every number of time is milliseconds, and its name says so (`delayMs`, `atMs`, `dueMs`, ...).
 import type { Redis, Cluster } from "ioredis";
 
 /** A task id: bytes, text, or an integer (written as its decimal text). */
@@ -7,15 +8,30 @@ export type Id = string | Buffer | Uint8Array | number | bigint;
 export type Payload = string | Buffer | Uint8Array | number | boolean | object | null;
 export type Mode = "upsert" | "if-absent" | "only-later" | "only-earlier";
 
-export interface ScheduleOptions {
-  /** Due time: a Date or ms since the epoch. */
-  at?: Date | number;
-  /** Due in this many ms from now (default 0: now). */
+/** When a task falls due: at most one of `at`, `atMs` and `delayMs`; none: now. */
+export interface Due {
+  /** Due at this time. */
+  at?: Date;
+  /** Due at this many ms since the epoch. */
+  atMs?: number;
+  /** Due this many ms from now. */
   delayMs?: number;
+}
+
+export interface ScheduleOptions extends Due {
   payload?: Payload;
+  /** Default "upsert". */
   mode?: Mode;
   /** W3C traceparent: the run's span continues this trace. */
   traceparent?: string;
+}
+
+/** One task of scheduleMany (no traceparent: use schedule for that). */
+export interface NewTask extends Due {
+  taskType: string;
+  id: Id;
+  payload?: Payload;
+  mode?: Mode;
 }
 
 export interface Cancelled {
@@ -33,11 +49,13 @@ export interface Lease {
   untilMs: number;
 }
 
+export type TaskState = "scheduled" | "due" | "running" | "dead" | "unknown";
+
 export interface TaskView {
   /** Its type; of a sharded type, the shard it is in (its tag). */
   taskType: string;
   id: Buffer;
-  state: "scheduled" | "due" | "running" | "dead" | "unknown";
+  state: TaskState;
   nowMs: number;
   dueMs: number | null;
   running: Lease | null;
@@ -66,7 +84,7 @@ export interface Stats {
   groupsCompleted: number;
   groupsFailed: number;
   fault: string | null;
-  /** null: not paused; 0: until resumed; else ms until the pause ends. */
+  /** null: not paused; 0: until resumed; else ms left until the pause ends. */
   pausedMs: number | null;
 }
 
@@ -83,6 +101,22 @@ export interface Added {
   refused: Array<[string, string]>;
 }
 
+export type Fired = "callback" | "skipped" | "kept";
+
+/** What groupSeal did: sealed (children pending), completed now (nothing pending), or nothing (sealed or done before). */
+export type Sealed = { state: "sealed"; fired: null } | { state: "completed"; fired: Fired } | { state: "already"; fired: null };
+
+export interface GroupOpenOptions {
+  /** The callback task's id (default: the group id). */
+  callbackId?: string;
+  /** The callback's payload, in the summary JSON: text, or a JSON-able value as its JSON text. */
+  payload?: string | number | boolean | object | null;
+  /** "all" (default): when every child ended; "success": only when all succeeded (a chain). */
+  when?: "all" | "success";
+  /** false: keep a callback task with that id that is waiting or dead. Default true. */
+  replace?: boolean;
+}
+
 export interface GroupView {
   callbackType: string;
   group: string;
@@ -96,43 +130,112 @@ export interface GroupView {
   cancelled: number;
   openedMs: number;
   completedMs: number | null;
-  fired: "callback" | "skipped" | "kept" | null;
+  fired: Fired | null;
+}
+
+export type Outcome = "succeeded" | "dead" | "cancelled";
+
+/** How a task ended (waitUntilFinished). */
+export interface Ended {
+  outcome: Outcome;
+  /** The attempt that ended (1 = first). */
+  attempt: number;
+  /** The error text of a dead task. */
+  error: string | null;
+  /** When it ended, ms since the epoch; null for a task a client cancelled while it waited (no event). */
+  finishedMs: number | null;
+}
+
+export interface HourglassOptions {
+  /** The hosts' `[redis] prefix` (default "hourglass"). */
+  prefix?: string;
+  /** Each sharded type's `[types.T] shards`, as the hosts run it. */
+  shards?: Record<string, number>;
 }
 
 export class Hourglass {
-  constructor(redis: Redis | Cluster, options?: { prefix?: string; shards?: Record<string, number> });
+  constructor(redis: Redis | Cluster, options?: HourglassOptions);
+  readonly redis: Redis | Cluster;
+  readonly prefix: string;
   key(queue: string, suffix: string): string;
   shardFor(taskType: string, id: Id): string;
   schedule(taskType: string, id: Id, options?: ScheduleOptions): Promise<boolean>;
+  /** Whether each due time was written, in input order. */
+  scheduleMany(tasks: Iterable<NewTask>): Promise<boolean[]>;
+  /** How the task ended (its type needs `events = true`); no `timeoutMs`: wait for ever. */
+  waitUntilFinished(taskType: string, id: Id, options?: { timeoutMs?: number }): Promise<Ended>;
   postpone(taskType: string, id: Id, delayMs: number): Promise<number | null>;
   runNow(taskType: string, id: Id): Promise<number | null>;
   cancel(taskType: string, id: Id): Promise<Cancelled>;
   show(taskType: string, id: Id, options?: { payloadBytes?: number }): Promise<TaskView>;
+  /** No `lengthMs`: until resumed (resolves to null); else when it ends, ms since the epoch. */
   pause(taskType: string, options?: { lengthMs?: number }): Promise<number | null>;
   resume(taskType: string): Promise<boolean>;
   stats(taskType: string): Promise<Stats>;
-  groupOpen(
-    callbackType: string,
-    group: string,
-    options?: { callbackId?: string; payload?: string; when?: "all" | "success"; replace?: boolean },
-  ): Promise<boolean>;
+  groupOpen(callbackType: string, group: string, options?: GroupOpenOptions): Promise<boolean>;
   groupAdd(callbackType: string, group: string, children: Child[]): Promise<Added>;
-  groupSeal(callbackType: string, group: string): Promise<"sealed" | "already" | `completed:${string}`>;
+  groupSeal(callbackType: string, group: string): Promise<Sealed>;
   groupShow(callbackType: string, group: string): Promise<GroupView | null>;
 }
 
 export function shardTags(taskType: string, n: number): readonly string[];
-export function shardOf(id: Id, n: number): number;
+export function shardOf(id: string | Buffer, n: number): number;
 export function taskType(name: string): string;
-export function dueMs(at?: Date | number | null, delayMs?: number | null): number;
+/** The due time (ms since the epoch) that `due` names, from `now` (default: this machine's clock). */
+export function dueMs(due?: Due, now?: number): number;
 export function nowMs(): number;
+/** This package's version (package.json). */
+export const version: string;
 
-export class HourglassError extends Error {}
-export class InvalidTaskType extends HourglassError {}
-export class InvalidId extends HourglassError {}
-export class InvalidArgument extends HourglassError {}
-export class DataFault extends HourglassError {}
-export class GroupRefused extends HourglassError {}
-export class NoSuchGroup extends GroupRefused {}
-export class GroupClosed extends GroupRefused {}
-export class GroupConflict extends GroupRefused {}
+export type ErrorCode =
+  | "HG_ERROR"
+  | "HG_INVALID_TASK_TYPE"
+  | "HG_INVALID_ID"
+  | "HG_INVALID_ARGUMENT"
+  | "HG_DATA_FAULT"
+  | GroupRefusedCode
+  | "HG_NO_EVENTS"
+  | "HG_WAIT_TIMEOUT"
+  | "HG_UNKNOWN_TASK";
+export type GroupRefusedCode = "HG_GROUP_REFUSED" | "HG_NO_SUCH_GROUP" | "HG_GROUP_CLOSED" | "HG_GROUP_CONFLICT";
+
+/** Every error this client throws on purpose; `code` names its kind and never changes. */
+export class HourglassError extends Error {
+  constructor(message?: string, options?: { cause?: unknown });
+  readonly code: ErrorCode;
+  /** scheduleMany's InvalidArgument for a bad task: the error of that task. */
+  cause?: unknown;
+}
+export class InvalidTaskType extends HourglassError {
+  readonly code: "HG_INVALID_TASK_TYPE";
+}
+export class InvalidId extends HourglassError {
+  readonly code: "HG_INVALID_ID";
+}
+export class InvalidArgument extends HourglassError {
+  readonly code: "HG_INVALID_ARGUMENT";
+}
+export class DataFault extends HourglassError {
+  readonly code: "HG_DATA_FAULT";
+}
+export class GroupRefused extends HourglassError {
+  readonly code: GroupRefusedCode;
+}
+export class NoSuchGroup extends GroupRefused {
+  readonly code: "HG_NO_SUCH_GROUP";
+}
+export class GroupClosed extends GroupRefused {
+  readonly code: "HG_GROUP_CLOSED";
+}
+export class GroupConflict extends GroupRefused {
+  readonly code: "HG_GROUP_CONFLICT";
+}
+export class NoEvents extends HourglassError {
+  readonly code: "HG_NO_EVENTS";
+}
+export class WaitTimeout extends HourglassError {
+  readonly code: "HG_WAIT_TIMEOUT";
+}
+export class UnknownTask extends HourglassError {
+  readonly code: "HG_UNKNOWN_TASK";
+}

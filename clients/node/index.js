@@ -5,12 +5,14 @@
 const fs = require("fs");
 const path = require("path");
 const errors = require("./errors");
+const checks = require("./args");
 const { shardTags, shardOf } = require("./shards");
+const { scheduleMany } = require("./bulk");
+const { waitUntilFinished } = require("./wait");
 
-const { InvalidTaskType, InvalidId, InvalidArgument, fromReply } = errors;
+const { InvalidArgument, fromReply } = errors;
+const { taskType, describe, rawId, checkOptions, textId, payloadOf, nowMs, msOf, dueMs, modeOf } = checks;
 
-const TYPE = /^[a-z0-9][a-z0-9._-]{0,63}$/;
-const MODES = ["upsert", "if-absent", "only-later", "only-earlier"];
 const GROUP_ID_MAX = 200;
 // Children per script call, as the host sends them (its CHILDREN_PER_CALL).
 const CHILDREN_PER_CALL = 256;
@@ -22,105 +24,6 @@ const SCRIPTS = ["schedule", "reschedule", "cancel", "show", "pause", "resume", 
 
 function load(name) {
   return fs.readFileSync(path.join(__dirname, "scripts", `${name}.lua`), "utf8");
-}
-
-/** `name` when it is a valid task type name; else throws InvalidTaskType. */
-function taskType(name) {
-  if (typeof name !== "string" || !TYPE.test(name)) {
-    throw new InvalidTaskType(`invalid task type ${JSON.stringify(name)}: allowed: [a-z0-9][a-z0-9._-]{0,63}`);
-  }
-  return name;
-}
-
-/** How a refused value reads in an error: its JSON where it has one, else its type. */
-function describe(v) {
-  try {
-    const json = JSON.stringify(v);
-    if (json !== undefined) return `${json} (${v === null ? "null" : typeof v})`;
-  } catch {
-    // a BigInt or a cycle: the type says enough
-  }
-  return typeof v;
-}
-
-// An integer is its decimal text, as the Python client, the CLI and redis-cli write it; anything
-// else that is not text or bytes is refused rather than turned into "[object Object]".
-function rawId(id, what = "task id") {
-  let raw;
-  if (Buffer.isBuffer(id)) raw = id;
-  else if (id instanceof Uint8Array) raw = Buffer.from(id);
-  else if (typeof id === "string") raw = Buffer.from(id);
-  else if ((typeof id === "number" && Number.isSafeInteger(id)) || typeof id === "bigint") raw = Buffer.from(String(id));
-  else throw new InvalidId(`invalid ${what} ${describe(id)}: give a string, a Buffer or an integer`);
-  if (raw.length === 0) throw new InvalidId(`invalid ${what}: it is empty`);
-  return raw;
-}
-
-/**
- * Throws InvalidArgument for an option `call` does not know, naming it (and `fooMs` for `foo`),
- * instead of ignoring it: BullMQ's `delay` would otherwise schedule a task due now.
- */
-function checkOptions(options, known, call) {
-  if (options === null || typeof options !== "object") {
-    throw new InvalidArgument(`the options of ${call} must be an object (got ${describe(options)})`);
-  }
-  for (const name of Object.keys(options)) {
-    if (known.includes(name)) continue;
-    const ms = `${name}Ms`;
-    const hint = known.includes(ms) ? `: did you mean ${ms} (milliseconds)?` : `; known: ${known.join(", ")}`;
-    throw new InvalidArgument(`unknown option ${JSON.stringify(name)} of ${call}${hint}`);
-  }
-  return options;
-}
-
-function textId(id, what, most = GROUP_ID_MAX) {
-  if (typeof id !== "string" || id.length === 0 || Buffer.byteLength(id) > most) {
-    throw new InvalidId(`invalid ${what} ${JSON.stringify(id)}: it must be 1 to ${most} bytes of text`);
-  }
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f-\u009f]/.test(id)) {
-    throw new InvalidId(`invalid ${what} ${JSON.stringify(id)}: it may not contain control characters`);
-  }
-  return id;
-}
-
-/** Bytes as they are, a string as UTF-8, and any other value as its JSON text (`{order: 42}`, `5`). */
-function payloadOf(p) {
-  if (p === undefined || p === null) return Buffer.alloc(0);
-  if (Buffer.isBuffer(p)) return p;
-  if (p instanceof Uint8Array) return Buffer.from(p);
-  if (typeof p === "string") return Buffer.from(p);
-  let json;
-  try {
-    json = JSON.stringify(p);
-  } catch (e) {
-    throw new InvalidArgument(`payload ${describe(p)} is not a Buffer, a string or JSON-able: ${e.message}`);
-  }
-  if (json === undefined || (typeof p === "number" && !Number.isFinite(p))) {
-    throw new InvalidArgument(`payload ${describe(p)} is not a Buffer, a string or JSON-able`);
-  }
-  return Buffer.from(json);
-}
-
-/** This machine's clock in ms since the epoch. */
-function nowMs() {
-  return Date.now();
-}
-
-function msOf(delay, what = "a delay") {
-  const ms = Math.floor(Number(delay || 0));
-  if (!Number.isFinite(ms) || ms < 0) throw new InvalidArgument(`${what} must be a number of ms >= 0 (got ${delay})`);
-  return ms;
-}
-
-/** A due time: `at` (a Date, or ms since the epoch), else now plus `delayMs`. */
-function dueMs(at, delayMs) {
-  if (at !== undefined && at !== null && delayMs !== undefined && delayMs !== null) {
-    throw new InvalidArgument("give a due time 'at' or a 'delayMs', not both");
-  }
-  if (at instanceof Date) return at.getTime();
-  if (at !== undefined && at !== null) return msOf(at, "a due time");
-  return nowMs() + msOf(delayMs);
 }
 
 const text = (v) => (Buffer.isBuffer(v) ? v.toString("utf8") : v === null || v === undefined ? v : String(v));
@@ -142,6 +45,10 @@ class Hourglass {
         `this ioredis client has keyPrefix ${JSON.stringify(keyPrefix)}, which would move every key away from the hosts: ` +
           "give Hourglass a client without keyPrefix (the hosts' [redis] prefix is the `prefix` option)",
       );
+    }
+    // The host's rule for its [redis] prefix (KeyPrefix): braces would break the hash tag.
+    if (typeof prefix !== "string" || prefix.length === 0 || prefix.length > 64 || /[\s{}*?[\]\\]/.test(prefix)) {
+      throw new InvalidArgument(`invalid prefix ${describe(prefix)}: 1 to 64 characters, no whitespace, braces or * ? [ ] \\`);
     }
     this.redis = redis;
     this.prefix = prefix;
@@ -195,18 +102,22 @@ class Hourglass {
   }
 
   /**
-   * Schedules task `id` of type `t` at `at` (a Date or ms) or after `delayMs` (default: now).
-   * `mode`: "upsert" (the last schedule wins), "if-absent" (dedupe), "only-later" (debounce) or
-   * "only-earlier"; the payload is written only with the due time. `traceparent` (W3C) makes the
-   * run's span continue the caller's trace. Resolves to whether the due time was written.
+   * Schedules task `id` of type `t` at `at` (a Date), at `atMs` (ms since the epoch) or after
+   * `delayMs` (default: now). `mode`: "upsert" (the last schedule wins), "if-absent" (dedupe),
+   * "only-later" (debounce) or "only-earlier"; the payload is written only with the due time.
+   * `traceparent` (W3C) makes the run's span continue the caller's trace. Resolves to whether the
+   * due time was written.
    */
   async schedule(t, id, options = {}) {
-    const known = ["at", "delayMs", "payload", "mode", "traceparent"];
-    const { at, delayMs, payload, mode = "upsert", traceparent } = checkOptions(options, known, "schedule");
-    if (!MODES.includes(mode)) throw new InvalidArgument(`invalid mode ${JSON.stringify(mode)}: expected one of ${MODES.join(", ")}`);
+    const known = ["at", "atMs", "delayMs", "payload", "mode", "traceparent"];
+    const { payload, mode: wanted, traceparent } = checkOptions(options, known, "schedule");
+    const mode = modeOf(wanted);
     const raw = rawId(id);
     const body = payloadOf(payload);
-    const due = dueMs(at, delayMs);
+    const due = dueMs(options);
+    if (traceparent !== undefined && typeof traceparent !== "string") {
+      throw new InvalidArgument(`traceparent must be a string (got ${describe(traceparent)})`);
+    }
     const q = this.shardFor(t, raw);
     if (traceparent !== undefined && mode === "upsert") await this.redis.hset(this.key(q, "trace"), raw, traceparent);
     const written = await this.run("schedule", [this.key(q, "due"), this.key(q, "payload")], [raw, due, body, body.length ? "1" : "0", mode]);
@@ -216,9 +127,29 @@ class Hourglass {
     return written === 1;
   }
 
-  /** Moves a scheduled task `delayMs` later than the later of its due time and now: its new due time, or null when it is not scheduled. */
+  /**
+   * Schedules many tasks ({ taskType, id, payload?, at? | atMs? | delayMs?, mode? }) in pipelined
+   * batches, each to its shard; every task is checked before anything is sent. Resolves to whether
+   * each due time was written, in the order given. No traceparent here: use schedule for that.
+   */
+  async scheduleMany(tasks) {
+    return scheduleMany(this, tasks);
+  }
+
+  /**
+   * How task `id` of type `t` ended (the type's events stream, `events = true`): resolves to
+   * { outcome: "succeeded" | "dead" | "cancelled", attempt, error, finishedMs } once it ends, or
+   * at once when it has ended (cancelled by a client while it waited: finishedMs null). Throws
+   * NoEvents, UnknownTask, or WaitTimeout after `timeoutMs` (default: wait for ever). A group's
+   * callback is a task too: wait for (callbackType, callbackId), also before its group completes.
+   */
+  async waitUntilFinished(t, id, options = {}) {
+    return waitUntilFinished(this, t, id, options);
+  }
+
+  /** Moves a scheduled task `delayMs` later than the later of its due time and now: its new due time (ms), or null when it is not scheduled. */
   async postpone(t, id, delayMs) {
-    return this.reschedule(t, id, ["postpone", msOf(delayMs)]);
+    return this.reschedule(t, id, ["postpone", msOf(delayMs, "delayMs")]);
   }
 
   /** Makes a scheduled task due now: its new due time, or null when it is not scheduled. */
@@ -312,7 +243,7 @@ class Hourglass {
   /** Pauses type `t` (every shard) on every host, for `lengthMs` or until resumed: when it ends (ms), or null for "until resumed". */
   async pause(t, options = {}) {
     const { lengthMs } = checkOptions(options, ["lengthMs"], "pause");
-    const ms = msOf(lengthMs);
+    const ms = lengthMs === undefined || lengthMs === null ? 0 : msOf(lengthMs, "lengthMs");
     let ends = 0;
     for (const q of this.shardsOf(taskType(t))) ends = num(await this.run("pause", [this.key(q, "paused"), this.key(q, "due")], [ms]));
     return ends || null;
@@ -360,7 +291,7 @@ class Hourglass {
 
   groupKeys(callbackType, group) {
     const c = taskType(callbackType);
-    const g = textId(group, "group id");
+    const g = textId(group, "group id", GROUP_ID_MAX);
     return { c, g, keys: [this.key(c, `group:${g}`), this.key(c, `group-pending:${g}`)] };
   }
 
@@ -374,12 +305,17 @@ class Hourglass {
     const known = ["callbackId", "payload", "when", "replace"];
     const { callbackId, payload = "", when = "all", replace = true } = checkOptions(options, known, "groupOpen");
     const { c, g, keys } = this.groupKeys(callbackType, group);
+    // The callback's payload goes into the group's summary JSON, as text.
+    if (Buffer.isBuffer(payload) || payload instanceof Uint8Array) {
+      throw new InvalidArgument("the callback payload of groupOpen is text (it goes into the summary JSON): give a string or a JSON-able value");
+    }
+    const cbPayload = typeof payload === "string" ? payload : payloadOf(payload).toString();
     const cb = textId(callbackId === undefined ? g : callbackId, "callback id", 1 << 20);
     if (when !== "all" && when !== "success") throw new InvalidArgument(`invalid group trigger ${JSON.stringify(when)}: expected "all" or "success"`);
     const r = await this.run(
       "group_join",
       [...keys, this.key(c, "groups"), this.key(c, "stats"), this.key(c, "delivered:-")],
-      [g, "0", "1", cb, String(payload), when, replace ? "replace" : "create"],
+      [g, "0", "1", cb, cbPayload, when, replace ? "replace" : "create"],
     );
     return r[0] === 1;
   }
@@ -396,6 +332,7 @@ class Hourglass {
       ...checkOptions(k, childKeys, "groupAdd (a child)"),
       taskType: taskType(k.taskType),
       id: textId(k.id, "child id", 1 << 20),
+      dueMs: k.dueMs === undefined || k.dueMs === null ? undefined : msOf(k.dueMs, "dueMs of a child"),
     }));
     const added = { joined: 0, refused: [] };
     for (let start = 0; start < kids.length; start += CHILDREN_PER_CALL) {
@@ -433,17 +370,17 @@ class Hourglass {
   }
 
   /**
-   * Seals a group: no more children; it completes once none is pending. Resolves to "sealed",
-   * "completed:<fired>" (nothing pending: completed now; fired is callback | skipped | kept) or
-   * "already" (sealed or done before).
+   * Seals a group: no more children; it completes once none is pending. Resolves to
+   * { state: "sealed", fired: null }, { state: "completed", fired: "callback" | "skipped" | "kept" }
+   * (nothing was pending: it completed now) or { state: "already", fired: null } (sealed or done before).
    */
   async groupSeal(callbackType, group) {
     const { c, g, keys } = this.groupKeys(callbackType, group);
     const all = keys.concat([this.key(c, `group-failed:${g}`), this.key(c, "groups"), this.key(c, "stats")]);
     all.push(this.key(c, "due"), this.key(c, "payload"), this.key(c, "dead"), this.key(c, "delivered:-"));
     const [what, fired] = (await this.run("group_end", all, [g, "0"])).map(text);
-    if (what !== "sealed") return "already";
-    return fired ? `completed:${fired}` : "sealed";
+    if (what !== "sealed") return { state: "already", fired: null };
+    return fired ? { state: "completed", fired } : { state: "sealed", fired: null };
   }
 
   /** The group as it is now, or null (never opened, or done more than 7 days ago). */
@@ -471,4 +408,6 @@ class Hourglass {
   }
 }
 
-module.exports = { Hourglass, shardTags, shardOf, taskType, dueMs, nowMs, ...errors };
+const { version } = require("./package.json");
+
+module.exports = { Hourglass, shardTags, shardOf, taskType, dueMs, nowMs, version, ...errors };

@@ -4,35 +4,20 @@
 
 const { test, before, after, beforeEach } = require("node:test");
 const assert = require("node:assert/strict");
-const { spawn } = require("node:child_process");
 const fs = require("node:fs");
-const os = require("node:os");
 const path = require("node:path");
 const Redis = require("ioredis");
 const hg = require("..");
+const { startRedis } = require("./support/redis");
 
-let server, dir, redis, client;
+let server, redis, client;
 
 before(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), "hourglass-node-"));
-  const socket = path.join(dir, "redis.sock");
-  server = spawn("redis-server", ["--port", "0", "--unixsocket", socket, "--save", "", "--appendonly", "no", "--dir", dir], {
-    stdio: "ignore",
-  });
-  const deadline = Date.now() + 20000;
-  while (!fs.existsSync(socket)) {
-    if (Date.now() > deadline) throw new Error("redis-server did not start");
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  redis = new Redis({ path: socket, maxRetriesPerRequest: 1 });
-  await redis.ping();
+  server = await startRedis();
+  redis = server.redis;
 });
 
-after(async () => {
-  redis.disconnect();
-  server.kill();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+after(() => server.stop());
 
 beforeEach(async () => {
   await redis.flushall();
@@ -41,13 +26,13 @@ beforeEach(async () => {
 
 test("schedule writes the contract keys and each mode keeps its promise", async () => {
   const due = Date.UTC(2030, 0, 1);
-  assert.equal(await client.schedule("order.timeout", "o-1", { at: due, payload: '{"order":1}' }), true);
+  assert.equal(await client.schedule("order.timeout", "o-1", { atMs: due, payload: '{"order":1}' }), true);
   assert.equal(Number(await redis.zscore("hourglass:{order.timeout}:due", "o-1")), due);
   assert.equal(await redis.hget("hourglass:{order.timeout}:payload", "o-1"), '{"order":1}');
-  assert.equal(await client.schedule("order.timeout", "o-1", { at: due + 5, payload: "second", mode: "if-absent" }), false);
+  assert.equal(await client.schedule("order.timeout", "o-1", { atMs: due + 5, payload: "second", mode: "if-absent" }), false);
   assert.equal(await redis.hget("hourglass:{order.timeout}:payload", "o-1"), '{"order":1}');
-  assert.equal(await client.schedule("order.timeout", "o-1", { at: due - 1, mode: "only-later" }), false);
-  assert.equal(await client.schedule("order.timeout", "o-1", { at: due + 10, mode: "only-later" }), true);
+  assert.equal(await client.schedule("order.timeout", "o-1", { atMs: due - 1, mode: "only-later" }), false);
+  assert.equal(await client.schedule("order.timeout", "o-1", { atMs: due + 10, mode: "only-later" }), true);
   assert.equal(await client.schedule("order.timeout", "o-1", { at: new Date(due + 1), mode: "only-earlier" }), true);
   assert.equal(Number(await redis.zscore("hourglass:{order.timeout}:due", "o-1")), due + 1);
   const before = Date.now();
@@ -78,7 +63,7 @@ test("postpone, run now, show and cancel", async () => {
 
 test("pause, resume and stats", async () => {
   for (let i = 0; i < 3; i++) await client.schedule("report", `r-${i}`, { delayMs: 600000 });
-  await client.schedule("report", "now", { at: Date.now() - 5 });
+  await client.schedule("report", "now", { atMs: Date.now() - 5 });
   const stats = await client.stats("report");
   assert.deepEqual([stats.dueNow, stats.scheduledLater, stats.inFlight, stats.pausedMs], [1, 3, 0, null]);
   assert.equal(await client.pause("report"), null);
@@ -98,15 +83,15 @@ test("a group: open, add, seal, show; an empty group fires at once", async () =>
   ]);
   assert.deepEqual(added, { joined: 2, refused: [] });
   assert.equal((await client.show("order.charge", "o-17")).group, "order.ship/o-17");
-  assert.equal(await client.groupSeal("order.ship", "o-17"), "sealed");
-  assert.equal(await client.groupSeal("order.ship", "o-17"), "already");
+  assert.deepEqual(await client.groupSeal("order.ship", "o-17"), { state: "sealed", fired: null });
+  assert.deepEqual(await client.groupSeal("order.ship", "o-17"), { state: "already", fired: null });
   const view = await client.groupShow("order.ship", "o-17");
   assert.deepEqual([view.state, view.added, view.pending, view.callbackId], ["sealed", 2, 2, "o-17"]);
   await assert.rejects(client.groupAdd("order.ship", "o-17", [{ taskType: "order.mail", id: "late" }]), hg.GroupClosed);
   assert.equal(await redis.zcard("hourglass:{order.mail}:due"), 0);
 
   await client.groupOpen("done", "empty", { callbackId: "cb", payload: "p" });
-  assert.equal(await client.groupSeal("done", "empty"), "completed:callback");
+  assert.deepEqual(await client.groupSeal("done", "empty"), { state: "completed", fired: "callback" });
   const summary = JSON.parse(await redis.hget("hourglass:{done}:payload", "cb"));
   assert.deepEqual([summary.group, summary.payload, summary.added], ["empty", "p", 0]);
   await assert.rejects(client.groupOpen("done", "empty", { callbackId: "cb" }), hg.GroupConflict);
@@ -163,11 +148,72 @@ test("ids and payloads are written as given or refused, and so are unknown optio
   assert.deepEqual(await redis.keys("hourglass:{step}:*"), []);
 });
 
+test("time is milliseconds, named so; a Date is `at`; a number where a Date belongs is refused", async () => {
+  const due = Date.UTC(2031, 5, 1);
+  assert.equal(await client.schedule("units", "a", { at: new Date(due) }), true);
+  assert.equal(await client.schedule("units", "b", { atMs: due }), true);
+  assert.equal(Number(await redis.zscore("hourglass:{units}:due", "a")), due);
+  assert.equal(Number(await redis.zscore("hourglass:{units}:due", "b")), due);
+  assert.equal(hg.dueMs({ delayMs: 5 }, 1000), 1005);
+  assert.equal(hg.dueMs({}, 1000), 1000);
+  const refusals = [
+    [{ at: due }, /at takes a Date \(got \d+ \(number\)\); give a number of milliseconds since the epoch as atMs/],
+    [{ at: new Date(due), atMs: due }, /give one due time, not both at and atMs/],
+    [{ atMs: due, delayMs: 5 }, /not both atMs and delayMs/],
+    [{ delayMs: "600000" }, /delayMs must be a number of milliseconds >= 0 \(got "600000" \(string\)\)/],
+    [{ atMs: -1 }, /atMs must be a number of milliseconds >= 0/],
+    [{ at: new Date("nope") }, /at is an invalid Date/],
+    [{ delayMs: 5, traceparent: 7 }, /traceparent must be a string/],
+  ];
+  for (const [options, message] of refusals) {
+    await assert.rejects(client.schedule("units", "c", options), (e) => {
+      assert.ok(e instanceof hg.InvalidArgument && e.code === "HG_INVALID_ARGUMENT" && message.test(e.message), e.message);
+      return true;
+    });
+  }
+  await assert.rejects(client.postpone("units", "a", "5"), /delayMs must be a number of milliseconds/);
+  await assert.rejects(client.pause("units", { lengthMs: -1 }), /lengthMs must be a number of milliseconds/);
+  await client.groupOpen("units.cb", "g", { payload: { order: 1 } });
+  await assert.rejects(client.groupAdd("units.cb", "g", [{ taskType: "units", id: "k", dueMs: new Date() }]), /dueMs of a child must be a number/);
+  await assert.rejects(client.groupOpen("units.cb", "h", { payload: Buffer.from("x") }), /callback payload of groupOpen is text/);
+  assert.deepEqual((await redis.zrange("hourglass:{units}:due", 0, -1)).sort(), ["a", "b"]);
+  await client.groupSeal("units.cb", "g");
+  assert.equal(JSON.parse(await redis.hget("hourglass:{units.cb}:payload", "g")).payload, '{"order":1}');
+});
+
+test("every error has a stable code beside its name", async () => {
+  const codes = {
+    HourglassError: "HG_ERROR",
+    InvalidTaskType: "HG_INVALID_TASK_TYPE",
+    InvalidId: "HG_INVALID_ID",
+    InvalidArgument: "HG_INVALID_ARGUMENT",
+    DataFault: "HG_DATA_FAULT",
+    GroupRefused: "HG_GROUP_REFUSED",
+    NoSuchGroup: "HG_NO_SUCH_GROUP",
+    GroupClosed: "HG_GROUP_CLOSED",
+    GroupConflict: "HG_GROUP_CONFLICT",
+    NoEvents: "HG_NO_EVENTS",
+    WaitTimeout: "HG_WAIT_TIMEOUT",
+    UnknownTask: "HG_UNKNOWN_TASK",
+  };
+  for (const [name, code] of Object.entries(codes)) {
+    const e = new hg[name]("why");
+    assert.deepEqual([e.name, e.code, e.message, e instanceof hg.HourglassError, e instanceof Error], [name, code, "why", true, true]);
+  }
+  await assert.rejects(client.groupSeal("ship", "never"), { name: "NoSuchGroup", code: "HG_NO_SUCH_GROUP" });
+  await assert.rejects(client.schedule("Bad", "x"), { code: "HG_INVALID_TASK_TYPE" });
+  await assert.rejects(client.schedule("ok", {}), { code: "HG_INVALID_ID" });
+  await redis.set("hourglass:{broken}:due", "oops");
+  await assert.rejects(client.schedule("broken", "x"), { code: "HG_DATA_FAULT" });
+});
+
 test("a client with an ioredis keyPrefix is refused at construction", () => {
   const prefixed = new Redis({ path: redis.options.path, keyPrefix: "app:", lazyConnect: true });
   assert.throws(() => new hg.Hourglass(prefixed), /keyPrefix "app:"/);
   prefixed.disconnect();
   assert.throws(() => new hg.Hourglass(redis, { prefx: "x" }), /unknown option "prefx" of new Hourglass/);
+  for (const bad of [5, "", "a{b}", "a b"]) assert.throws(() => new hg.Hourglass(redis, { prefix: bad }), /invalid prefix/);
+  assert.equal(new hg.Hourglass(redis, { prefix: "hg.test" }).key("t", "due"), "hg.test:{t}:due");
 });
 
 test("a sharded type routes each id to its shard, as the Python client does", async () => {
