@@ -178,7 +178,7 @@ fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
     python(
         &server,
         &format!(
-            "a = c.group_add('done', 'mixed', [hg.Child('work', f'py-{{i}}', payload='ok', due_ms={later}) for i in range(10)])\nassert a.joined == 10, a\nassert c.group_seal('done', 'mixed') == 'sealed'"
+            "a = c.group_add('done', 'mixed', [hg.Child('work', f'py-{{i}}', payload='ok', due_ms={later}) for i in range(10)])\nassert a.joined == 10, a\nassert c.group_seal('done', 'mixed').state == 'sealed'"
         ),
     );
     // Refusals are typed in both.
@@ -200,4 +200,88 @@ fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
     let counted =
         python(&server, "s = c.stats('work')\nprint(s.succeeded, s.dead_total, s.due_now + s.scheduled_later)");
     assert_eq!(counted, "40 0 0", "every child succeeded, over the 3 shards, and nothing is left");
+}
+
+/// A Node program waits for the end of tasks a host runs (issue 52): a success and a death (with its
+/// error) as they happen, both again once they are over (from the events stream and from the dead
+/// letters), a group's callback, and a type without events told apart.
+#[test]
+fn node_waits_until_tasks_a_host_runs_have_finished() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let _host = Host::start(
+        &server,
+        &[("work", test_plugin("chaos")), ("done", crate::support::plugin("noop")), ("quiet", test_plugin("chaos"))],
+        "[types.work]\nshards = 3\nevents = true\n[types.done]\nevents = true\n",
+    );
+    // A host creates each events stream (each shard's) as it starts serving the type.
+    let deadline = std::time::Instant::now() + WAIT;
+    let streams = loop {
+        let streams: Vec<String> = c.keys("hourglass:{*}:events").unwrap();
+        if streams.len() == 4 || std::time::Instant::now() > deadline {
+            break streams;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(streams.len(), 4, "work's 3 shards and done: {streams:?}");
+    let out = node(
+        &server,
+        "await c.schedule('work', 'ok-1', { delayMs: 300, payload: 'ok' });\n\
+         await c.schedule('work', 'bad-1', { delayMs: 300, payload: 'permanent:boom' });\n\
+         const [a, b] = await Promise.all(['ok-1', 'bad-1'].map((id) => c.waitUntilFinished('work', id, { timeoutMs: 60000 })));\n\
+         console.log(a.outcome, a.attempt, a.error, b.outcome, b.attempt, JSON.stringify(b.error));\n\
+         const x = await c.waitUntilFinished('work', 'ok-1', { timeoutMs: 0 });\n\
+         const y = await c.waitUntilFinished('work', 'bad-1', { timeoutMs: 0 });\n\
+         console.log(x.outcome, x.finishedMs === a.finishedMs, y.outcome, y.attempt, y.error === b.error);\n\
+         await c.groupOpen('done', 'g-1', { callbackId: 'cb-1' });\n\
+         await c.groupAdd('done', 'g-1', [{ taskType: 'work', id: 'kid-1', payload: 'ok' }]);\n\
+         console.log(['sealed', 'completed'].includes((await c.groupSeal('done', 'g-1')).state));\n\
+         console.log((await c.waitUntilFinished('done', 'cb-1', { timeoutMs: 60000 })).outcome);\n\
+         try { await c.waitUntilFinished('quiet', 'q-1'); } catch (e) { console.log(e.code); }",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[0].starts_with("succeeded 1 null dead 1 \"") && lines[0].contains("boom"), "{out}");
+    assert_eq!(&lines[1..], &["succeeded true dead 1 true", "true", "succeeded", "HG_NO_EVENTS"], "{out}");
+}
+
+/// A Python program waits for the end of tasks a host runs (issue 52): a success and a death (with its
+/// error), both again once they are over (from the events stream and from the dead letters), a
+/// group's callback waited for before its group completes, an unknown task, and a type without events.
+#[test]
+fn python_waits_for_the_end_of_tasks_a_host_runs() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let _host = Host::start(
+        &server,
+        &[("work", test_plugin("chaos")), ("done", crate::support::plugin("noop")), ("quiet", test_plugin("chaos"))],
+        "[types.work]\nshards = 3\nevents = true\n[types.done]\nevents = true\n",
+    );
+    wait_for("the events streams", WAIT, || {
+        let streams: Vec<String> = c.keys("hourglass:{*}:events").unwrap();
+        (streams.len() == 4).then_some(())
+    });
+    let out = python(
+        &server,
+        "from datetime import timedelta\n\
+         c.schedule('work', 'ok-1', delay_ms=300, payload='ok')\n\
+         c.schedule('work', 'bad-1', delay=timedelta(seconds=2), payload='permanent:boom')\n\
+         a = c.wait('work', 'ok-1', timeout=timedelta(seconds=60))\n\
+         b = c.wait('work', 'bad-1', timeout_ms=60_000)\n\
+         print(a.outcome, a.attempt, a.error, a.finished_ms > 0, b.outcome, b.attempt, repr(b.error))\n\
+         x, y = c.wait('work', 'ok-1', timeout_ms=0), c.wait('work', 'bad-1', timeout_ms=0)\n\
+         print(x == a, y.outcome, y.attempt, y.error == b.error)\n\
+         c.group_open('done', 'g-1', callback_id='cb-1')\n\
+         c.group_add('done', 'g-1', [hg.Child('work', 'kid-1', payload='ok', due_ms=hg.now_ms() + 3000)])\n\
+         print(c.group_seal('done', 'g-1').state)\n\
+         print(c.wait('done', 'cb-1', timeout_ms=60_000).outcome)\n\
+         try:\n  c.wait('work', 'never', timeout_ms=1_000)\nexcept hg.UnknownTask as e:\n  print(e.code)\n\
+         try:\n  c.wait('quiet', 'q-1')\nexcept hg.NoEvents as e:\n  print(e.code)",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert!(lines[0].starts_with("succeeded 1 None True dead 1 '") && lines[0].contains("boom"), "{out}");
+    assert_eq!(lines[1], "True dead 1 True", "{out}");
+    assert!(["sealed", "completed"].contains(&lines[2]), "{out}");
+    assert_eq!(&lines[3..], &["succeeded", "HG_UNKNOWN_TASK", "HG_NO_EVENTS"], "{out}");
 }
