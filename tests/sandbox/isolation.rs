@@ -29,8 +29,11 @@ use redis::Commands;
 /// Where a probe's runs get their instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// The default: one kept instance, reset to its checkpoint after each task.
+    /// The default: one kept instance, reset after each task to its checkpoint,
+    /// taken after a warm-up call.
     Reset,
+    /// Reset to a checkpoint taken right after instantiation (`instance_warm_up = false`).
+    ResetCold,
     /// A new instance for every task (`instance_reset = false`).
     Fresh,
     /// One instance kept as it is for up to 8 tasks (`instance_reuse = 8`): the control.
@@ -38,7 +41,7 @@ enum Mode {
 }
 
 /// The modes that promise a fresh state.
-const ISOLATED: [Mode; 2] = [Mode::Reset, Mode::Fresh];
+const ISOLATED: [Mode; 3] = [Mode::Reset, Mode::ResetCold, Mode::Fresh];
 
 /// A handler of `component` with a 5 s deadline, in `mode`.
 fn handler(component: Component, mode: Mode) -> Handler {
@@ -50,7 +53,8 @@ fn handler_with(component: Component, mode: Mode, timeout: Duration) -> Handler 
         timeout,
         memory_limit: ByteSize::mib(64),
         instance_reuse: if mode == Mode::Reuse { 8 } else { 0 },
-        instance_reset: mode == Mode::Reset,
+        instance_reset: matches!(mode, Mode::Reset | Mode::ResetCold),
+        instance_warm_up: mode != Mode::ResetCold,
         may_schedule: vec!["noop".parse().unwrap()],
         ..TypePolicy::default()
     };

@@ -11,3 +11,4 @@ mod http;
 mod isolation;
 mod polyglot;
 mod runtime;
+mod warm_up;

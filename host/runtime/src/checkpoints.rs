@@ -44,6 +44,40 @@ impl Component {
         self.inner.reset_refused.get().is_none()
     }
 
+    /// Whether its instances may be checkpointed after a warm-up call (not known to be refused).
+    pub(crate) fn warm_up_usable(&self) -> bool {
+        self.inner.warm_up_refused.get().is_none()
+    }
+
+    /// Why its warm-up call cannot be used, if it cannot.
+    pub fn warm_up_refused(&self) -> Option<&str> {
+        self.inner.warm_up_refused.get().map(String::as_str)
+    }
+
+    /// Stops checkpointing its instances after a warm-up call (logged once).
+    pub(crate) fn refuse_warm_up(&self, why: String) {
+        if self.inner.warm_up_refused.set(why.clone()).is_ok() {
+            tracing::warn!(
+                plugin = %self.inner.path.display(),
+                "its warm-up call cannot be used ({why}): its instances are checkpointed right after \
+                 instantiation instead (tasks still start from a fresh state; set instance_warm_up = false \
+                 to skip the call)"
+            );
+        }
+    }
+
+    /// A checkpoint of an instance's store taken after its warm-up call; an
+    /// error where the call left what a reset cannot put back.
+    pub(crate) fn checkpoint_after_warm_up(
+        &self,
+        store: &mut wasmtime::Store<HostState>,
+    ) -> wasmtime::Result<Arc<Checkpoint>> {
+        let like = self.inner.warm_template.get().map(|c| &**c);
+        let checkpoint = Arc::new(Checkpoint::take(store, like)?);
+        self.inner.warm_template.get_or_init(|| checkpoint.clone());
+        Ok(checkpoint)
+    }
+
     /// A checkpoint of a new instance's store, taken before its first call;
     /// `None` (and never tried again for this plugin) where the instance
     /// holds what a reset cannot put back.

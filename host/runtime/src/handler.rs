@@ -105,6 +105,8 @@ pub struct Handler {
     instances: Instances,
     /// Idle instances kept for the next tasks (reset or reused).
     warm: Arc<WarmPool>,
+    /// Whether a reset instance's checkpoint follows a warm-up call (`instance_warm_up`).
+    warm_up: bool,
 }
 
 /// Where a handler's runs get their instance.
@@ -156,6 +158,7 @@ impl Handler {
                 _ => Instances::Fresh,
             },
             warm: Arc::new(WarmPool::new(component.inner.warm_idle.clone(), component.inner.kept_per_handler)),
+            warm_up: policy.instance_warm_up,
             component,
         }
     }
@@ -168,6 +171,9 @@ impl Handler {
     /// Where its runs get their instance, in words for the dashboard.
     pub fn instances(&self) -> String {
         match self.instances {
+            Instances::Reset if self.component.resettable() && self.warm_up && self.component.warm_up_usable() => {
+                "a kept instance reset after each task to its state after a warm-up call".to_owned()
+            }
             Instances::Reset if self.component.resettable() => "a kept instance reset after each task".to_owned(),
             Instances::Reset => "a new instance per task (its instances cannot be reset)".to_owned(),
             Instances::Fresh => "a new instance per task (instance_reset = false)".to_owned(),
@@ -292,13 +298,24 @@ impl Handler {
 
     /// The parts of the state that belong to one task: who logs, the outbound HTTP hooks, the deadline.
     fn run_parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<RunTrace>) -> RunParts {
+        self.parts(task, deadline, trace, false)
+    }
+
+    /// [`Handler::run_parts`] of a warm-up call (of `task`'s type): it logs
+    /// nothing and its outbound requests are refused.
+    fn warm_up_parts(&self, task: &ClaimedTask, deadline: Instant) -> RunParts {
+        self.parts(task, deadline, None, true)
+    }
+
+    fn parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<RunTrace>, warm_up: bool) -> RunParts {
         let meta = Arc::new(RunMeta {
             plugin: self.plugin_name.clone(),
             plugin_hash: self.component.hash().to_owned(),
             // A shard's tasks are its type's: grants and logs name the type.
             task_type: task.task_type.base(),
             task_id: clean_id(&task.id),
-            attempt: task.attempt,
+            attempt: if warm_up { 0 } else { task.attempt },
+            warm_up,
         });
         let http_hooks = outgoing::OutboundHooks::new(
             self.http.clone(),

@@ -354,6 +354,8 @@ impl Runtime {
                 kept_per_handler: self.inner.kept_per_handler,
                 reset_template: OnceLock::new(),
                 reset_refused: OnceLock::new(),
+                warm_template: OnceLock::new(),
+                warm_up_refused: OnceLock::new(),
                 runs: AtomicU64::new(0),
                 run_nanos: AtomicU64::new(0),
             }),
@@ -547,6 +549,11 @@ struct ComponentInner {
     /// Why its instances cannot be reset, once that is known: each task then
     /// gets a fresh instance.
     reset_refused: OnceLock<String>,
+    /// [`ComponentInner::reset_template`] of checkpoints taken after a warm-up call.
+    warm_template: OnceLock<Arc<Checkpoint>>,
+    /// Why its warm-up call cannot be used, once that is known: its
+    /// instances are then checkpointed right after instantiation.
+    warm_up_refused: OnceLock<String>,
     /// Runs of it since it was loaded, and their wall time in all.
     runs: AtomicU64,
     run_nanos: AtomicU64,

@@ -159,6 +159,10 @@ impl WasiHttpHooks for OutboundHooks {
         options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> SendFuture {
+        if self.caller.meta.warm_up {
+            // Nothing a warm-up call does leaves the sandbox (docs/sandbox.md).
+            return refused(Error::HttpRequestDenied);
+        }
         let uri = request.uri();
         let target = uri.host().and_then(|host| Target::new(uri.scheme_str().unwrap_or("https"), host, uri.port_u16()));
         let Some(target) = target else {

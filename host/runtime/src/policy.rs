@@ -24,6 +24,10 @@ pub struct SandboxPolicy {
     pub instance_reuse: u32,
     /// Reset a kept instance between tasks instead of instantiating anew (ignored when reusing).
     pub instance_reset: bool,
+    /// Before a kept instance's checkpoint is taken, call its handler once with
+    /// a warm-up task (attempt 0, no payload, nothing it does leaves the
+    /// sandbox), so every reset starts with the code a task runs ready.
+    pub instance_warm_up: bool,
     /// Where the plugin may send HTTP requests; empty: nowhere.
     pub allowed_outbound_hosts: AllowedHosts,
     /// Deadline of one outbound request, connect to last body byte.

@@ -63,6 +63,9 @@ pub(crate) struct RunMeta {
     /// The id, with control characters escaped (ids are any bytes).
     pub(crate) task_id: String,
     pub(crate) attempt: u32,
+    /// The warm-up call before a kept instance's checkpoint: what it logs or
+    /// prints is dropped, and it makes no outbound requests.
+    pub(crate) warm_up: bool,
 }
 
 impl RunMeta {
@@ -70,6 +73,9 @@ impl RunMeta {
     /// The text comes from the guest: control characters are escaped, so a
     /// `\n` can never start a line that looks like the host's own.
     pub(crate) fn emit(&self, level: tracing::Level, stream: Option<&str>, message: &str) {
+        if self.warm_up {
+            return;
+        }
         let message = Clean(message);
         // tracing needs each level spelled out at its call site.
         macro_rules! event {
@@ -98,6 +104,9 @@ impl RunMeta {
 
     /// A line the host writes about this run, among its guest lines.
     pub(crate) fn warn(&self, message: std::fmt::Arguments<'_>) {
+        if self.warm_up {
+            return;
+        }
         tracing::warn!(
             target: "hourglass::plugin",
             plugin = %self.plugin,

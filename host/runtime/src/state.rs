@@ -482,6 +482,7 @@ mod tests {
             plugin_hash: String::new(),
             task_type: "chaos".parse().expect("a valid type"),
             task_id: "t-1".into(),
+            warm_up: false,
             attempt: 1,
         });
         let policy = crate::policy::SandboxPolicy {
@@ -491,6 +492,7 @@ mod tests {
             max_payload: ByteSize::kib(1),
             instance_reuse: 0,
             instance_reset: true,
+            instance_warm_up: true,
             allowed_outbound_hosts: Default::default(),
             http_timeout: std::time::Duration::from_secs(1),
             http_max_response: ByteSize::kib(1),

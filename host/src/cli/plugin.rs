@@ -92,7 +92,13 @@ async fn cost(config: &Config, component: &Component, task_type: &TaskType, payl
         String::new()
     };
     let reset = match component.reset_refused() {
-        None => format!("{:.1} µs a run with a fresh state (a kept instance reset, the default)", per_run[0]),
+        None => match component.warm_up_refused() {
+            None => format!("{:.1} µs a run with a fresh state (a kept instance reset, the default)", per_run[0]),
+            Some(why) => format!(
+                "{:.1} µs a run with a fresh state (a kept instance reset; its warm-up call cannot be used: {why})",
+                per_run[0]
+            ),
+        },
         Some(why) => format!("instances cannot be reset ({why}), so each run gets a new one"),
     };
     format!(

@@ -431,6 +431,7 @@ impl Config {
             max_payload: t.max_payload.unwrap_or(d.max_payload),
             instance_reuse: t.instance_reuse.unwrap_or(d.instance_reuse),
             instance_reset: t.instance_reset.unwrap_or(d.instance_reset),
+            instance_warm_up: t.instance_warm_up.unwrap_or(d.instance_warm_up),
             events: t.events.unwrap_or(d.events),
             events_maxlen: t.events_maxlen.unwrap_or(d.events_maxlen),
             may_schedule: t.may_schedule.clone().unwrap_or_else(|| d.may_schedule.clone()),

@@ -69,6 +69,14 @@ pub struct TypePolicy {
     /// instance. `false` instantiates for every task. Ignored when
     /// `instance_reuse` is over 1.
     pub instance_reset: bool,
+    /// With `instance_reset`: before a kept instance's checkpoint is taken,
+    /// its handler is called once with a warm-up task (attempt 0, id
+    /// `hourglass:warm-up`, empty payload; its logs, output, outbound HTTP and
+    /// follow-ups go nowhere), so what a first call prepares (Python's and
+    /// JavaScript's lazily compiled code) is in the checkpoint and no task
+    /// pays for it. No task's data is in the checkpoint either way. `false`
+    /// checkpoints right after instantiation.
+    pub instance_warm_up: bool,
     /// Append every outcome to the `<prefix>:{<type>}:events` stream.
     pub events: bool,
     /// Approximate most entries kept in the events stream (`XADD MAXLEN ~`).
@@ -102,6 +110,7 @@ impl Default for TypePolicy {
             max_payload: ByteSize::mib(1),
             instance_reuse: 0,
             instance_reset: true,
+            instance_warm_up: true,
             events: false,
             events_maxlen: 10_000,
             may_schedule: Vec::new(),
@@ -154,6 +163,8 @@ pub struct TypeConfig {
     pub instance_reuse: Option<u32>,
     /// See [`TypePolicy::instance_reset`].
     pub instance_reset: Option<bool>,
+    /// See [`TypePolicy::instance_warm_up`].
+    pub instance_warm_up: Option<bool>,
     /// See [`TypePolicy::events`].
     pub events: Option<bool>,
     /// See [`TypePolicy::events_maxlen`].
@@ -182,6 +193,7 @@ impl TypePolicy {
             max_payload: self.max_payload,
             instance_reuse: self.instance_reuse,
             instance_reset: self.instance_reset,
+            instance_warm_up: self.instance_warm_up,
             allowed_outbound_hosts: self.allowed_outbound_hosts.clone(),
             http_timeout: self.http_timeout,
             http_max_response: self.http_max_response,

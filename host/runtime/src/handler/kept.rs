@@ -15,6 +15,23 @@ use crate::trace::RunTrace;
 use crate::{one_line, pipe::CappedPipe};
 use hourglass_task::task::ClaimedTask;
 
+/// Longest a warm-up call may take (or the type's `timeout`, if shorter):
+/// past it the plugin's instances are checkpointed without one.
+const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The task of a warm-up call: no task's data, attempt 0 (a real task's is 1 or more).
+fn warm_up_task(task: &ClaimedTask) -> crate::bindings::hourglass::plugin::types::Task {
+    let mut wit = wit_task(task);
+    wit.id = WARM_UP_ID.as_bytes().to_vec();
+    wit.payload = Vec::new();
+    wit.attempt = 0;
+    wit.due_ms = 0;
+    wit
+}
+
+/// The id of the warm-up call's task.
+pub const WARM_UP_ID: &str = "hourglass:warm-up";
+
 /// Tasks one reset instance serves before it is dropped and instantiated
 /// anew, so nothing a store accumulates outside the instance grows unbounded.
 const RESETS_PER_INSTANCE: u32 = 10_000;
@@ -92,13 +109,16 @@ impl Handler {
     /// and a handler that corrupts its own state without failing affects the
     /// tasks after it. Any failure discards it.
     pub(super) async fn run_kept(&self, task: &ClaimedTask, trace: Option<RunTrace>, reset: bool) -> TaskRun {
+        let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        if idle.is_some() {
+            self.warm.shared.fetch_sub(1, Ordering::Relaxed);
+        } else if reset && self.warm_up {
+            // Before the task's deadline starts: the warm-up is not the task's time.
+            idle = self.warmed_up(task).await;
+        }
         let deadline = Instant::now() + self.limits.timeout;
         let parts = self.run_parts(task, deadline, trace.clone());
         let meta = parts.meta.clone();
-        let idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        if idle.is_some() {
-            self.warm.shared.fetch_sub(1, Ordering::Relaxed);
-        }
         let wit = wit_task(task);
         let pre = self.component.inner.pre.clone();
         let fresh = || {
@@ -177,6 +197,49 @@ impl Handler {
             }
         }
         TaskRun::of(result, followups, groups)
+    }
+
+    /// A new instance that has handled the warm-up task, with its checkpoint
+    /// taken after that call. `None` when the handler has no place for one
+    /// more checkpointed instance, the instance cannot be made, or the
+    /// plugin's warm-up cannot be used: the caller then checkpoints a new
+    /// instance right after instantiation, as with `instance_warm_up = false`.
+    async fn warmed_up(&self, task: &ClaimedTask) -> Option<WarmInstance> {
+        if !self.component.warm_up_usable() {
+            return None;
+        }
+        let place = Checkpointed::claim(&self.warm.checkpointed, self.warm.cap)?;
+        let limit = self.limits.timeout.min(WARM_UP_LIMIT);
+        let (stdout, stderr) = (CappedPipe::new(OUTPUT_CAP), CappedPipe::new(OUTPUT_CAP));
+        let mut store = self.new_store(self.warm_up_parts(task, Instant::now() + limit), &stdout, &stderr);
+        let pre = self.component.inner.pre.clone();
+        let instance = match pre.instantiate_async(&mut store).await {
+            Ok(instance) => instance,
+            // Not the warm-up's doing (a full pool, say): the task's own instantiation reports it.
+            Err(_) => return None,
+        };
+        let wit = warm_up_task(task);
+        let call = instance.call_handle(&mut store, &wit);
+        // What the handler returns does not matter, only that it returned.
+        let why = match tokio::time::timeout(limit * 2, call).await {
+            Err(_) => format!("it did not return within {limit:?}"),
+            Ok(Err(e)) => format!("it stopped abnormally: {}", one_line(&format!("{e:#}"))),
+            Ok(Ok(_)) if store.data().limiter.exceeded.is_some() || store.data().held.exceeded.is_some() => {
+                "it went past its memory caps".to_owned()
+            }
+            Ok(Ok(_)) => {
+                store.data_mut().forget_task();
+                match self.component.checkpoint_after_warm_up(&mut store) {
+                    Ok(checkpoint) => {
+                        let checkpoint = Some((checkpoint, place));
+                        return Some(WarmInstance { store, instance, stdout, stderr, served: 0, checkpoint });
+                    }
+                    Err(e) => format!("its state after it cannot be checkpointed ({})", one_line(&format!("{e:#}"))),
+                }
+            }
+        };
+        self.component.refuse_warm_up(why);
+        None
     }
 
     /// Puts a kept instance back in its state just after instantiation, and

@@ -7,7 +7,10 @@ use hourglass_sdk::bindings::wasi::http::types as wt;
 use hourglass_sdk::{Failure, Level, Task, log, now_ms};
 
 fn handle(task: Task) -> Result<(), Failure> {
-    let command = task.payload_str().into_owned();
+    // The host's warm-up call (attempt 0, empty payload) runs the command in
+    // config `warm-up`, so tests can make the warm-up misbehave.
+    let warm_up = if task.attempt == 0 { hourglass_sdk::config("warm-up") } else { None };
+    let command = warm_up.unwrap_or_else(|| task.payload_str().into_owned());
     let (verb, arg) = command.split_once(':').unwrap_or((command.as_str(), ""));
     match verb {
         // An empty payload succeeds, so chaos can stand in for noop (hot-reload tests).
