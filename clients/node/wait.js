@@ -123,6 +123,7 @@ class Waiter {
     let q = this.hg.shardFor(this.t, this.raw);
     const tried = new Set();
     let group = null;
+    let lookedAgain = false;
     let key, last, view;
     for (;;) {
       tried.add(q);
@@ -137,6 +138,12 @@ class Waiter {
       const ended = await this.scanBack(key);
       if (ended) return ended;
       group = await this.pendingGroup();
+      if (group === null && !lookedAgain) {
+        // A group may have completed since the look above, scheduling its callback in the same
+        // step: look once more (it is then waiting, running, dead, or its end is in the stream).
+        lookedAgain = true;
+        continue;
+      }
       if (group === null) {
         throw new UnknownTask(
           `${this.what} is unknown: not waiting, running or dead, no end of it in ${key}, and no open group of ${this.t} has it as its callback`,

@@ -36,6 +36,7 @@ def wait_steps(core: Core, t: str, task_id: _args.Id, timeout_ms: Optional[int])
     # (1)-(4): note the stream's end, then look at the task; a task not there is looked for in the
     # stream, then among the groups whose callback it is (it is scheduled when its group completes).
     q, tried, group = core.shard_for(tt, raw), set(), None
+    looked_again = False
     while True:
         tried.add(q)
         key, last, view = yield from _locate(core, tt, raw, q)
@@ -48,6 +49,11 @@ def wait_steps(core: Core, t: str, task_id: _args.Id, timeout_ms: Optional[int])
         if ended is not None:
             return ended
         group = yield from _pending_group(core, tt, raw)
+        if group is None and not looked_again:
+            # A group may have completed since the look above, scheduling its callback in the same
+            # step: look once more (it is then waiting, running, dead, or its end is in the stream).
+            looked_again = True
+            continue
         if group is None:
             raise UnknownTask(
                 f"task {tt}/{name} is unknown: not waiting, running or dead, no ending of it in {key}, "
