@@ -152,10 +152,12 @@ fn a_host_opens_the_events_stream_of_types_with_events_on() {
         &[("noop", plugin("noop")), ("quiet", plugin("noop")), ("kept", plugin("noop"))],
         "[types.noop]\nevents = true\n[types.kept]\nevents = true\n",
     );
-    let present = |conn: &mut redis::Connection, t: &str| -> bool { conn.exists(format!("hourglass:{{{t}}}:events")).unwrap() };
+    let present =
+        |conn: &mut redis::Connection, t: &str| -> bool { conn.exists(format!("hourglass:{{{t}}}:events")).unwrap() };
     wait_for("the stream", LONG, || present(&mut conn, "noop").then_some(()));
     let len: usize = conn.xlen("hourglass:{noop}:events").unwrap();
-    let groups: Vec<redis::Value> = redis::cmd("XINFO").arg("GROUPS").arg("hourglass:{noop}:events").query(&mut conn).unwrap();
+    let groups: Vec<redis::Value> =
+        redis::cmd("XINFO").arg("GROUPS").arg("hourglass:{noop}:events").query(&mut conn).unwrap();
     assert_eq!((len, groups.len()), (0, 0), "created empty, with no consumer group left behind");
     assert!(!present(&mut conn, "quiet"), "a type with events off gets no stream");
     assert_eq!(events(&mut conn, "kept").len(), 1, "an existing stream is left as it was");
