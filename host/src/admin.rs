@@ -10,6 +10,7 @@ mod dashboard;
 mod groups;
 mod page;
 
+use hourglass_task::sync::LockExt;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -185,7 +186,7 @@ async fn sample(state: AdminState, stop: CancellationToken) {
                 if let Ok(s) = state.store.stats(t).await {
                     crate::telemetry::backlog(t, s.due_now, s.scheduled_later, s.oldest_due_age_ms);
                     crate::telemetry::groups_open(t, s.groups_open);
-                    state.history.lock().unwrap_or_else(|p| p.into_inner()).record(t, s.succeeded, s.failed);
+                    state.history.lock_unpoisoned().record(t, s.succeeded, s.failed);
                 }
             }
             sampled = types;

@@ -9,6 +9,7 @@
 //! `hourglass stats`, the dashboard and the `hourglass_type_faulted` gauge,
 //! and cleared by the next call that succeeds. Other types carry on.
 
+use hourglass_task::sync::LockExt;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,7 @@ impl Health {
         match &trouble {
             Trouble::Outage => self.outage(e),
             Trouble::Data(why) => {
-                let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+                let mut faults = self.inner.faults.lock_unpoisoned();
                 let of_type = faults.entry(task_type.clone()).or_default();
                 if of_type.get(op) != Some(why) {
                     error!(task_type = %task_type, "type faulted ({op}): its tasks stay where they are until the data is fixed: {why}");
@@ -67,7 +68,7 @@ impl Health {
         if self.inner.outage.swap(false, Ordering::Relaxed) {
             info!("Redis is reachable again; resuming");
         }
-        let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let mut faults = self.inner.faults.lock_unpoisoned();
         if faults.is_empty() {
             return;
         }
@@ -83,7 +84,7 @@ impl Health {
 
     /// The types faulted now, with why (one line per failing operation).
     pub fn faults(&self) -> BTreeMap<TaskType, String> {
-        let faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let faults = self.inner.faults.lock_unpoisoned();
         faults
             .iter()
             .map(|(t, ops)| {

@@ -1,5 +1,6 @@
 //! Which plugin handles which task type, kept current as `.wasm` files and `runner.toml` change.
 
+use hourglass_task::sync::LockExt;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -84,7 +85,7 @@ impl Registry {
 
     /// While the first load runs: how many plugin files are done, of how many.
     pub fn loading(&self) -> Option<(usize, usize)> {
-        *self.loading.lock().unwrap_or_else(|p| p.into_inner())
+        *self.loading.lock_unpoisoned()
     }
 
     /// The entry serving `task_type`, if a plugin is loaded for it.
@@ -112,7 +113,7 @@ impl Registry {
 
     /// The last load error of each plugin file whose latest version failed to load.
     pub fn load_errors(&self) -> BTreeMap<PathBuf, String> {
-        self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.load_errors.lock_unpoisoned().clone()
     }
 
     /// A receiver that changes whenever the set of handlers was swapped.
@@ -125,7 +126,7 @@ impl Registry {
     /// A file that fails to load never replaces a working version of itself.
     pub fn reload(&self) {
         self.load_all();
-        self.loading.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.loading.lock_unpoisoned().take();
     }
 
     fn load_all(&self) {
@@ -144,7 +145,7 @@ impl Registry {
                 return;
             }
         };
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut loaded = self.loaded.lock_unpoisoned();
         let before = self.entries.load_full();
         let mut next: HashMap<TaskType, Arc<Entry>> = HashMap::new();
         let mut kept: HashMap<PathBuf, Component> = HashMap::new();
@@ -172,7 +173,7 @@ impl Registry {
                 self.entries.store(Arc::new(partial));
                 self.version.send_modify(|v| *v += 1);
             }
-            let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+            let mut loading = self.loading.lock_unpoisoned();
             if let Some(progress) = loading.as_mut() {
                 *progress = (done + 1, total);
             }
@@ -192,8 +193,8 @@ impl Registry {
             warn!(task_type = %t, "plugin removed: its tasks wait in Redis until a plugin serves the type again");
         }
         crate::telemetry::plugins_serving(kept.iter().map(|(f, c)| (file_stem(f), c.hash().to_owned())).collect());
-        self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).retain(|f, _| wanted.contains_key(f));
-        self.refused.lock().unwrap_or_else(|p| p.into_inner()).retain(|f, _| wanted.contains_key(f));
+        self.load_errors.lock_unpoisoned().retain(|f, _| wanted.contains_key(f));
+        self.refused.lock_unpoisoned().retain(|f, _| wanted.contains_key(f));
         *loaded = kept;
         drop(loaded);
         self.entries.store(Arc::new(next));
@@ -207,7 +208,7 @@ impl Registry {
     fn component_for(&self, file: &Path, loaded: &mut HashMap<PathBuf, Component>) -> Option<Component> {
         let previous = loaded.get(file).cloned();
         let stamp = Stamp::of(file, self.runtime.compile_limits());
-        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let mut refused = self.refused.lock_unpoisoned();
         if stamp.is_some() && refused.get(file) == stamp.as_ref() {
             return previous;
         }
@@ -217,7 +218,7 @@ impl Registry {
             if crate::runtime::is_refused(&e)
                 && let Some(stamp) = stamp.clone()
             {
-                self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(file.to_owned(), stamp);
+                self.refused.lock_unpoisoned().insert(file.to_owned(), stamp);
             }
             self.load_failed(file, format!("{e:#}"));
             match &previous {
@@ -248,7 +249,7 @@ impl Registry {
                     info!(file = %file.display(), "compiled {} in {stats}", file.display());
                 }
                 crate::telemetry::plugin_loaded(&file_stem(file));
-                self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).remove(file);
+                self.load_errors.lock_unpoisoned().remove(file);
                 Some(component)
             }
             Err(e) => failed(e),
@@ -257,7 +258,7 @@ impl Registry {
 
     fn load_failed(&self, file: &Path, error: String) {
         crate::telemetry::plugin_load_failed(&file_stem(file));
-        self.load_errors.lock().unwrap_or_else(|p| p.into_inner()).insert(file.to_owned(), error);
+        self.load_errors.lock_unpoisoned().insert(file.to_owned(), error);
     }
 
     /// Applies an edited `runner.toml`: policies, limits and type mappings

@@ -29,6 +29,7 @@
 //! | `hourglass_plugin_reload_failures_total` | counter | plugin |
 //! | `hourglass_plugin_info` | gauge: 1 for the loaded version, 0 for replaced ones | plugin, hash |
 
+use hourglass_task::sync::LockExt;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -171,7 +172,7 @@ impl TypeMetrics {
         if !claim.dead_lettered.is_empty() {
             self.dead.increment(claim.dead_lettered.len() as u64);
             let now = crate::clock::now_ms();
-            let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
+            let mut recent = RECENT_OUTCOMES.lock_unpoisoned();
             for (id, reason) in last(&claim.dead_lettered) {
                 push(
                     &mut recent,
@@ -254,7 +255,7 @@ impl TypeMetrics {
         }
         // Only the newest RECENT can be shown, so only those are copied.
         let skip = batch.len().saturating_sub(RECENT);
-        let mut recent = RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recent = RECENT_OUTCOMES.lock_unpoisoned();
         for (s, r) in batch.iter().zip(results).skip(skip) {
             let ended = *r;
             let error = match ended {
@@ -350,7 +351,7 @@ pub fn plugin_load_failed(plugin: &str) {
 pub fn plugins_serving(now: BTreeMap<String, String>) {
     handle();
     static SERVING: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
-    let mut before = SERVING.lock().unwrap_or_else(|p| p.into_inner());
+    let mut before = SERVING.lock_unpoisoned();
     for (plugin, hash) in before.iter() {
         if now.get(plugin) != Some(hash) {
             gauge!("hourglass_plugin_info", "plugin" => plugin.clone(), "hash" => hash.clone()).set(0.0);
@@ -390,7 +391,7 @@ fn push(recent: &mut VecDeque<Completed>, c: Completed) {
 
 /// The latest outcomes settled by this host, newest first.
 pub fn recent() -> Vec<Completed> {
-    RECENT_OUTCOMES.lock().unwrap_or_else(|p| p.into_inner()).iter().rev().cloned().collect()
+    RECENT_OUTCOMES.lock_unpoisoned().iter().rev().cloned().collect()
 }
 
 /// Runs the recorder's upkeep every second until `stop`: a histogram keeps

@@ -1,5 +1,6 @@
 //! Wake-up: learn within milliseconds that a task was scheduled sooner, by keyspace notifications or polling.
 
+use hourglass_task::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,7 +27,7 @@ pub struct Wakeups {
 impl Wakeups {
     /// The notifier of a type (created on first use).
     pub fn of(&self, task_type: &TaskType) -> Arc<Notify> {
-        let mut map = self.by_type.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.by_type.lock_unpoisoned();
         map.entry(task_type.clone()).or_default().clone()
     }
 
@@ -36,13 +37,13 @@ impl Wakeups {
     }
 
     fn wake(&self, task_type: &TaskType) {
-        if let Some(n) = self.by_type.lock().unwrap_or_else(|p| p.into_inner()).get(task_type) {
+        if let Some(n) = self.by_type.lock_unpoisoned().get(task_type) {
             n.notify_one();
         }
     }
 
     fn wake_all(&self) {
-        for n in self.by_type.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        for n in self.by_type.lock_unpoisoned().values() {
             n.notify_one();
         }
     }

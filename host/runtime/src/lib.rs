@@ -49,6 +49,7 @@ mod priority;
 mod run;
 mod state;
 
+use hourglass_task::sync::LockExt;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -369,12 +370,12 @@ impl Runtime {
 
     /// The limits compiles run under now.
     pub fn compile_limits(&self) -> CompileLimits {
-        *self.inner.compile_limits.lock().unwrap_or_else(|p| p.into_inner())
+        *self.inner.compile_limits.lock_unpoisoned()
     }
 
     /// Changes the limits of the compiles to come (runner.toml was edited).
     pub fn set_compile_limits(&self, limits: CompileLimits) {
-        *self.inner.compile_limits.lock().unwrap_or_else(|p| p.into_inner()) = limits;
+        *self.inner.compile_limits.lock_unpoisoned() = limits;
     }
 
     /// Describes a plugin file for `hourglass plugin check`: its imports,

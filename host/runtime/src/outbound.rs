@@ -13,6 +13,7 @@
 //! names the host exactly: a `*` never matches them, neither as a name nor
 //! as the address a name resolves to.
 
+use hourglass_task::sync::LockExt;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -326,7 +327,7 @@ fn own_addresses() -> Vec<IpAddr> {
     use std::time::{Duration, Instant};
     static CACHE: Mutex<Option<(Instant, Vec<IpAddr>)>> = Mutex::new(None);
     const FRESH: Duration = Duration::from_secs(5);
-    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cache = CACHE.lock_unpoisoned();
     match &*cache {
         Some((at, addrs)) if at.elapsed() < FRESH => addrs.clone(),
         _ => {

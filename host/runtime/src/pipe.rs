@@ -3,8 +3,9 @@
 //! wasmtime-wasi's `MemoryOutputPipe` reports an error once full, which makes a
 //! Rust guest's `println!` panic; a chatty handler must not fail because of that.
 
+use hourglass_task::sync::LockExt;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -29,7 +30,7 @@ impl CappedPipe {
     }
 
     fn push(&self, data: &[u8]) {
-        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = self.inner.lock_unpoisoned();
         let room = c.cap.saturating_sub(c.bytes.len());
         let keep = room.min(data.len());
         c.bytes.extend_from_slice(&data[..keep]);
@@ -38,7 +39,7 @@ impl CappedPipe {
 
     /// The captured text (lossy) and how many bytes were dropped over the cap.
     pub(crate) fn take(&self) -> (String, usize) {
-        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = self.inner.lock_unpoisoned();
         let text = String::from_utf8_lossy(&c.bytes).into_owned();
         c.bytes.clear();
         (text, std::mem::take(&mut c.dropped))

@@ -9,6 +9,8 @@
 // value is per thread); it reads and writes no memory of ours.
 #![allow(unsafe_code)]
 
+use hourglass_task::sync::LockExt;
+
 /// Nice value of compiling threads.
 pub(super) const COMPILE_NICE: libc::c_int = 10;
 
@@ -42,7 +44,7 @@ pub(crate) fn lower_compile_pool() {
 /// thread, at its priority, when no thread can be started).
 pub(crate) fn at_low_priority<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     let work = std::sync::Mutex::new(Some(f));
-    let take = || work.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let take = || work.lock_unpoisoned().take();
     let spawned = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("hourglass-compile".into())

@@ -1,6 +1,7 @@
 //! The dashboard at `/` and the task page at `/task`: server-rendered HTML,
 //! a little JavaScript that refreshes it in place, no outside resources (it works offline).
 
+use hourglass_task::sync::LockExt;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -48,7 +49,7 @@ pub(crate) async fn page(State(state): State<AdminState>, query: PageParams) -> 
 /// (the sampled rates), then the most waiting or running now, then the most
 /// ended ever; the first in name order among equals.
 fn busiest(state: &AdminState, stats: &[(TaskType, crate::store::TypeStats)]) -> Option<TaskType> {
-    let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
+    let history = state.history.lock_unpoisoned();
     let activity = |t: &TaskType, s: &crate::store::TypeStats| {
         let per_min = history.rates(t).map_or(0.0, |(ok, failed, _)| ok + failed);
         (per_min, s.due_now + s.in_flight, s.succeeded + s.failed)
@@ -89,7 +90,7 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
         h.push_str("<tr><td colspan=13>no task types yet</td></tr>");
     }
     {
-        let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
+        let history = state.history.lock_unpoisoned();
         for (t, s) in &stats {
             let (ok_rate, fail_rate) = match history.rates(t) {
                 Some((ok, failed, span)) => {

@@ -209,12 +209,14 @@ impl Default for RunnerConfig {
     fn default() -> Self {
         // The compile limits' defaults are the sandbox's own (hourglass-runtime).
         let compile = crate::runtime::CompileLimits::default();
+        // The claim's defaults are the store's own (hourglass-store), written once.
+        let claim = crate::store::ClaimLimits::default();
         RunnerConfig {
             plugins_dir: PathBuf::from("plugins"),
             cache_dir: PathBuf::from(".hourglass/cache"),
             concurrency: 512,
-            batch_size: 256,
-            lease: Duration::from_secs(30),
+            batch_size: claim.max_tasks,
+            lease: claim.lease,
             grace_period: Duration::from_secs(10),
             wakeup: WakeupMode::Auto,
             poll_interval: Duration::from_millis(100),

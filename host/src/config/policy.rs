@@ -107,7 +107,8 @@ impl Default for TypePolicy {
             http_concurrency: 8,
             memory_limit: ByteSize::mib(64),
             host_memory_limit: ByteSize::mib(16),
-            max_payload: ByteSize::mib(1),
+            // The store refuses larger payloads at claim by the same default.
+            max_payload: ByteSize::b(crate::store::ClaimLimits::default().max_payload_bytes),
             instance_reuse: 0,
             instance_reset: true,
             instance_warm_up: true,

@@ -1,5 +1,6 @@
 //! Claim: a type's loop that takes due tasks under a lease as slots free up, sleeps until the next is due, and renews leases.
 
+use hourglass_task::sync::LockExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -246,7 +247,7 @@ impl Renewer {
             // renewed in time is at most about one tick old: far from the
             // point where `lease_watch` stops its run.
             let due: Vec<Lease> = {
-                let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                let map = state.in_flight.lock_unpoisoned();
                 map.iter().filter(|(_, run)| run.renewed.elapsed() >= every / 2).map(|(k, _)| k.clone()).collect()
             };
             if due.is_empty() {
@@ -275,7 +276,7 @@ async fn lease_watch(lease: Duration, task_type: TaskType, state: Arc<TypeState>
         tick.tick().await;
         let mut expiring = Vec::new();
         {
-            let map = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let map = state.in_flight.lock_unpoisoned();
             for (key, run) in map.iter() {
                 if run.renewed.elapsed() >= stop_after && !run.lost.is_cancelled() && run.lose() {
                     expiring.push(clean_id(&key.id));

@@ -1,5 +1,6 @@
 //! Dispatch: run each claimed task in the sandbox, and decide what its result means (ack, retry, dead letter).
 
+use hourglass_task::sync::LockExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -64,7 +65,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
         let now = Instant::now();
         let mut stops = Vec::with_capacity(tasks.len());
         {
-            let mut in_flight = state.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut in_flight = state.in_flight.lock_unpoisoned();
             for (task, _) in &tasks {
                 let (stop, lost, ended) = (CancellationToken::new(), CancellationToken::new(), Arc::default());
                 let run =
@@ -95,7 +96,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
             // script call settles whole claims.
             unreported: Arc::new(AtomicUsize::new(tasks.len())),
             trace: ClaimTrace::of(&self.ledger, &tasks),
-            settle_tx: state.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            settle_tx: state.settle_tx.lock_unpoisoned().clone(),
             holder: self.holder.clone(),
             aborted: self.aborted.clone(),
             _tracked: self.runs.token(),
@@ -209,7 +210,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         let ending = race(handled, &self.stop, &self.lost).await;
         // Shutdown past the grace period keeps the lease listed, to be handed back.
         if matches!(ending, Ending::Dropped) && !claim.aborted.load(Ordering::Acquire) {
-            claim.state.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&task.lease());
+            claim.state.in_flight.lock_unpoisoned().remove(&task.lease());
             claim.state.metrics.abandoned();
         }
         self.ended.store(true, Ordering::Release);

@@ -5,6 +5,7 @@
 //! renewal finds lost, freeing slots only once outcomes are stored) is tested
 //! here with scripted answers, without Redis or wasmtime.
 
+use hourglass_task::sync::LockExt;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -126,7 +127,7 @@ pub(crate) async fn renew(
         }
     };
     health.succeeded(task_type, "extend");
-    let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = in_flight.lock_unpoisoned();
     for (key, extended) in due.iter().zip(extended) {
         match (extended, map.get_mut(key)) {
             (Extended::Extended, Some(run)) => run.renewed = Instant::now(),

@@ -1,5 +1,6 @@
 //! Settle: write outcomes to Redis in batches, one script call each, and only then free the slots they held.
 
+use hourglass_task::sync::LockExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -159,7 +160,7 @@ impl Settler {
                 span.end(results[i], batch[i].outcome.error());
             }
             {
-                let mut map = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                let mut map = in_flight.lock_unpoisoned();
                 for s in &batch {
                     map.remove(&s.lease);
                 }

@@ -2,6 +2,7 @@
 //!
 //! Claim, dispatch and settle read and change this; it imports none of them.
 
+use hourglass_task::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -112,12 +113,12 @@ impl TypeState {
 
     /// Keeps the settler's handle, so [`TypeState::close_settler`] can wait for it.
     pub(crate) fn set_settler(&self, settler: tokio::task::JoinHandle<()>) {
-        *self.settler.lock().unwrap_or_else(|p| p.into_inner()) = Some(settler);
+        *self.settler.lock_unpoisoned() = Some(settler);
     }
 
     /// Stops the run of `id` under `token`, if this host holds it; true if it did.
     pub(crate) fn stop(&self, id: &[u8], token: u64) -> bool {
-        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.in_flight.lock_unpoisoned();
         // A cancel names the task and its token, not its claim; it is rare, so a scan will do.
         match map.iter().find(|(lease, _)| lease.id == id && lease.token == token).map(|(_, run)| run) {
             Some(run) => {
@@ -131,13 +132,13 @@ impl TypeState {
     /// Shutdown past its grace period: ends every run still going (see
     /// [`Runner::aborted`]); how many handlers were still going.
     pub(crate) fn abort_runs(&self) -> usize {
-        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.in_flight.lock_unpoisoned();
         map.values().filter(|run| run.lose()).count()
     }
 
     /// Leases of tasks claimed and not yet settled.
     pub(crate) fn in_flight_leases(&self) -> Vec<Lease> {
-        let map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.in_flight.lock_unpoisoned();
         map.keys().cloned().collect()
     }
 
@@ -145,8 +146,8 @@ impl TypeState {
     /// or gives up after [`SETTLE_AT_EXIT`] (Redis is down): those tasks'
     /// leases expire and they run again, as after a crash.
     pub(crate) async fn close_settler(&self, task_type: &TaskType) {
-        self.settle_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let handle = self.settler.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.settle_tx.lock_unpoisoned().take();
+        let handle = self.settler.lock_unpoisoned().take();
         if let Some(mut h) = handle
             && tokio::time::timeout(SETTLE_AT_EXIT, &mut h).await.is_err()
         {

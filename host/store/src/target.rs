@@ -34,7 +34,6 @@ pub struct Target {
     password: Option<Secret>,
     /// PEM of the CA to trust for `rediss://`.
     ca: Option<Vec<u8>>,
-    ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Target {
@@ -47,7 +46,7 @@ impl Target {
     /// The target of `url` alone (credentials only from the URL, no CA file).
     pub fn parse(url: &str) -> Result<Target> {
         let (nodes, cluster) = split_cluster_url(url)?;
-        let target = Target { nodes, cluster, username: None, password: None, ca: None, ca_file: None };
+        let target = Target { nodes, cluster, username: None, password: None, ca: None };
         target.check_urls()?;
         Ok(target)
     }
@@ -76,7 +75,7 @@ impl Target {
             }
             None => None,
         };
-        let target = Target { nodes, cluster, username, password, ca, ca_file: config.ca_file.clone() };
+        let target = Target { nodes, cluster, username, password, ca };
         target.check_urls()?;
         if target.ca.is_some() && !target.nodes.iter().all(|u| u.starts_with("rediss://")) {
             bail!("redis.ca_file is set, but the Redis URL is not rediss:// (TLS)");
@@ -191,11 +190,6 @@ impl Target {
             out = out.replace(p.expose(), "<redacted>");
         }
         out
-    }
-
-    /// The CA file in use, if any.
-    pub fn ca_file(&self) -> Option<&PathBuf> {
-        self.ca_file.as_ref()
     }
 }
 

@@ -10,9 +10,11 @@
 //! - [`task_type`]: the validated type name, its shards and their hash tags;
 //! - [`task`]: a task's life: claimed, run, its outcome, how it ended once settled;
 //! - [`group`]: workflow group ids, callbacks and when they fire;
-//! - [`clean`]: text from outside (ids, guest lines) escaped for one log line.
+//! - [`clean`]: text from outside (ids, guest lines) escaped for one log line;
+//! - [`sync`]: a poisoned lock's recovery, written once.
 
 pub mod clean;
 pub mod group;
+pub mod sync;
 pub mod task;
 pub mod task_type;

@@ -1,5 +1,6 @@
 //! Kept instances: a handler's idle instances, reset to their checkpoint or reused as they are, and a run on one.
 
+use hourglass_task::sync::LockExt;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,7 +110,7 @@ impl Handler {
     /// and a handler that corrupts its own state without failing affects the
     /// tasks after it. Any failure discards it.
     pub(super) async fn run_kept(&self, task: &ClaimedTask, trace: Option<RunTrace>, reset: bool) -> TaskRun {
-        let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut idle = self.warm.idle.lock_unpoisoned().pop();
         if idle.is_some() {
             self.warm.shared.fetch_sub(1, Ordering::Relaxed);
         } else if reset && self.warm_up {
@@ -267,7 +268,7 @@ impl Handler {
         {
             return;
         }
-        let mut idle = self.warm.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.warm.idle.lock_unpoisoned();
         if idle.len() >= self.warm.cap {
             return;
         }
