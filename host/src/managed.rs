@@ -23,20 +23,13 @@ pub async fn ensure(config: &RedisConfig, url: &str) -> Result<Option<ManagedRed
     if !config.managed || answers(url).await {
         return Ok(None);
     }
-    let info = redis::IntoConnectionInfo::into_connection_info(url)
-        .with_context(|| format!("invalid Redis URL {}", crate::target::redact_url(url)))?;
-    let port = match info.addr() {
-        redis::ConnectionAddr::Tcp(host, port) if is_loopback(host) => *port,
-        _ => bail!(
+    let Some(port) = crate::store::loopback_port(url)? else {
+        bail!(
             "redis.managed = true needs a loopback URL like redis://127.0.0.1:6379, not {}",
             crate::target::redact_url(url)
-        ),
+        );
     };
     start(&config.data_dir, port, url).await.map(Some)
-}
-
-fn is_loopback(host: &str) -> bool {
-    matches!(host, "127.0.0.1" | "localhost" | "::1" | "[::1]")
 }
 
 async fn answers(url: &str) -> bool {

@@ -215,8 +215,7 @@ async fn exchange<S>(stream: S, request: http::Request<Full<Bytes>>) -> Result<R
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream)).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

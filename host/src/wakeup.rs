@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::WakeupMode;
+use crate::store::Subscription;
 use crate::store::{Node, Store};
 use crate::task::CancelRequest;
 use crate::task_type::TaskType;
@@ -221,13 +222,12 @@ async fn enable_notifications(node: &Node, mode: WakeupMode) -> Result<&'static 
 }
 
 /// Wakes claim loops on keyspace events and passes cancels on, until the subscription closes.
-async fn receive(pubsub: redis::aio::PubSub, wakeups: &Wakeups, listen: &Listen) -> Result<()> {
-    let mut pubsub = pubsub;
-    let mut messages = pubsub.on_message();
+async fn receive(subscription: Subscription, wakeups: &Wakeups, listen: &Listen) -> Result<()> {
+    let mut messages = std::pin::pin!(subscription.into_messages());
     while let Some(msg) = messages.next().await {
-        let channel = msg.get_channel_name();
+        let channel = msg.channel.as_str();
         if channel == listen.cancel_channel {
-            match CancelRequest::parse(msg.get_payload_bytes()) {
+            match CancelRequest::parse(&msg.payload) {
                 Some(request) => {
                     let _ = listen.cancels.send(request);
                 }

@@ -1,4 +1,4 @@
-//! The shape of the host's crates: imports between each crate's top-level modules point one way, no file is over 600 lines, and the clients ship the store's scripts unchanged.
+//! The shape of the host's crates: imports between each crate's top-level modules point one way, the host links Redis and wasmtime only through its crates, no file is over 600 lines, and the clients ship the store's scripts unchanged.
 //!
 //! Read from the source, as a reviewer would: every `crate::<module>` a
 //! module's code names (comments and its `#[cfg(test)]` modules aside,
@@ -314,4 +314,19 @@ fn the_clients_ship_the_hosts_scripts_unchanged() {
             assert!(theirs == ours, "{client}/{file} differs from the host's: run 'bash clients/sync-scripts.sh'");
         }
     }
+}
+
+/// The host crate (`hourglass`) reaches Redis only through `hourglass-store` and
+/// wasmtime only through `hourglass-runtime`, as docs/architecture.md draws it:
+/// neither is among its own (non-dev) dependencies, so cargo refuses a
+/// `redis::` or `wasmtime::` path in its code (`cargo tree -e normal -p
+/// hourglass --depth 1` lists neither).
+#[test]
+fn the_host_links_redis_and_wasmtime_only_through_its_crates() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest: toml::Table = std::fs::read_to_string(&manifest).unwrap().parse().unwrap();
+    let deps = manifest["dependencies"].as_table().expect("a [dependencies] table");
+    assert!(deps.contains_key("hourglass-store") && deps.contains_key("hourglass-runtime"), "{deps:?}");
+    let direct: Vec<&String> = deps.keys().filter(|name| *name == "redis" || name.starts_with("wasmtime")).collect();
+    assert!(direct.is_empty(), "the host depends on {direct:?} itself: go through hourglass-store / hourglass-runtime");
 }

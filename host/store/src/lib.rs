@@ -88,11 +88,11 @@ pub use groups::{
 };
 pub use keys::{GroupKeys, KeyPrefix, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
-pub use nodes::{HolderCount, Node, Presence, answers, shut_down};
+pub use nodes::{HolderCount, Message, Node, Presence, Subscription, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recur::{RecurState, SyncOutcome};
-pub use target::{RedisConfig, Secret, Target};
+pub use target::{RedisConfig, Secret, Target, loopback_port};
 pub use tasks::{Cancelled, ScheduleMode};
 
 use crate::task_type::{TaskType, shard_tags};

@@ -173,7 +173,7 @@ impl Node {
     }
 
     /// A pub/sub connection subscribed to `patterns` and `channels`.
-    pub async fn subscribe(&self, patterns: &[&str], channels: &[&str]) -> Result<redis::aio::PubSub> {
+    pub async fn subscribe(&self, patterns: &[&str], channels: &[&str]) -> Result<Subscription> {
         let mut pubsub = self.client.get_async_pubsub().await?;
         for pattern in patterns {
             pubsub.psubscribe(*pattern).await?;
@@ -181,7 +181,28 @@ impl Node {
         for channel in channels {
             pubsub.subscribe(*channel).await?;
         }
-        Ok(pubsub)
+        Ok(Subscription(pubsub))
+    }
+}
+
+/// A subscription to one node's channels (keyspace notifications, cancels).
+pub struct Subscription(redis::aio::PubSub);
+
+/// One message a [`Subscription`] received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The channel it came on (for a pattern subscription, the channel that matched).
+    pub channel: String,
+    pub payload: Vec<u8>,
+}
+
+impl Subscription {
+    /// Its messages as they come; the stream ends when the connection closes.
+    pub fn into_messages(self) -> impl futures_util::Stream<Item = Message> + Send {
+        use futures_util::StreamExt;
+        self.0
+            .into_on_message()
+            .map(|m| Message { channel: m.get_channel_name().to_owned(), payload: m.get_payload_bytes().to_vec() })
     }
 }
 

@@ -193,6 +193,23 @@ impl Target {
     }
 }
 
+/// The port of `url` when it names a loopback TCP address
+/// (`redis://127.0.0.1:6379`): where this host may start a server of its own
+/// (`[redis] managed`). `None` for any other address; an error naming the
+/// URL (its password hidden) when it does not parse.
+pub fn loopback_port(url: &str) -> Result<Option<u16>> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url)
+        .with_context(|| format!("invalid Redis URL {}", redact_url(url)))?;
+    Ok(match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+            if matches!(host.as_str(), "127.0.0.1" | "localhost" | "::1" | "[::1]") =>
+        {
+            Some(*port)
+        }
+        _ => None,
+    })
+}
+
 fn scrub(text: &str, url: &str, shown: &str) -> String {
     if url.is_empty() { text.to_owned() } else { text.replace(url, shown) }
 }
