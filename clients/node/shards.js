@@ -1,9 +1,38 @@
 // Where a task of a sharded type lives: the shard tags of docs/scaling.md, as the host computes them.
 "use strict";
 
-const keySlot = require("cluster-key-slot");
-
 const SLOTS = 16384;
+
+// CRC16-XMODEM (polynomial 0x1021), the checksum of Redis Cluster's key slots.
+const CRC16 = new Uint16Array(256);
+for (let i = 0; i < 256; i++) {
+  let c = i << 8;
+  for (let bit = 0; bit < 8; bit++) c = ((c << 1) ^ (c & 0x8000 ? 0x1021 : 0)) & 0xffff;
+  CRC16[i] = c;
+}
+
+function crc16(bytes, from, to) {
+  let crc = 0;
+  for (let i = from; i < to; i++) crc = ((crc << 8) & 0xffff) ^ CRC16[((crc >> 8) ^ bytes[i]) & 0xff];
+  return crc;
+}
+
+/**
+ * `CLUSTER KEYSLOT <key>` (a string, as the UTF-8 ioredis writes, or bytes), by the hash tag rule of
+ * Redis' keyHashSlot: the bytes between the first `{` and the first `}` after it when there are
+ * some, else the whole key. Not cluster-key-slot (1.1.2): after an empty tag it reads on to a later
+ * `}` (it gives `a{}b}c` the slot of `b`, where Redis hashes the whole key), which put such ids in
+ * another shard than the host, the Python client and the Rust store (tests/host/workflows/agree.rs).
+ */
+function keySlot(key) {
+  const bytes = typeof key === "string" ? Buffer.from(key) : key;
+  const open = bytes.indexOf(0x7b);
+  if (open !== -1) {
+    const close = bytes.indexOf(0x7d, open + 1);
+    if (close > open + 1) return crc16(bytes, open + 1, close) & (SLOTS - 1);
+  }
+  return crc16(bytes, 0, bytes.length) & (SLOTS - 1);
+}
 
 /** The last slot of each of the `n` ranges `redis-cli --cluster create` gives `n` masters (C float arithmetic). */
 function slotRanges(n) {
@@ -58,4 +87,4 @@ function shardOf(id, n) {
   return n <= 1 ? 0 : keySlot(id) % n;
 }
 
-module.exports = { shardTags, shardOf, slotRanges };
+module.exports = { shardTags, shardOf, slotRanges, keySlot };

@@ -235,6 +235,19 @@ test("a sharded type routes each id to its shard, as the Python client does", as
   assert.throws(() => new hg.Hourglass(redis, { shards: { hot: 0 } }), hg.InvalidArgument);
 });
 
+test("ids route by CLUSTER KEYSLOT's hash tag rule, an empty tag before a later } too", () => {
+  // Slots a real `CLUSTER KEYSLOT` gave (Redis 7.0): `{}` is no tag, so the whole id is hashed even
+  // with a `}` after it (cluster-key-slot 1.1.2 hashed the bytes before that `}`: another shard).
+  const slots = [["123456789", 12739], ["a{b}c", 3300], ["{{a}}", 10276], ["}{a}", 15495], ["x{", 3596], ["ab{}", 8692],
+    ["{}", 15257], ["a{}b}c", 2041], ["{}}", 14790], ["x{}{y}", 14166], ["{}x}", 10489], ["x}{}y}", 12266],
+    ["é{}🦀}", 231], ["🦀{é}x", 10180]];
+  for (const [id, slot] of slots) {
+    assert.equal(hg.shardOf(id, 16384), slot, id);
+    assert.equal(hg.shardOf(Buffer.from(id), 16384), slot, id);
+  }
+  assert.equal(hg.shardOf(Buffer.from("0000ff94f5560ec079ee4c9e3a7b7d7db5", "hex"), 16384), 11716);
+});
+
 test("the shipped scripts are the host's", () => {
   const host = path.join(__dirname, "..", "..", "..", "host", "store", "src", "scripts");
   for (const name of fs.readdirSync(path.join(__dirname, "..", "scripts"))) {
