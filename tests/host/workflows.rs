@@ -1,6 +1,8 @@
 //! Workflow groups: the store's contract (open, add, seal, every way a child ends) and hosts running them
-//! (in `hosts`), and the CLI and the Python and Node clients building them (in `clients`).
+//! (in `hosts`), and the CLI and the Python and Node clients building them (in `clients`); and the
+//! three clients writing the same bytes for random tasks (in `agree`).
 
+mod agree;
 mod clients;
 mod hosts;
 

@@ -61,7 +61,7 @@ fn the_cli_runs_a_group_and_refuses_bad_steps_in_one_line() {
 }
 
 /// Runs a Python program with the Python client (clients/python), the socket of `redis` as `sys.argv[1]`; its stdout.
-fn python(redis: &RedisServer, program: &str) -> String {
+pub(super) fn python(redis: &RedisServer, program: &str) -> String {
     let dir = crate::support::workspace_root().join("clients/python");
     let python = dir.join(".venv/bin/python");
     assert!(python.exists(), "no {}: run 'bash clients/test.sh --install-only'", python.display());
@@ -72,7 +72,7 @@ fn python(redis: &RedisServer, program: &str) -> String {
 }
 
 /// Runs a Node program with the Node client (clients/node), the socket of `redis` as `process.argv[1]`; its stdout.
-fn node(redis: &RedisServer, program: &str) -> String {
+pub(super) fn node(redis: &RedisServer, program: &str) -> String {
     let dir = crate::support::workspace_root().join("clients/node");
     assert!(
         dir.join("node_modules/ioredis").exists(),
