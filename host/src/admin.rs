@@ -132,7 +132,7 @@ pub async fn start(
         shutdown: shutdown.clone(),
         token: admin.token.clone(),
         host: Arc::new(HostInfo {
-            id: config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id),
+            id: config.runner.host_id.clone().unwrap_or_else(crate::presence::default_host_id),
             addr,
             started: Instant::now(),
             started_ms: crate::clock::now_ms(),

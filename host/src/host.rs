@@ -49,7 +49,7 @@ pub async fn run(
 
     let registry = Registry::new(runtime.clone(), config.clone())?;
     // Many hosts share one Redis: each beats under its id and records it with its leases.
-    let host_id = config.runner.host_id.clone().unwrap_or_else(crate::hosts::default_host_id);
+    let host_id = config.runner.host_id.clone().unwrap_or_else(crate::presence::default_host_id);
     let store = store.with_holder(&host_id).with_shards(config.sharded_types());
     if !store.target().is_cluster() {
         for (t, n) in config.sharded_types() {
@@ -70,7 +70,7 @@ pub async fn run(
         let registry = registry.clone();
         tokio::task::spawn_blocking(move || registry.reload())
     };
-    let presence = crate::hosts::Presence::start(&store, &host_id).await?;
+    let presence = crate::presence::Presence::start(&store, &host_id).await?;
     let (cancel_tx, cancels) = tokio::sync::mpsc::unbounded_channel();
     let wakeups = crate::wakeup::start(&store, config.runner.wakeup, cancel_tx, shutdown.clone()).await?;
     let announce = {

@@ -38,7 +38,7 @@
 //! - [`outbound`] (the runtime's), [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
 //! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
-//! - [`host`]: start-up wiring and signals; [`hosts`]: host ids and heartbeats;
+//! - [`host`]: start-up wiring and signals; [`presence`]: host ids and heartbeats;
 //!   [`managed`]: a private `redis-server` for the quick start, started by
 //!   [`redis_server`], the one spawner (also for `hourglass-bench` and the tests).
 //! - [`cli`]: the `hourglass` command line; [`show`]: where one task is, in words; [`logging`]: log output;
@@ -56,10 +56,10 @@ pub mod clock;
 pub mod config;
 pub mod health;
 pub mod host;
-pub mod hosts;
 pub mod logging;
 pub mod managed;
 pub mod pipeline;
+pub mod presence;
 pub mod recurrence;
 pub mod registry;
 pub mod schedules;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use wasmtime::Checkpoint;
 
-use crate::state::HostState;
+use crate::host_state::HostState;
 use crate::{Component, one_line};
 
 /// What a plugin's runs cost, measured as they ran.

@@ -21,11 +21,11 @@ use bytesize::ByteSize;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::hourglass::plugin::types as wit_types;
+use super::host_state::{Grants, HostState, RunParts, cap_error};
 use super::policy::SandboxPolicy;
 use super::run::{HostBudget, MAX_RESOURCES, OUTPUT_CAP, RunMeta};
-use super::state::{Grants, HostState, RunParts, cap_error};
 use super::trace::RunTrace;
-use super::{Component, EPOCH_TICK, one_line, outgoing, pipe::CappedPipe};
+use super::{Component, EPOCH_TICK, one_line, pipe::CappedPipe, wasi_http};
 use hourglass_task::clean::clean_id;
 use hourglass_task::task::{ClaimedTask, FollowUp, GroupWork};
 
@@ -100,7 +100,7 @@ pub struct Handler {
     config: Arc<BTreeMap<String, String>>,
     /// The types its follow-ups may go to.
     grants: Arc<Grants>,
-    http: Arc<outgoing::HttpPolicy>,
+    http: Arc<wasi_http::HttpPolicy>,
     /// Where each run's instance comes from.
     instances: Instances,
     /// Idle instances kept for the next tasks (reset or reused).
@@ -151,7 +151,7 @@ impl Handler {
             },
             config,
             grants: Arc::new(Grants::new(policy)),
-            http: Arc::new(outgoing::HttpPolicy::new(policy)),
+            http: Arc::new(wasi_http::HttpPolicy::new(policy)),
             instances: match policy.instance_reuse {
                 n if n > 1 => Instances::Reuse(n),
                 _ if policy.instance_reset => Instances::Reset,
@@ -317,11 +317,11 @@ impl Handler {
             attempt: if warm_up { 0 } else { task.attempt },
             warm_up,
         });
-        let http_hooks = outgoing::OutboundHooks::new(
+        let http_hooks = wasi_http::OutboundHooks::new(
             self.http.clone(),
             deadline,
             self.budget(),
-            outgoing::Caller { plugin: self.plugin_name.clone(), meta: meta.clone(), trace },
+            wasi_http::Caller { plugin: self.plugin_name.clone(), meta: meta.clone(), trace },
         );
         RunParts { meta, http_hooks, deadline }
     }

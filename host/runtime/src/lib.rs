@@ -27,10 +27,10 @@
 //! - `policy.rs`: what a type's runs are held to; `handler.rs`: a component bound to it, one run
 //!   from a fresh state (`handler/kept.rs`: on a kept instance reset to its checkpoint, or reused);
 //!   `checkpoints.rs`: what a plugin's instances share and what its runs cost; `run.rs`: a run's
-//!   identity, caps and budget; `state.rs`: its host state and the `hourglass:plugin` imports;
+//!   identity, caps and budget; `host_state.rs`: its host state and the `hourglass:plugin` imports;
 //!   `pipe.rs`: captured output; [`reset`]: how a freed instance's memory is made as built again
 //!   on this machine;
-//! - [`outbound`]: allow-lists and address checks; `outgoing.rs`: `wasi:http` requests through them;
+//! - [`outbound`]: allow-lists and address checks; `wasi_http.rs`: `wasi:http` requests through them;
 //!   [`trace`]: the client spans of a traced run's requests.
 
 pub mod outbound;
@@ -42,12 +42,12 @@ mod check;
 mod checkpoints;
 mod compile;
 mod handler;
-mod outgoing;
+mod host_state;
 mod pipe;
 mod policy;
 mod priority;
 mod run;
-mod state;
+mod wasi_http;
 
 use hourglass_task::sync::LockExt;
 use std::fmt;
@@ -70,12 +70,12 @@ pub use compile::{
     worker as compile_worker, worker_if_asked as compile_worker_if_asked,
 };
 pub use handler::{Failure, Handler, Limits, TaskRun};
+pub use host_state::{FOLLOWUPS_REFUSED_TOTAL, LOG_CAP};
 pub use policy::SandboxPolicy;
 pub use reset::{MemoryReset, ResetMethod, Swap};
 pub use run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
-pub use state::{FOLLOWUPS_REFUSED_TOTAL, LOG_CAP};
 
-use state::HostState;
+use host_state::HostState;
 
 mod bindings {
     //! Host bindings of `plugin-sdk/wit`, the one contract with plugins.
@@ -272,7 +272,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(wt).context("cannot link WASI")?;
         add_plugin_imports(&mut linker).map_err(wt).context("cannot link the hourglass:plugin imports")?;
-        // Outbound HTTP; every request goes through `outgoing::OutboundHooks`.
+        // Outbound HTTP; every request goes through `wasi_http::OutboundHooks`.
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(wt)
             .context("cannot link wasi:http")?;

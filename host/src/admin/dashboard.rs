@@ -530,7 +530,7 @@ async fn hosts(state: &AdminState, types: &[TaskType], h: &mut String) {
         esc(&format_ms(state.host.started_ms)),
         id = esc(&state.host.id),
     );
-    match crate::hosts::list(&state.store, types).await {
+    match crate::presence::list(&state.store, types).await {
         Ok(hosts) => {
             for host in hosts.iter().filter(|x| x.id != state.host.id) {
                 let holds: Vec<String> = host.holds.iter().map(|(t, held)| format!("{t}: {}", held.count)).collect();

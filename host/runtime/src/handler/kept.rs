@@ -10,8 +10,8 @@ use wasmtime::{Checkpoint, Store};
 
 use super::{Handler, Instances, TaskRun, wit_task};
 use crate::bindings::TaskHandler;
+use crate::host_state::HostState;
 use crate::run::OUTPUT_CAP;
-use crate::state::HostState;
 use crate::trace::RunTrace;
 use crate::{one_line, pipe::CappedPipe};
 use hourglass_task::task::ClaimedTask;

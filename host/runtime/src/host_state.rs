@@ -19,9 +19,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::hourglass::plugin::{
     config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types, workflow as wit_workflow,
 };
-use super::outgoing::OutboundHooks;
 use super::pipe::CappedPipe;
 use super::run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, RunMeta};
+use super::wasi_http::OutboundHooks;
 use hourglass_task::group::{Callback, FireWhen, GroupId, GroupRef};
 use hourglass_task::task::{FollowUp, GroupWork};
 use hourglass_task::task_type::TaskType;
@@ -500,8 +500,8 @@ mod tests {
             may_schedule: Vec::new(),
             may_replace: Vec::new(),
         };
-        let caller = crate::outgoing::Caller { plugin: "chaos".into(), meta: meta.clone(), trace: None };
-        let http_policy = Arc::new(crate::outgoing::HttpPolicy::new(&policy));
+        let caller = crate::wasi_http::Caller { plugin: "chaos".into(), meta: meta.clone(), trace: None };
+        let http_policy = Arc::new(crate::wasi_http::HttpPolicy::new(&policy));
         let http_hooks = OutboundHooks::new(http_policy, Instant::now(), budget, caller);
         let parts = RunParts { meta, http_hooks, deadline: Instant::now() };
         HostState::new(parts, 1 << 20, budget, Arc::default(), Arc::default(), stdout, stderr)
