@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import unittest
 
 import redis
 
@@ -90,3 +91,20 @@ class ClusterServer:
         self.proc.terminate()
         self.proc.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ServerTest(unittest.TestCase):
+    """A test case with its own redis-server for the class, flushed before each test (``self.r``)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.close()
+
+    def setUp(self):
+        self.r = self.server.client()
+        self.r.flushall()
+

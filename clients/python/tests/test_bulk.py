@@ -7,24 +7,15 @@ import unittest
 from datetime import datetime, timedelta, timezone
 
 import redis.asyncio
-from support import Server
+from support import ServerTest
 
 import hourglass_client as hg
 from hourglass_client import Hourglass, NewTask
 
 
-class BulkTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
-
+class BulkTest(ServerTest):
     def setUp(self):
-        self.r = self.server.client()
-        self.r.flushall()
+        super().setUp()
         self.hg = Hourglass(self.r, shards={"hot": 3})
 
     def test_it_writes_what_schedule_writes_and_answers_in_order(self):

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import redis
 import redis.asyncio
-from support import Server
+from support import ServerTest
 
 import hourglass_client as hg
 from hourglass_client import Child, Fired, Hourglass, Sealed, SealState
@@ -19,18 +19,9 @@ from hourglass_client import Child, Fired, Hourglass, Sealed, SealState
 HOST_SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "host", "store", "src", "scripts")
 
 
-class ClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
-
+class ClientTest(ServerTest):
     def setUp(self):
-        self.r = self.server.client()
-        self.r.flushall()
+        super().setUp()
         self.hg = Hourglass(self.r)
 
     def test_schedule_writes_the_contract_keys_and_each_mode_keeps_its_promise(self):

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import redis
 import redis.asyncio
-from support import Server
+from support import ServerTest
 
 import hourglass_client as hg
 from hourglass_client import Ended, Hourglass, Outcome
@@ -32,18 +32,9 @@ def later(seconds: float, then) -> threading.Thread:
     return thread
 
 
-class WaitTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.close()
-
+class WaitTest(ServerTest):
     def setUp(self):
-        self.r = self.server.client()
-        self.r.flushall()
+        super().setUp()
         # A short socket timeout makes each blocking read short (half of it), so re-checks come quickly.
         self.hg = Hourglass(redis.Redis(unix_socket_path=self.server.socket, socket_timeout=0.4), shards={"hot": 3})
         event(self.r, "other", "succeeded")  # the stream exists, as a host with events = true leaves it
