@@ -53,7 +53,9 @@ fn dump(server: &RedisServer) -> Dump {
 /// due time, and its payload (when not empty) in that shard's `payload`.
 fn expected(cases: &[Case]) -> Dump {
     let mut due: BTreeMap<Vec<u8>, Vec<(i64, Vec<u8>)>> = BTreeMap::new();
-    let mut payloads: BTreeMap<Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+    // Key → its (field, value) pairs.
+    type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+    let mut payloads: BTreeMap<Vec<u8>, Fields> = BTreeMap::new();
     for c in cases {
         let tag = c.tag();
         due.entry(format!("hourglass:{{{tag}}}:due").into_bytes()).or_default().push((c.at_ms, c.id.raw()));
