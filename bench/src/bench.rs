@@ -90,7 +90,8 @@ pub struct BenchArgs {
     /// threads (`--worker-threads`): how a run's cost grows when runs share the cores [default: 1].
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub parallel: u16,
-    /// Each run's payload in `instance` (your plugin's input, e.g. '{"order_id": 1}') [default: empty].
+    /// Each task's payload: each run's in `instance`, and written with every task of `burst` (and the
+    /// other scenarios that write tasks) beside its due time (your plugin's input, e.g. '{"order_id": 1}') [default: none].
     #[arg(long, value_name = "TEXT")]
     pub payload: Option<String>,
     /// `hostile`'s component, whose `sleep:<ms>` payload blocks in a host call [default: plugins/testing/chaos.wasm].
@@ -421,15 +422,17 @@ impl Bench {
         config.runner.concurrency = self.concurrency();
         config.runner.batch_size = self.batch_size();
         config.runner.worker_threads = Some(self.worker_threads());
-        let type_config = TypeConfig {
+        // The config's own `[types.T]` of a benchmarked type (grants such as
+        // `may_schedule`, for a plugin that schedules) under the bench's keys.
+        let type_config = |t: &TaskType| TypeConfig {
             concurrency: Some(self.type_concurrency()),
             instance_reuse: self.args.reuse,
             instance_reset: Some(!self.args.no_reset),
             plugin: Some(PathBuf::from(format!("{TYPE}.wasm"))),
             shards: Some(self.args.shards),
-            ..TypeConfig::default()
+            ..self.base_config.types.get(t).cloned().unwrap_or_default()
         };
-        config.types = self.task_types.iter().map(|t| (t.clone(), type_config.clone())).collect();
+        config.types = self.task_types.iter().map(|t| (t.clone(), type_config(t))).collect();
         config.types.extend(types.iter().cloned());
         let shutdown = CancellationToken::new();
         let mut host = Host { shutdown: shutdown.clone(), handles: Vec::new(), plugins };
@@ -454,7 +457,12 @@ impl Bench {
                 for t in &self.task_types {
                     let warm: Vec<(i64, String)> = (0..50).map(|i| (due, format!("warm-{round}-{i}"))).collect();
                     written += warm.len() as u64;
-                    redis_ops::add_due(&self.store, &self.store.keys(t).due, warm.into_iter(), ZADD_CHUNK, 1).await?;
+                    let keys = self.store.keys(t);
+                    if let Some(payload) = &self.args.payload {
+                        let bodies = warm.iter().map(|(_, id)| (id.clone(), payload.as_bytes().to_vec()));
+                        redis_ops::add_payloads(&self.store, &keys.payload, bodies, ZADD_CHUNK, 1).await?;
+                    }
+                    redis_ops::add_due(&self.store, &keys.due, warm.into_iter(), ZADD_CHUNK, 1).await?;
                 }
             }
             if let Some(e) = host.failed().await {
@@ -483,7 +491,7 @@ impl Bench {
             let ids = (first..range.end).step_by(types as usize);
             let shards = self.store.shards_of(t);
             if shards.len() == 1 {
-                self.write_ids_to(&self.store.keys(t).due, ids, &due).await?;
+                self.write_queue(t, ids, &due).await?;
                 continue;
             }
             let mut per_shard = vec![Vec::new(); shards.len()];
@@ -491,10 +499,25 @@ impl Bench {
                 per_shard[usize::from(shard_of(task_id(i).as_bytes(), shards.len() as u16))].push(i);
             }
             for (shard, ids) in shards.iter().zip(per_shard) {
-                self.write_ids_to(&self.store.keys(shard).due, ids.into_iter(), &due).await?;
+                self.write_queue(shard, ids.into_iter(), &due).await?;
             }
         }
         Ok(())
+    }
+
+    /// Tasks `ids` of type (or shard) `q`: their payloads first when `--payload` is given, then their due times.
+    async fn write_queue(
+        &self,
+        q: &TaskType,
+        ids: impl Iterator<Item = u64> + Clone,
+        due: impl Fn(u64) -> i64,
+    ) -> Result<()> {
+        let keys = self.store.keys(q);
+        if let Some(payload) = &self.args.payload {
+            let bodies = ids.clone().map(|j| (task_id(j), payload.as_bytes().to_vec()));
+            redis_ops::add_payloads(&self.store, &keys.payload, bodies, ZADD_CHUNK, PIPELINE_COMMANDS).await?;
+        }
+        self.write_ids_to(&keys.due, ids, due).await
     }
 
     async fn write_ids_to(&self, key: &str, ids: impl Iterator<Item = u64>, due: impl Fn(u64) -> i64) -> Result<()> {

@@ -444,3 +444,28 @@ fn instance_gives_each_run_the_payload_and_fails_naming_a_plugin_whose_runs_fail
     assert!(stderr.contains("60 of 60 runs of") && stderr.contains("order.timeout.wasm failed"), "{stderr}");
     assert!(stderr.contains("does it accept an empty payload? (--payload sets it)"), "{stderr}");
 }
+
+/// `--payload` goes with every task, and the config's own `[types.noop]` grants
+/// hold under the bench's keys: each chaos task schedules a follow-up into
+/// `noop.out`, which only its written payload asks for and only the carried
+/// `may_schedule` allows (a refused one fails the task, and the burst stalls).
+#[test]
+fn burst_writes_the_payload_and_keeps_the_configs_grants() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bench.toml");
+    std::fs::write(&config, "[types.noop]\nmay_schedule = [\"noop.out\"]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hourglass-bench"))
+        .args(["--config", config.to_str().unwrap(), "burst", "--tasks", "500", "--json", "--redis", &redis.url()])
+        .args(["--plugin", support::test_plugin("chaos").to_str().unwrap(), "--payload", "schedule:noop.out:f"])
+        .env_remove("HOURGLASS_REDIS_URL")
+        .env("HOURGLASS_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
+    assert_clean(&run, &["tasks_per_s", "seconds", "load_average"]);
+    let mut c = redis.client();
+    let followups: Vec<String> = redis::Commands::zrange(&mut c, "hourglass-bench:{noop.out}:due", 0, -1).unwrap();
+    assert_eq!(followups, ["f"], "the tasks' payload asked for this follow-up");
+}
