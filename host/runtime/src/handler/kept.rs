@@ -31,7 +31,7 @@ fn warm_up_task(task: &ClaimedTask) -> crate::bindings::hourglass::plugin::types
 }
 
 /// The id of the warm-up call's task.
-pub const WARM_UP_ID: &str = "hourglass:warm-up";
+const WARM_UP_ID: &str = "hourglass:warm-up";
 
 /// Tasks one reset instance serves before it is dropped and instantiated
 /// anew, so nothing a store accumulates outside the instance grows unbounded.
@@ -243,8 +243,9 @@ impl Handler {
         None
     }
 
-    /// Puts a kept instance back in its state just after instantiation, and
-    /// drops what the host held for its last task. False: it must be dropped
+    /// Puts a kept instance back in its checkpointed state (after instantiation
+    /// and, unless it was refused or turned off, the warm-up call), and drops
+    /// what the host held for its last task. False: it must be dropped
     /// (it has no checkpoint, served its share, or could not be reset).
     fn reset(&self, w: &mut WarmInstance) -> bool {
         let Some((checkpoint, _)) = &w.checkpoint else { return false };
