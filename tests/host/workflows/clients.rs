@@ -202,28 +202,31 @@ fn python_node_the_cli_and_rust_build_one_group_and_its_callback_fires_once() {
     assert_eq!(counted, "40 0 0", "every child succeeded, over the 3 shards, and nothing is left");
 }
 
+/// A host serving `work` (chaos, 3 shards) and `done` (noop) with events on, and `quiet` (chaos)
+/// without, once it has created the events streams: work's 3 shards' and done's, and no other.
+fn host_with_events() -> (RedisServer, Host) {
+    let server = RedisServer::start();
+    let host = Host::start(
+        &server,
+        &[("work", test_plugin("chaos")), ("done", crate::support::plugin("noop")), ("quiet", test_plugin("chaos"))],
+        "[types.work]\nshards = 3\nevents = true\n[types.done]\nevents = true\n",
+    );
+    let mut c = server.client();
+    let mut streams: Vec<String> = Vec::new();
+    wait_for("the events streams", WAIT, || {
+        streams = c.keys("hourglass:{*}:events").unwrap();
+        (streams.len() == 4).then_some(())
+    });
+    assert!(!streams.iter().any(|k| k.contains("{quiet}")), "{streams:?}");
+    (server, host)
+}
+
 /// A Node program waits for the end of tasks a host runs (issue 52): a success and a death (with its
 /// error) as they happen, both again once they are over (from the events stream and from the dead
 /// letters), a group's callback, and a type without events told apart.
 #[test]
 fn node_waits_until_tasks_a_host_runs_have_finished() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let _host = Host::start(
-        &server,
-        &[("work", test_plugin("chaos")), ("done", crate::support::plugin("noop")), ("quiet", test_plugin("chaos"))],
-        "[types.work]\nshards = 3\nevents = true\n[types.done]\nevents = true\n",
-    );
-    // A host creates each events stream (each shard's) as it starts serving the type.
-    let deadline = std::time::Instant::now() + WAIT;
-    let streams = loop {
-        let streams: Vec<String> = c.keys("hourglass:{*}:events").unwrap();
-        if streams.len() == 4 || std::time::Instant::now() > deadline {
-            break streams;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert_eq!(streams.len(), 4, "work's 3 shards and done: {streams:?}");
+    let (server, _host) = host_with_events();
     let out = node(
         &server,
         "await c.schedule('work', 'ok-1', { delayMs: 300, payload: 'ok' });\n\
@@ -250,17 +253,7 @@ fn node_waits_until_tasks_a_host_runs_have_finished() {
 /// group's callback waited for before its group completes, an unknown task, and a type without events.
 #[test]
 fn python_waits_for_the_end_of_tasks_a_host_runs() {
-    let server = RedisServer::start();
-    let mut c = server.client();
-    let _host = Host::start(
-        &server,
-        &[("work", test_plugin("chaos")), ("done", crate::support::plugin("noop")), ("quiet", test_plugin("chaos"))],
-        "[types.work]\nshards = 3\nevents = true\n[types.done]\nevents = true\n",
-    );
-    wait_for("the events streams", WAIT, || {
-        let streams: Vec<String> = c.keys("hourglass:{*}:events").unwrap();
-        (streams.len() == 4).then_some(())
-    });
+    let (server, _host) = host_with_events();
     let out = python(
         &server,
         "from datetime import timedelta\n\
