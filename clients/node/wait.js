@@ -157,6 +157,19 @@ class Waiter {
     return this.follow(key, last, view, group);
   }
 
+  /**
+   * Where the task is now and, when it no longer waits, its end: read on from `last` in the
+   * stream, else its dead letter. Also the stream position read up to.
+   */
+  async lookAgain(key, last) {
+    const view = await this.hg.show(this.t, this.raw, { payloadBytes: 0 });
+    if (WAITING.has(view.state)) return { view, ended: null, last };
+    let ended;
+    ({ ended, last } = await this.drain(key, last));
+    if (!ended && view.state === "dead") ended = deadOf(view);
+    return { view, ended, last };
+  }
+
   /** (5) reads on from `last` until the task's end, the deadline, or the task gone without one. */
   async follow(key, last, view, group) {
     // XREAD BLOCK holds its connection: never the caller's.
@@ -180,30 +193,26 @@ class Waiter {
         }
         if (entries.length) continue;
         // A whole block without its end: is it still there to wait for?
-        view = await this.hg.show(this.t, this.raw, { payloadBytes: 0 });
+        let ended;
+        ({ view, ended, last } = await this.lookAgain(key, last));
         if (WAITING.has(view.state)) {
           seen = true;
           attempt = view.attempts;
           continue;
         }
-        let ended;
-        ({ ended, last } = await this.drain(key, last));
         if (ended) return ended;
-        if (view.state === "dead") return deadOf(view);
         if (group !== null) {
           const { state, fired } = await this.groupState(group);
           if (state === "open" || state === "sealed") continue;
           // Done: the callback was scheduled (if it was) before this look, so it is there or ended.
-          view = await this.hg.show(this.t, this.raw, { payloadBytes: 0 });
+          ({ view, ended, last } = await this.lookAgain(key, last));
           if (WAITING.has(view.state)) {
             seen = true;
             attempt = view.attempts;
             group = null;
             continue;
           }
-          ({ ended, last } = await this.drain(key, last));
           if (ended) return ended;
-          if (view.state === "dead") return deadOf(view);
           const name = JSON.stringify(this.raw.toString());
           throw new UnknownTask(`group ${this.t}/${group} completed without running its callback ${name} (fired: ${fired || "nothing"})`);
         }

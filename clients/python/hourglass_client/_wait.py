@@ -63,7 +63,7 @@ def wait_steps(core: Core, t: str, task_id: _args.Id, timeout_ms: Optional[int])
             break
         q = tt  # a group's callback is scheduled in its group's slot, the type's own
     if view.state == TaskState.DEAD:
-        return Ended(Outcome.DEAD, view.attempts, view.last_error, view.died_ms)
+        return _dead(view)
     if view.state != TaskState.UNKNOWN:
         group = None  # there: wait for it as for any task
 
@@ -85,29 +85,23 @@ def wait_steps(core: Core, t: str, task_id: _args.Id, timeout_ms: Optional[int])
         if entries:
             continue
         # A whole block without its ending: is it still there to wait for?
-        view = yield from core._show_steps(tt, raw, 0)
+        view, ended, last = yield from _look_again(core, tt, raw, key, last)
         if view.state in _WAITING:
             seen, attempt = True, view.attempts
             continue
-        ended, last = yield from _drain(core, key, last, raw)
         if ended is not None:
             return ended
-        if view.state == TaskState.DEAD:
-            return Ended(Outcome.DEAD, view.attempts, view.last_error, view.died_ms)
         if group is not None:
             state, fired = yield from _group_state(core, tt, group)
             if state in ("open", "sealed"):
                 continue
             # Done: the callback was scheduled (if it was) before this look, so it is there or ended.
-            view = yield from core._show_steps(tt, raw, 0)
+            view, ended, last = yield from _look_again(core, tt, raw, key, last)
             if view.state in _WAITING:
                 seen, attempt, group = True, view.attempts, None
                 continue
-            ended, last = yield from _drain(core, key, last, raw)
             if ended is not None:
                 return ended
-            if view.state == TaskState.DEAD:
-                return Ended(Outcome.DEAD, view.attempts, view.last_error, view.died_ms)
             raise UnknownTask(
                 f"group {tt}/{group} completed without running its callback {name} (fired: {fired or 'nothing'})"
             )
@@ -142,6 +136,24 @@ def _scan_back(core: Core, key: str, raw: bytes) -> Steps[Optional[Ended]]:
         if len(page) < PAGE:
             return None
         top = "(" + text(page[-1][0])
+
+
+def _dead(view: TaskView) -> Ended:
+    return Ended(Outcome.DEAD, view.attempts, view.last_error, view.died_ms)
+
+
+def _look_again(
+    core: Core, tt: str, raw: bytes, key: str, last: bytes
+) -> Steps[Tuple[TaskView, Optional[Ended], bytes]]:
+    """Where the task is now and, when it no longer waits, its ending: read on from ``last`` in
+    the stream, else its dead letter. Also the stream position read up to."""
+    view = yield from core._show_steps(tt, raw, 0)
+    if view.state in _WAITING:
+        return view, None, last
+    ended, last = yield from _drain(core, key, last, raw)
+    if ended is None and view.state == TaskState.DEAD:
+        ended = _dead(view)
+    return view, ended, last
 
 
 def _drain(core: Core, key: str, last: bytes, raw: bytes) -> Steps[Tuple[Optional[Ended], bytes]]:
