@@ -4,7 +4,7 @@ use hourglass_task::sync::LockExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -13,8 +13,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use super::execute::Execute;
+use super::in_flight::RunSignals;
 use super::ledger::Ledger;
-use super::state::{Finished, InFlightRun, Permits, Runner, TypeState};
+use super::state::{Permits, Queued, Runner, TypeState};
 use crate::backoff;
 use crate::config::TypePolicy;
 use crate::logging::clean_id;
@@ -28,25 +29,34 @@ use crate::task_type::TaskType;
 const SECONDS_NOT_MS: i64 = 100_000_000_000;
 
 /// What dispatching uses: the executor the runs go to, the ledger (traced
-/// claims' traceparents) and this host's id, whether shutdown is past its
-/// grace period, and the tracker shutdown waits on.
+/// claims' traceparents) and this host's id, and the tracker shutdown waits on.
 pub(crate) struct Dispatcher<L = Store> {
     executor: tokio::runtime::Handle,
     ledger: L,
     holder: Arc<str>,
-    aborted: Arc<AtomicBool>,
     runs: TaskTracker,
 }
 
 impl Dispatcher {
     pub(crate) fn of(runner: &Runner) -> Dispatcher {
-        Dispatcher {
-            executor: runner.runtime.executor(),
-            ledger: runner.store.clone(),
-            holder: runner.store.holder().into(),
-            aborted: runner.aborted.clone(),
-            runs: runner.runs.clone(),
-        }
+        Dispatcher::new(
+            runner.runtime.executor(),
+            runner.store.clone(),
+            runner.store.holder().into(),
+            runner.runs.clone(),
+        )
+    }
+}
+
+impl<L> Dispatcher<L> {
+    /// Runs go to `executor` (the guest runtime), tracked by `runs`; `holder` names this host in task events.
+    pub(crate) fn new(
+        executor: tokio::runtime::Handle,
+        ledger: L,
+        holder: Arc<str>,
+        runs: TaskTracker,
+    ) -> Dispatcher<L> {
+        Dispatcher { executor, ledger, holder, runs }
     }
 }
 
@@ -62,29 +72,13 @@ impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
         if tasks.is_empty() {
             return;
         }
-        let now = Instant::now();
-        let mut stops = Vec::with_capacity(tasks.len());
-        {
-            let mut in_flight = state.in_flight.lock_unpoisoned();
-            for (task, _) in &tasks {
-                let (stop, lost, ended) = (CancellationToken::new(), CancellationToken::new(), Arc::default());
-                let run =
-                    InFlightRun { renewed: now, stop: stop.clone(), lost: lost.clone(), ended: Arc::clone(&ended) };
-                in_flight.insert(task.lease(), run);
-                stops.push((stop, lost, ended));
-            }
-        }
+        // Held from now (after shutdown's grace period, the runs are told at once their leases are lost).
+        let signals = state.in_flight.claimed(tasks.iter().map(|(task, _)| task.lease()));
         for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
             warn!(
                 task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, score = task.due_ms,
                 "due score looks like seconds, not milliseconds; running it now anyway"
             );
-        }
-        // Shutdown passed its grace period while this claim was on its way: its runs end at once.
-        if self.aborted.load(Ordering::Acquire) {
-            for (_, lost, _) in &stops {
-                lost.cancel();
-            }
         }
         // Taken once per claim: a run then touches no host-wide reference
         // count or lock, each of which costs a cache line moved between cores
@@ -98,12 +92,11 @@ impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
             trace: ClaimTrace::of(&self.ledger, &tasks),
             settle_tx: state.settle_tx.lock_unpoisoned().clone(),
             holder: self.holder.clone(),
-            aborted: self.aborted.clone(),
             _tracked: self.runs.token(),
         });
         state.metrics.dispatched(tasks.len());
-        for ((task, permits), (stop, lost, ended)) in tasks.into_iter().zip(stops) {
-            let run = Run { task, permits, stop, lost, ended, claim: claim.clone() };
+        for ((task, permits), signals) in tasks.into_iter().zip(signals) {
+            let run = Run { task, permits, signals, claim: claim.clone() };
             self.executor.spawn(run.go());
         }
     }
@@ -117,11 +110,9 @@ struct ClaimRuns<E, L> {
     /// The claim's trace state, while tracing is on.
     trace: Option<ClaimTrace<L>>,
     /// The type's settle queue (none once shutdown closed it).
-    settle_tx: Option<tokio::sync::mpsc::UnboundedSender<super::state::Finished>>,
+    settle_tx: Option<tokio::sync::mpsc::UnboundedSender<super::state::Queued>>,
     /// This host's id, for the task events.
     holder: Arc<str>,
-    /// [`Runner::aborted`].
-    aborted: Arc<AtomicBool>,
     /// Shutdown waits for the claim's last run ([`Runner::runs`]).
     _tracked: tokio_util::task::task_tracker::TaskTrackerToken,
 }
@@ -173,12 +164,8 @@ impl<L: Ledger + Clone> ClaimTrace<L> {
 struct Run<E, L> {
     task: ClaimedTask,
     permits: Permits,
-    /// Cancelled by `hourglass cancel`.
-    stop: CancellationToken,
-    /// Cancelled when the lease is lost: see [`InFlightRun::lost`](super::state::InFlightRun).
-    lost: CancellationToken,
-    /// Set once the handler is done.
-    ended: Arc<AtomicBool>,
+    /// Stopped by a cancel or a lost lease; told when the handler is done.
+    signals: RunSignals,
     claim: Arc<ClaimRuns<E, L>>,
 }
 
@@ -207,13 +194,11 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         // instantiation and call), and held inline every move of it and of
         // this future (into the race, into the spawned task) copies them all.
         let handled = Box::pin(claim.entry.handler.execute(task, span.as_ref().map(crate::traces::RunSpan::run_trace)));
-        let ending = race(handled, &self.stop, &self.lost).await;
-        // Shutdown past the grace period keeps the lease listed, to be handed back.
-        if matches!(ending, Ending::Dropped) && !claim.aborted.load(Ordering::Acquire) {
-            claim.state.in_flight.lock_unpoisoned().remove(&task.lease());
+        let ran = race(handled, &self.signals.stop, &self.signals.lost).await;
+        if matches!(ran, Err(Stopped::LeaseLost)) && claim.state.in_flight.dropped(&task.lease()) {
             claim.state.metrics.abandoned();
         }
-        self.ended.store(true, Ordering::Release);
+        self.signals.handler_ended();
         let ran_for = since.elapsed();
         let info = RunInfo {
             attempt: task.attempt,
@@ -222,13 +207,13 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
             finished_ms: crate::clock::now_ms(),
             ran_for,
         };
-        let outcome = match ending {
-            Ending::Ran(run) => decide(&claim.entry.policy, task, run.result, run.followups, run.groups, started_ms),
-            Ending::Cancelled => {
+        let outcome = match ran {
+            Ok(run) => decide(&claim.entry.policy, task, run.result, run.followups, run.groups, started_ms),
+            Err(Stopped::Cancelled) => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
             }
-            Ending::Dropped => {
+            Err(Stopped::LeaseLost) => {
                 claim.state.metrics.unsettled(&info);
                 if let Some(span) = span {
                     span.stopped();
@@ -244,10 +229,10 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         // for an outcome already in its queue; the claim's last outcome wakes
         // it once queued.
         let last = claim.unreported.fetch_sub(1, Ordering::AcqRel) == 1;
-        let finished = Finished { settlement, span, permits: self.permits, claim_unreported: claim.unreported.clone() };
+        let queued = Queued { settlement, span, permits: self.permits, claim_unreported: claim.unreported.clone() };
         let unsent = match &claim.settle_tx {
-            Some(tx) => tx.send(finished).err().map(|e| e.0),
-            None => Some(finished),
+            Some(tx) => tx.send(queued).err().map(|e| e.0),
+            None => Some(queued),
         };
         if let Some(unsent) = unsent {
             claim.state.metrics.unsettled(&unsent.settlement.run);
@@ -261,16 +246,14 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
     }
 }
 
-/// How a run ended, before its outcome is decided.
+/// What stopped a run before its handler returned.
 #[derive(Debug)]
-enum Ending {
-    /// The handler returned (or trapped, or passed its deadline): its result.
-    Ran(TaskRun),
-    /// `hourglass cancel` stopped it: settled as cancelled.
+enum Stopped {
+    /// `hourglass cancel`: settled as cancelled.
     Cancelled,
     /// Its lease was lost, or shutdown passed its grace period: nothing is
     /// settled, the task is another host's (or handed back).
-    Dropped,
+    LeaseLost,
 }
 
 /// Runs `handled` until it ends, or until `stop` (a cancel) or `lost` (the
@@ -280,17 +263,21 @@ enum Ending {
 /// before its lease is found lost keeps its outcome (fenced, or stored if
 /// the lease had not run out after all). A panic in the host's own code
 /// fails the task, not the host.
-async fn race(handled: impl Future<Output = TaskRun>, stop: &CancellationToken, lost: &CancellationToken) -> Ending {
+async fn race(
+    handled: impl Future<Output = TaskRun>,
+    stop: &CancellationToken,
+    lost: &CancellationToken,
+) -> Result<TaskRun, Stopped> {
     let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
     tokio::select! {
         biased;
-        _ = stop.cancelled() => Ending::Cancelled,
-        run = run => Ending::Ran(run.unwrap_or_else(|_| TaskRun {
+        _ = stop.cancelled() => Err(Stopped::Cancelled),
+        run = run => Ok(run.unwrap_or_else(|_| TaskRun {
             result: Err(Failure::Error("handler failed: panic in the host".into())),
             followups: Vec::new(),
             groups: Vec::new(),
         })),
-        _ = lost.cancelled() => Ending::Dropped,
+        _ = lost.cancelled() => Err(Stopped::LeaseLost),
     }
 }
 

@@ -1,16 +1,21 @@
-//! Running one claimed task to its end, behind one trait: the sandbox's `Handler`, or a fake in unit tests.
+//! What runs a type's tasks, behind two traits: which handler serves a type now, and running one claimed task to its end; the registry and the sandbox, or fakes in unit tests.
 //!
-//! Dispatch starts runs through [`Execute`], so what it does around a run
-//! (a cancel or a lost lease ending it, the outcome decided and queued for
-//! the settler with the slots it holds) is tested with handlers that return
-//! what a test wants, without wasmtime, as Spin's trigger puts its executor
-//! behind a trait.
+//! The claim loop finds its type's handler through [`Plugins`] and dispatch
+//! starts runs through [`Execute`], so what they do around a run (a cancel
+//! or a lost lease ending it, the outcome decided and queued for the
+//! settler with the slots it holds, a type losing its plugin) is tested
+//! with handlers that return what a test wants, without wasmtime, as
+//! Spin's trigger puts its executor behind a trait.
 
 use std::future::Future;
+use std::sync::Arc;
 
+use crate::config::Config;
+use crate::registry::{Entry, Registry};
 use crate::runtime::trace::RunTrace;
 use crate::runtime::{Handler, TaskRun};
 use crate::task::ClaimedTask;
+use crate::task_type::TaskType;
 
 /// What runs a claimed task to its end.
 ///
@@ -24,5 +29,27 @@ pub(crate) trait Execute: Send + Sync + 'static {
 impl Execute for Handler {
     fn execute(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> impl Future<Output = TaskRun> + Send {
         self.run(task, trace)
+    }
+}
+
+/// Which handler serves a type right now, and the config in force.
+pub(crate) trait Plugins: Clone + Send + Sync + 'static {
+    /// What runs the tasks.
+    type Handler: Execute;
+    /// The entry serving `task_type` (a shard: its type's), if a plugin is loaded for it.
+    fn serving(&self, task_type: &TaskType) -> Option<Arc<Entry<Self::Handler>>>;
+    /// The config in force (it changes when `runner.toml` is edited).
+    fn config(&self) -> Arc<Config>;
+}
+
+impl Plugins for Registry {
+    type Handler = Handler;
+
+    fn serving(&self, task_type: &TaskType) -> Option<Arc<Entry>> {
+        self.get(task_type)
+    }
+
+    fn config(&self) -> Arc<Config> {
+        Registry::config(self)
     }
 }

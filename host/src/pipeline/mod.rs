@@ -4,19 +4,25 @@
 //! [`claim`] takes due tasks under a lease within the concurrency limits,
 //! [`dispatch`] runs each in the sandbox and decides what its result means,
 //! and [`settle`] writes the outcomes in batches and only then frees the
-//! slots; [`outbox`] then moves the follow-ups they committed on to their
-//! types (also at each heartbeat). Each stage is a small struct holding only
+//! slots; [`outbox`], owned by the settler, then moves the follow-ups they
+//! committed on to their types (also at each tick). The leases held between
+//! claim and settle are one map with one owner, [`in_flight`], whose methods
+//! are the steps of a lease's life. Each stage is a small struct holding only
 //! the handles it uses, taken from the runner's ([`state`], which imports
 //! none of them). They reach Redis's task path through [`ledger`] (claim,
-//! renew, settle, hand back: the store, or scripted answers in unit tests),
-//! and runs go through [`execute`] (the sandbox's handler, or a fake). This
-//! module starts those loops for every type that has a plugin and, at
-//! shutdown, stops claiming, lets running tasks finish within the grace
-//! period, ends the rest and hands their leases back.
+//! renew, settle, hand back, outbox: the store, or scripted answers in unit
+//! tests), find their type's handler and run tasks through [`execute`] (the
+//! registry and the sandbox, or fakes). This module starts those loops for
+//! every type that has a plugin and, at shutdown, stops claiming, lets
+//! running tasks finish within the grace period, ends the rest and hands
+//! their leases back.
 
 pub mod claim;
 pub mod dispatch;
 pub mod execute;
+#[cfg(test)]
+mod fakes;
+pub mod in_flight;
 pub mod ledger;
 pub mod outbox;
 pub mod settle;
@@ -25,6 +31,7 @@ pub mod state;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -61,8 +68,13 @@ pub struct Parts {
 fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, concurrency: usize) -> Arc<TypeState> {
     let (state, queue) = TypeState::new(task_type, slots, claim::claim_size(runner.batch_size, concurrency));
     let state = Arc::new(state);
-    let settler =
-        settle::Settler::of(runner).run(task_type.clone(), state.in_flight.clone(), state.metrics.clone(), queue);
+    let settler = settle::Settler::of(runner).run(
+        task_type.clone(),
+        state.in_flight.clone(),
+        state.metrics.clone(),
+        queue,
+        outbox_every(runner.lease),
+    );
     state.set_settler(tokio::spawn(settler));
     if runner.registry.config().events_maxlen(task_type).is_some() {
         // The stream exists from the start, so a client waiting for a task's end
@@ -75,6 +87,13 @@ fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, conc
         });
     }
     state
+}
+
+/// How often a type's outbox is moved on without being asked: at each lease
+/// renewal tick, a third of a lease, so a follow-up left by a host that died
+/// between its ack and the delivery waits about as long as its lease would.
+fn outbox_every(lease: Duration) -> Duration {
+    lease / 3
 }
 
 /// Shard tags (`T#k`) that are none of their type's current shards and
@@ -125,7 +144,6 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
         health: parts.health,
         global: Arc::new(Semaphore::new(config.runner.concurrency)),
         stop_claiming: shutdown.clone(),
-        aborted: Arc::default(),
         runs: TaskTracker::new(),
         poll_interval: config.runner.poll_interval,
         batch_size: config.runner.batch_size,
@@ -154,14 +172,15 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
                 }
                 let state = start_type(&runner, &shard, slots.clone(), concurrency);
                 states.insert(shard.clone(), state.clone());
-                workers.spawn(claim::Claimer::of(&runner).run(shard, state));
+                let part = claim::ShardPart::of(&runner.store, &shard);
+                workers.spawn(claim::Claimer::of(&runner).run(shard, part, state));
             }
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
             changed = versions.changed() => if changed.is_err() { break },
             Some(request) = cancels.recv() => {
-                if states.get(&request.task_type).is_some_and(|s| s.stop(&request.id, request.token)) {
+                if states.get(&request.task_type).is_some_and(|s| s.in_flight.cancel(&request.id, request.token)) {
                     info!(task_type = %request.task_type, task_id = %crate::logging::clean_id(&request.id), "cancel asked: stopping the run");
                 }
             }
@@ -179,8 +198,7 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
     info!(grace = ?grace, "shutting down: no new claims; waiting for running tasks");
     runner.runs.close();
     if tokio::time::timeout(grace, runner.runs.wait()).await.is_err() {
-        runner.aborted.store(true, Ordering::Release);
-        let unfinished: usize = states.values().map(|state| state.abort_runs()).sum();
+        let unfinished: usize = states.values().map(|state| state.in_flight.abort_all()).sum();
         runner.runs.wait().await;
         warn!(unfinished, "grace period over: the runs still going were stopped");
     }
@@ -188,7 +206,7 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
         state.close_settler(task_type).await;
     }
     for (task_type, state) in &states {
-        let leases = state.in_flight_leases();
+        let leases = state.in_flight.to_hand_back();
         if leases.is_empty() {
             continue;
         }

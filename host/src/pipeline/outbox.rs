@@ -1,30 +1,61 @@
-//! The outbox, moved on after settles and at each heartbeat: follow-ups and workflow reports reach their types, and the outcome is logged and counted.
+//! The outbox, moved on by its one owner (the type's settler) after settles and at each tick: follow-ups and workflow reports reach their types, and what happened is logged and counted.
 
 use tracing::{info, warn};
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::ledger::Ledger;
 use super::state::Runner;
 use crate::health::Health;
 use crate::logging::clean_id;
 use crate::store::Store;
 use crate::task_type::TaskType;
 
-/// What moving the outbox on uses: the store, and the health it reports to.
+/// What moving the outbox on uses: where it is (`L`), and the health it reports to.
 #[derive(Clone)]
-pub(crate) struct Outbox {
-    store: Store,
+pub(crate) struct Outbox<L = Store> {
+    ledger: L,
     health: Health,
 }
 
 impl Outbox {
     pub(crate) fn of(runner: &Runner) -> Outbox {
-        Outbox { store: runner.store.clone(), health: runner.health.clone() }
+        Outbox::new(runner.store.clone(), runner.health.clone())
+    }
+}
+
+impl<L: Ledger> Outbox<L> {
+    pub(crate) fn new(ledger: L, health: Health) -> Outbox<L> {
+        Outbox { ledger, health }
+    }
+
+    /// Moves the outbox on at once, then whenever `wanted` is notified (asks
+    /// made during a flush coalesce into one more) and every `every`, for
+    /// follow-ups a host that died between its ack and their delivery left.
+    /// One flush at a time; runs until aborted.
+    pub(crate) async fn run(self, task_type: TaskType, wanted: Arc<Notify>, every: Duration) {
+        // A flush not asked for by a settle finds what was left behind.
+        let mut left_behind = true;
+        loop {
+            let moved = self.flush(&task_type).await;
+            if left_behind && moved > 0 {
+                info!(task_type = %task_type, delivered = moved, "delivered follow-ups left in the outbox");
+            }
+            left_behind = tokio::select! {
+                _ = wanted.notified() => false,
+                _ = tokio::time::sleep(every) => true,
+            };
+        }
     }
 
     /// Moves the type's outbox on and returns how many follow-ups went; one
     /// whose target type's keys are broken stays in the outbox (that type is
     /// faulted) while the others go.
     pub(crate) async fn flush(&self, task_type: &TaskType) -> usize {
-        match self.store.flush_outbox(task_type).await {
+        match self.ledger.flush_outbox(task_type).await {
             Ok(flushed) => {
                 for target in &flushed.delivered_to {
                     self.health.succeeded(target, "deliver");

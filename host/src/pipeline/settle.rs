@@ -1,6 +1,5 @@
 //! Settle: write outcomes to Redis in batches, one script call each, and only then free the slots they held.
 
-use hourglass_task::sync::LockExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -8,9 +7,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::ledger::write_outcomes;
+use super::execute::Plugins;
+use super::in_flight::InFlight;
+use super::ledger::Ledger;
 use super::outbox::Outbox;
-use super::state::{Finished, InFlight, Permits, Runner, SettleQueue};
+use super::state::{Permits, Queued, Runner, SettleQueue};
 use crate::health::Health;
 use crate::logging::clean_id;
 use crate::registry::Registry;
@@ -37,14 +38,14 @@ struct Gathered {
 }
 
 impl Gathered {
-    fn push(&mut self, finished: Finished) {
-        if let Some(span) = finished.span {
+    fn push(&mut self, queued: Queued) {
+        if let Some(span) = queued.span {
             self.spans.push((self.batch.len(), span));
         }
-        self.batch.push(finished.settlement);
-        self.permits.push(finished.permits);
-        if !self.claims.iter().any(|c| Arc::ptr_eq(c, &finished.claim_unreported)) {
-            self.claims.push(finished.claim_unreported);
+        self.batch.push(queued.settlement);
+        self.permits.push(queued.permits);
+        if !self.claims.iter().any(|c| Arc::ptr_eq(c, &queued.claim_unreported)) {
+            self.claims.push(queued.claim_unreported);
         }
     }
 
@@ -77,63 +78,63 @@ impl Gathered {
     }
 }
 
-/// What the settler uses: where outcomes go, the type's policy (events,
-/// `max_running`), the health it reports to, the wake-ups it gives when a
-/// slot frees, and the outbox it moves on after acks with follow-ups.
-pub(crate) struct Settler {
-    store: Store,
-    registry: Registry,
+/// What the settler uses: where outcomes go (`L`), the config in force
+/// (`P`: events, `max_running`), the health it reports to, the wake-ups it
+/// gives when a slot frees, this host's id, and the outbox it moves on.
+pub(crate) struct Settler<L = Store, P = Registry> {
+    ledger: L,
+    plugins: P,
     health: Health,
     wakeups: Wakeups,
-    outbox: Outbox,
+    holder: Arc<str>,
+    outbox: Outbox<L>,
 }
 
 impl Settler {
     pub(crate) fn of(runner: &Runner) -> Settler {
         Settler {
-            store: runner.store.clone(),
-            registry: runner.registry.clone(),
+            ledger: runner.store.clone(),
+            plugins: runner.registry.clone(),
             health: runner.health.clone(),
             wakeups: runner.wakeups.clone(),
+            holder: runner.store.holder().into(),
             outbox: Outbox::of(runner),
         }
     }
+}
 
+impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
     /// Writes outcomes in batches (one script call per batch), retrying
-    /// through Redis outages and type faults so that no outcome is dropped.
+    /// through Redis outages and type faults so that no outcome is dropped;
+    /// only once they are stored are their leases let go and their slots
+    /// freed. It owns the type's outbox, moving it on after acks that
+    /// committed follow-ups and every `outbox_every` (follow-ups left by a
+    /// host that died between its ack and their delivery), and once more
+    /// when the queue closes.
     pub(crate) async fn run(
         self,
         task_type: TaskType,
-        in_flight: InFlight,
+        in_flight: Arc<InFlight>,
         metrics: Arc<crate::telemetry::TypeMetrics>,
         mut queue: SettleQueue,
+        outbox_every: Duration,
     ) {
-        // The outbox moves on beside the settles, not between them: one flush
-        // at a time, and asks made during a flush coalesce into one more.
         let flush_wanted = Arc::new(tokio::sync::Notify::new());
-        let flusher = tokio::spawn({
-            let (outbox, task_type, wanted) = (self.outbox.clone(), task_type.clone(), flush_wanted.clone());
-            async move {
-                loop {
-                    wanted.notified().await;
-                    outbox.flush(&task_type).await;
-                }
-            }
-        });
+        let flusher = tokio::spawn(self.outbox.clone().run(task_type.clone(), flush_wanted.clone(), outbox_every));
         let mut gathered = Gathered::default();
         while let Some(first) = queue.outcomes.recv().await {
             gathered.push(first);
             gathered.take_more(&mut queue).await;
             let Gathered { batch, permits, spans, .. } = std::mem::take(&mut gathered);
-            let events = || self.registry.config().events_maxlen(&task_type);
-            let (results, group_reports) = write_outcomes(&self.store, &self.health, &task_type, &batch, events).await;
+            let events = || self.plugins.config().events_maxlen(&task_type);
+            let (results, group_reports) = write_outcomes(&self.ledger, &self.health, &task_type, &batch, events).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
             if tracing::enabled!(target: "hourglass::task", tracing::Level::TRACE) {
                 for (s, r) in batch.iter().zip(&results) {
                     tracing::trace!(
                         target: "hourglass::task",
                         event = "settled",
-                        host = self.store.holder(),
+                        host = &*self.holder,
                         task_type = task_type.as_str(),
                         task_id = &*crate::logging::clean_id_cow(&s.lease.id),
                         outcome = r.as_str(),
@@ -159,14 +160,9 @@ impl Settler {
             for (i, span) in spans {
                 span.end(results[i], batch[i].outcome.error());
             }
-            {
-                let mut map = in_flight.lock_unpoisoned();
-                for s in &batch {
-                    map.remove(&s.lease);
-                }
-            }
+            in_flight.settled(batch.iter().map(|s| &s.lease));
             drop(permits); // frees the concurrency slots only now that the outcome is stored
-            if self.registry.get(&task_type).is_some_and(|e| e.policy.max_running > 0) {
+            if self.plugins.config().policy(&task_type).max_running > 0 {
                 // A slot of max_running is free: this host's claim loop need not wait to poll for it.
                 self.wakeups.of(&task_type).notify_one();
             }
@@ -183,30 +179,60 @@ impl Settler {
     }
 }
 
+/// Longest wait between attempts to write outcomes while Redis is down or the type faulted.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// One settle call for `batch`, retried until it is written: the script
+/// checks every key before its first write, so a failed call changed nothing.
+/// Returns how each outcome ended and how many group reports went into the outbox.
+async fn write_outcomes(
+    ledger: &impl Ledger,
+    health: &Health,
+    task_type: &TaskType,
+    batch: &[Settlement],
+    events_maxlen: impl Fn() -> Option<u64>,
+) -> (Vec<Ended>, usize) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match ledger.settle(task_type, batch, events_maxlen()).await {
+            Ok(results) => {
+                health.succeeded(task_type, "settle");
+                return results;
+            }
+            Err(e) => {
+                health.failed(task_type, "settle", &e);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
+    use crate::pipeline::fakes::{Scripted, Served};
     use crate::task::Lease;
 
-    fn finished(id: &str, claim: &Arc<AtomicUsize>) -> Finished {
+    fn queued(id: &str, claim: &Arc<AtomicUsize>) -> Queued {
         let slots = Arc::new(Semaphore::new(2));
         let permits = (slots.clone().try_acquire_owned().unwrap(), slots.try_acquire_owned().unwrap());
         let lease = Lease { id: id.as_bytes().to_vec(), token: 1, claim: 1 };
         let settlement = Settlement { lease, outcome: Outcome::Cancelled, run: Default::default() };
-        Finished { settlement, span: None, permits, claim_unreported: claim.clone() }
+        Queued { settlement, span: None, permits, claim_unreported: claim.clone() }
     }
 
     #[test]
     fn a_batch_waits_for_its_claims_until_each_has_reported_every_outcome() {
         let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(1)));
         let mut gathered = Gathered::default();
-        gathered.push(finished("a", &first));
-        gathered.push(finished("b", &first));
+        gathered.push(queued("a", &first));
+        gathered.push(queued("b", &first));
         assert_eq!(gathered.claims.len(), 1, "a claim is tracked once");
         assert!(gathered.claims_reported(), "the first claim has no outcome still to come");
-        gathered.push(finished("c", &second));
+        gathered.push(queued("c", &second));
         assert!(!gathered.claims_reported(), "the second claim still runs a task");
         second.store(0, Ordering::Release);
         assert!(gathered.claims_reported());
@@ -214,7 +240,7 @@ mod tests {
         assert_eq!(gathered.permits.len(), 3, "every slot is held until the settle");
     }
 
-    fn queue() -> (mpsc::UnboundedSender<Finished>, SettleQueue) {
+    fn queue() -> (mpsc::UnboundedSender<Queued>, SettleQueue) {
         let (tx, outcomes) = mpsc::unbounded_channel();
         (tx, SettleQueue { outcomes, claim_reported: Arc::default() })
     }
@@ -229,11 +255,11 @@ mod tests {
         let (tx, mut queue) = queue();
         let claim = Arc::new(AtomicUsize::new(1));
         let mut gathered = Gathered::default();
-        gathered.push(finished("a", &claim));
+        gathered.push(queued("a", &claim));
         // The claim's last outcome arrives while the gather lingers (the
         // spawned task runs only once it waits), as a run sends it: counted
         // down, queued, then the settler woken. It joins the batch.
-        let last = finished("b", &claim);
+        let last = queued("b", &claim);
         let (sender, counter, reported) = (tx.clone(), claim.clone(), queue.claim_reported.clone());
         tokio::spawn(async move {
             counter.store(0, Ordering::Release);
@@ -249,15 +275,15 @@ mod tests {
         // then still runs a task, so the gather lingers for it, and gives up.
         let later = Arc::new(AtomicUsize::new(1));
         let mut gathered = Gathered::default();
-        gathered.push(finished("c", &claim));
-        tx.send(finished("d", &later)).ok().unwrap();
+        gathered.push(queued("c", &claim));
+        tx.send(queued("d", &later)).ok().unwrap();
         let started = tokio::time::Instant::now();
         gathered.take_more(&mut queue).await;
         assert_eq!(batch_ids(&gathered), ["c", "d"]);
         assert!(started.elapsed() >= SETTLE_LINGER, "{:?}", started.elapsed());
         // A batch whose claims have reported everything does not linger at all.
         let mut gathered = Gathered::default();
-        gathered.push(finished("e", &claim));
+        gathered.push(queued("e", &claim));
         let started = tokio::time::Instant::now();
         gathered.take_more(&mut queue).await;
         assert_eq!((batch_ids(&gathered), started.elapsed()), (vec!["e".to_owned()], Duration::ZERO));
@@ -268,12 +294,92 @@ mod tests {
         let (tx, mut queue) = queue();
         let claim = Arc::new(AtomicUsize::new(0));
         for i in 0..SETTLE_MAX + 10 {
-            tx.send(finished(&i.to_string(), &claim)).ok().unwrap();
+            tx.send(queued(&i.to_string(), &claim)).ok().unwrap();
         }
         let mut gathered = Gathered::default();
         gathered.push(queue.outcomes.recv().await.unwrap());
         gathered.take_more(&mut queue).await;
         assert_eq!(gathered.batch.len(), SETTLE_MAX);
         assert_eq!(queue.outcomes.len(), 10, "the rest waits for the next batch");
+    }
+
+    fn t() -> TaskType {
+        "t".parse().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outcomes_are_written_through_an_outage_once_redis_answers() {
+        let ledger = Scripted::new();
+        ledger.settles([
+            Err(anyhow::anyhow!("Connection refused (os error 111)")),
+            Err(anyhow::anyhow!("Connection refused (os error 111)")),
+            Ok((vec![Ended::Succeeded, Ended::Fenced], 1)),
+        ]);
+        let batch: Vec<Settlement> = ["a", "b"]
+            .iter()
+            .map(|id| Settlement {
+                lease: Lease { id: id.as_bytes().to_vec(), token: 1, claim: 1 },
+                outcome: Outcome::Cancelled,
+                run: Default::default(),
+            })
+            .collect();
+        let started = tokio::time::Instant::now();
+        let written = write_outcomes(&ledger, &Health::default(), &t(), &batch, || Some(7)).await;
+        assert_eq!(written, (vec![Ended::Succeeded, Ended::Fenced], 1), "the committed answer, as Redis gave it");
+        assert_eq!(ledger.calls(), ["settle 2 events Some(7)"; 3], "the same batch, three times");
+        // Backoff between the failed calls: 50 ms, then 100 ms (paused time: exact).
+        assert_eq!(started.elapsed(), Duration::from_millis(150));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settler_lets_leases_and_slots_go_only_once_stored_and_moves_the_outbox_on_after_reports() {
+        let ledger = Scripted::new();
+        ledger.settles([
+            Err(anyhow::anyhow!("Connection refused (os error 111)")),
+            Ok((vec![Ended::Succeeded, Ended::Fenced], 1)), // a group report went into the outbox
+        ]);
+        let health = Health::default();
+        let settler = Settler {
+            ledger: ledger.clone(),
+            plugins: Served::new("[types.t]\nevents = true\nevents_maxlen = 500\n"),
+            health: health.clone(),
+            wakeups: Wakeups::default(),
+            holder: "this-host".into(),
+            outbox: Outbox::new(ledger.clone(), health),
+        };
+        let in_flight = Arc::new(InFlight::default());
+        let slots = Arc::new(Semaphore::new(4));
+        let claim = Arc::new(AtomicUsize::new(0));
+        let (tx, queue) = queue();
+        let mut leases = Vec::new();
+        for id in ["a", "b"] {
+            let mut f = queued(id, &claim);
+            f.permits = (slots.clone().try_acquire_owned().unwrap(), slots.clone().try_acquire_owned().unwrap());
+            leases.push(f.settlement.lease.clone());
+            in_flight.claimed([f.settlement.lease.clone()]);
+            tx.send(f).ok().unwrap();
+        }
+        let metrics = Arc::new(crate::telemetry::TypeMetrics::new(&t()));
+        let every = Duration::from_secs(10);
+        let handle = tokio::spawn(settler.run(t(), in_flight.clone(), metrics, queue, every));
+
+        tokio::time::sleep(Duration::from_millis(25)).await; // within the backoff after the failed settle
+        assert_eq!(slots.available_permits(), 0, "the slots are held while the outcomes are not stored");
+        assert!(leases.iter().all(|l| in_flight.holds(l)), "and so are the leases");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(slots.available_permits(), 4, "stored: the slots are free");
+        assert!(in_flight.to_hand_back().is_empty(), "and the leases let go, the fenced one too");
+
+        tokio::time::sleep(every).await; // a tick moves the outbox on unasked
+        drop(tx);
+        handle.await.unwrap();
+        let calls = ledger.timed_calls();
+        let at = |what: &str| calls.iter().filter(|(_, c)| c == what).map(|(at, _)| at.as_millis()).collect::<Vec<_>>();
+        assert_eq!(at("settle 2 events Some(500)"), [0, 50], "retried with the same batch and the type's events cap");
+        assert_eq!(
+            at("flush"),
+            [0, 50, 10_050, 10_075],
+            "at start, after the settle that reported to a group, a tick later, and when the queue closed"
+        );
     }
 }

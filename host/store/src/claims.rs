@@ -140,10 +140,10 @@ impl Store {
             .key(&k.held)
             .arg(t.as_str())
             .arg(events_maxlen.unwrap_or(0));
-        let entries = settle_entries(batch, events_maxlen.is_some());
+        let entries = batch_entries(batch, events_maxlen.is_some());
         for entry in &entries {
             let s = match entry {
-                SettleEntry::Plain { claim, mask, tasks } => {
+                BatchEntry::Plain { claim, mask, tasks } => {
                     // The acked ids in the mask's order: they leave the running set as sent.
                     let mut in_order: Vec<&(usize, usize)> = tasks.iter().collect();
                     in_order.sort_unstable_by_key(|&&(_, index)| index);
@@ -153,7 +153,7 @@ impl Store {
                     }
                     continue;
                 }
-                SettleEntry::Full(i) => &batch[*i],
+                BatchEntry::Full(i) => &batch[*i],
             };
             let (kind, delay_ms, error, followups) = match &s.outcome {
                 Outcome::Ack { followups, .. } => ("ack", 0, "", followups.as_slice()),
@@ -195,7 +195,7 @@ impl Store {
         let mut results = vec![Ended::Fenced; batch.len()];
         for (entry, reply) in entries.iter().zip(replies) {
             match entry {
-                SettleEntry::Plain { tasks, .. } => {
+                BatchEntry::Plain { tasks, .. } => {
                     let taken = super::reply::bytes(reply).context("settle: a claim's acks are not a mask")?;
                     for &(i, index) in tasks {
                         if taken.get(index) == Some(&b'1') {
@@ -203,7 +203,7 @@ impl Store {
                         }
                     }
                 }
-                SettleEntry::Full(i) => {
+                BatchEntry::Full(i) => {
                     results[*i] = match super::reply::int(reply).context("settle: a task's result is not a number")? {
                         // Committed as asked.
                         1 => batch[*i].outcome.ended(),
@@ -261,7 +261,7 @@ impl Store {
 
 /// One entry of a settle call: the plain acks of one claim as a mask, or one task in full.
 #[derive(Debug, PartialEq, Eq)]
-enum SettleEntry {
+enum BatchEntry {
     /// Acks with nothing else to write (no follow-ups, no events) of tasks of
     /// `claim`: byte i of `mask` is `1` for its task i (from 0, the token
     /// minus the claim id); `tasks` maps batch indexes to i.
@@ -276,7 +276,7 @@ const CLAIM_MAX: u64 = 65535;
 /// The entries of one settle call for `batch`, in the order each first
 /// appears: acks of the same claim share one mask, so settling a whole
 /// claim sends three arguments, not four per task.
-fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
+fn batch_entries(batch: &[Settlement], events: bool) -> Vec<BatchEntry> {
     let mut entries = Vec::new();
     let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
     for (i, s) in batch.iter().enumerate() {
@@ -285,16 +285,14 @@ fn settle_entries(batch: &[Settlement], events: bool) -> Vec<SettleEntry> {
         let Lease { token, claim, .. } = s.lease;
         let index = token.checked_sub(claim).filter(|&k| k < CLAIM_MAX);
         let (true, Some(index)) = (plain, index) else {
-            entries.push(SettleEntry::Full(i));
+            entries.push(BatchEntry::Full(i));
             continue;
         };
         let at = *masks.entry(claim).or_insert_with(|| {
-            entries.push(SettleEntry::Plain { claim, mask: Vec::new(), tasks: Vec::new() });
+            entries.push(BatchEntry::Plain { claim, mask: Vec::new(), tasks: Vec::new() });
             entries.len() - 1
         });
-        let SettleEntry::Plain { mask, tasks, .. } = &mut entries[at] else {
-            unreachable!("masks index plain entries")
-        };
+        let BatchEntry::Plain { mask, tasks, .. } = &mut entries[at] else { unreachable!("masks index plain entries") };
         let index = index as usize;
         if mask.len() <= index {
             mask.resize(index + 1, b'0');
@@ -385,11 +383,11 @@ mod tests {
             settlement(10, 10, ack()),
         ];
         assert_eq!(
-            settle_entries(&batch, false),
+            batch_entries(&batch, false),
             [
-                SettleEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 2), (3, 0)] },
-                SettleEntry::Plain { claim: 20, mask: b"1".to_vec(), tasks: vec![(1, 0)] },
-                SettleEntry::Full(2),
+                BatchEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 2), (3, 0)] },
+                BatchEntry::Plain { claim: 20, mask: b"1".to_vec(), tasks: vec![(1, 0)] },
+                BatchEntry::Full(2),
             ]
         );
     }
@@ -397,10 +395,10 @@ mod tests {
     #[test]
     fn acks_go_in_full_with_events_or_an_impossible_token() {
         let batch = [settlement(5, 10, ack()), settlement(10, 10, ack())];
-        assert_eq!(settle_entries(&batch, true), [SettleEntry::Full(0), SettleEntry::Full(1)]);
+        assert_eq!(batch_entries(&batch, true), [BatchEntry::Full(0), BatchEntry::Full(1)]);
         assert_eq!(
-            settle_entries(&batch, false),
-            [SettleEntry::Full(0), SettleEntry::Plain { claim: 10, mask: b"1".to_vec(), tasks: vec![(1, 0)] }]
+            batch_entries(&batch, false),
+            [BatchEntry::Full(0), BatchEntry::Plain { claim: 10, mask: b"1".to_vec(), tasks: vec![(1, 0)] }]
         );
     }
 }

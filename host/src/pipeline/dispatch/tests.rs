@@ -1,7 +1,9 @@
 use std::time::Duration;
 
 use super::*;
+use crate::pipeline::fakes::{ByName, Scripted, policy};
 use crate::pipeline::state::SettleQueue;
+use crate::store::Extended;
 use crate::task::Lease;
 
 fn task(attempt: u32) -> ClaimedTask {
@@ -13,15 +15,6 @@ fn task(attempt: u32) -> ClaimedTask {
         due_ms: 0,
         token: 1,
         claim: 1,
-    }
-}
-
-fn policy(max_attempts: u32) -> TypePolicy {
-    TypePolicy {
-        max_attempts,
-        backoff_base: Duration::from_secs(1),
-        backoff_cap: Duration::from_secs(60),
-        ..TypePolicy::default()
     }
 }
 
@@ -75,67 +68,19 @@ fn ok() -> TaskRun {
 #[tokio::test]
 async fn a_run_ends_with_its_result_unless_a_cancel_or_a_lost_lease_comes_first() {
     let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
-    assert!(matches!(race(async { ok() }, &stop, &lost).await, Ending::Ran(TaskRun { result: Ok(()), .. })));
+    assert!(matches!(race(async { ok() }, &stop, &lost).await, Ok(TaskRun { result: Ok(()), .. })));
 
     // A handler that never ends: the cancel ends it, then the lost lease does.
     let stop_now = CancellationToken::new();
     stop_now.cancel();
-    assert!(matches!(race(std::future::pending(), &stop_now, &lost).await, Ending::Cancelled));
+    assert!(matches!(race(std::future::pending(), &stop_now, &lost).await, Err(Stopped::Cancelled)));
     let lost_now = CancellationToken::new();
     lost_now.cancel();
-    assert!(matches!(race(std::future::pending(), &stop, &lost_now).await, Ending::Dropped));
+    assert!(matches!(race(std::future::pending(), &stop, &lost_now).await, Err(Stopped::LeaseLost)));
 
     // Both ready at once: the cancel wins over the result, the result over the lost lease.
-    assert!(matches!(race(async { ok() }, &stop_now, &lost).await, Ending::Cancelled));
-    assert!(matches!(race(async { ok() }, &stop, &lost_now).await, Ending::Ran(_)));
-}
-
-/// A handler that ends each task as its id says, without wasmtime: `ok`,
-/// `fail` (an error), `bad` (a permanent failure); any other id runs until stopped.
-struct ByName;
-
-impl Execute for ByName {
-    async fn execute(&self, task: &ClaimedTask, _: Option<crate::runtime::trace::RunTrace>) -> TaskRun {
-        let result = match task.id.as_slice() {
-            b"ok" => Ok(()),
-            b"fail" => Err(Failure::Error("boom".into())),
-            b"bad" => Err(Failure::Permanent("bad input".into())),
-            _ => std::future::pending().await,
-        };
-        TaskRun { result, followups: Vec::new(), groups: Vec::new() }
-    }
-}
-
-/// A ledger dispatch never calls: tracing is off in unit tests, so no traceparent is read.
-#[derive(Clone)]
-struct Untraced;
-
-impl Ledger for Untraced {
-    async fn claim(&self, _: &TaskType, _: &crate::store::ClaimLimits) -> anyhow::Result<crate::task::Claim> {
-        unreachable!("dispatch does not claim")
-    }
-    async fn extend(
-        &self,
-        _: &TaskType,
-        _: &[crate::task::Lease],
-        _: u64,
-    ) -> anyhow::Result<Vec<crate::store::Extended>> {
-        unreachable!("dispatch does not renew")
-    }
-    async fn settle(
-        &self,
-        _: &TaskType,
-        _: &[Settlement],
-        _: Option<u64>,
-    ) -> anyhow::Result<(Vec<crate::task::Ended>, usize)> {
-        unreachable!("dispatch does not settle")
-    }
-    async fn release(&self, _: &TaskType, _: &[crate::task::Lease]) -> anyhow::Result<usize> {
-        unreachable!("dispatch does not hand back")
-    }
-    async fn trace_parents(&self, _: &TaskType, _: &[Vec<u8>]) -> anyhow::Result<Vec<Option<String>>> {
-        unreachable!("tracing is off")
-    }
+    assert!(matches!(race(async { ok() }, &stop_now, &lost).await, Err(Stopped::Cancelled)));
+    assert!(race(async { ok() }, &stop, &lost_now).await.is_ok());
 }
 
 /// A type with 4 slots, its settle queue, and a dispatcher onto this test's runtime.
@@ -144,7 +89,7 @@ struct Bench {
     queue: SettleQueue,
     slots: Arc<tokio::sync::Semaphore>,
     global: Arc<tokio::sync::Semaphore>,
-    dispatcher: Dispatcher<Untraced>,
+    dispatcher: Dispatcher<Scripted>,
     entry: Arc<Entry<ByName>>,
 }
 
@@ -152,11 +97,13 @@ impl Bench {
     fn new(aborted: bool) -> Bench {
         let slots = Arc::new(tokio::sync::Semaphore::new(4));
         let (state, queue) = TypeState::new(&"t".parse().unwrap(), slots.clone(), 4);
+        if aborted {
+            state.in_flight.abort_all();
+        }
         let dispatcher = Dispatcher {
             executor: tokio::runtime::Handle::current(),
-            ledger: Untraced,
+            ledger: Scripted::new(),
             holder: "this-host".into(),
-            aborted: Arc::new(AtomicBool::new(aborted)),
             runs: TaskTracker::new(),
         };
         let entry =
@@ -189,12 +136,12 @@ impl Bench {
     }
 
     fn in_flight(&self, lease: &Lease) -> bool {
-        self.state.in_flight.lock().unwrap().contains_key(lease)
+        self.state.in_flight.holds(lease)
     }
 }
 
-fn id(finished: &Finished) -> &str {
-    std::str::from_utf8(&finished.settlement.lease.id).unwrap()
+fn id(queued: &Queued) -> &str {
+    std::str::from_utf8(&queued.settlement.lease.id).unwrap()
 }
 
 #[tokio::test]
@@ -202,7 +149,7 @@ async fn each_outcome_is_decided_and_queued_for_the_settler_with_the_slots_it_ho
     let mut bench = Bench::new(false);
     let leases = bench.dispatch(&["ok", "fail", "bad"]);
     bench.runs_ended().await;
-    let mut queued: Vec<Finished> = (0..3).map(|_| bench.queue.outcomes.try_recv().unwrap()).collect();
+    let mut queued: Vec<Queued> = (0..3).map(|_| bench.queue.outcomes.try_recv().unwrap()).collect();
     queued.sort_by(|a, b| id(a).cmp(id(b)));
     assert_eq!(queued.iter().map(id).collect::<Vec<_>>(), ["bad", "fail", "ok"]);
     assert_eq!(queued[0].settlement.outcome, Outcome::Dead { error: "permanent: bad input".into() });
@@ -225,8 +172,9 @@ async fn each_outcome_is_decided_and_queued_for_the_settler_with_the_slots_it_ho
 async fn a_cancel_is_settled_as_cancelled_and_a_lost_lease_settles_nothing() {
     let mut bench = Bench::new(false);
     let leases = bench.dispatch(&["to-cancel", "to-lose"]);
-    assert!(bench.state.stop(b"to-cancel", leases[0].token), "the host holds it: the cancel stops its run");
-    assert!(bench.state.in_flight.lock().unwrap()[&leases[1]].lose(), "its handler was still going");
+    assert!(bench.state.in_flight.cancel(b"to-cancel", leases[0].token), "the host holds it: the cancel stops its run");
+    let lost = bench.state.in_flight.renewed(&leases[1..], vec![Extended::Lost]);
+    assert_eq!(lost[&leases[1].claim], ["to-lose"], "its handler was still going");
     bench.runs_ended().await;
 
     let cancelled = bench.queue.outcomes.try_recv().unwrap();
@@ -255,7 +203,7 @@ async fn a_panic_in_the_host_fails_the_task_not_the_host() {
     let (stop, lost) = (CancellationToken::new(), CancellationToken::new());
     let panicking = async { panic!("a bug in a host call") };
     match race(panicking, &stop, &lost).await {
-        Ending::Ran(TaskRun { result: Err(Failure::Error(text)), .. }) => {
+        Ok(TaskRun { result: Err(Failure::Error(text)), .. }) => {
             assert!(text.contains("panic in the host"), "{text}")
         }
         other => panic!("{other:?}"),
@@ -280,24 +228,24 @@ async fn a_run_keeps_its_handlers_future_on_the_heap_so_spawning_and_moving_it_c
     let slots = Arc::new(tokio::sync::Semaphore::new(3));
     let (state, _queue) = TypeState::new(&"t".parse().unwrap(), slots.clone(), 1);
     let entry = Entry { handler: Arc::new(Bulky), policy: policy(3), file: "bulky.wasm".into(), hash: "h".into() };
-    let claim = Arc::new(ClaimRuns::<Bulky, Untraced> {
+    let claim = Arc::new(ClaimRuns::<Bulky, Scripted> {
         entry: Arc::new(entry),
         state: Arc::new(state),
         unreported: Arc::new(AtomicUsize::new(1)),
         trace: None,
         settle_tx: None,
         holder: "this-host".into(),
-        aborted: Arc::default(),
         _tracked: TaskTracker::new().token(),
     });
     let permits = (slots.clone().try_acquire_owned().unwrap(), slots.try_acquire_owned().unwrap());
-    let (stop, lost, ended) = (CancellationToken::new(), CancellationToken::new(), Arc::new(AtomicBool::new(false)));
-    let run = Run { task: task(1), permits, stop, lost, ended: ended.clone(), claim };
+    let signals = claim.state.in_flight.claimed([task(1).lease()]).remove(0);
+    let run = Run { task: task(1), permits, signals, claim: claim.clone() };
     let go = run.go();
     // Every move of a future copies all of it: the spawn into the executor's
     // task, and inside, the race. The handler's kilobytes stay out of them.
     let bytes = std::mem::size_of_val(&go);
     assert!(bytes < 4 * 1024, "a run's future is {bytes} bytes: the handler's future is held inline");
     go.await;
-    assert!(ended.load(Ordering::Acquire), "the boxed handler still runs to its end");
+    // Held, yet a cancel finds no handler going: the boxed handler ran to its end.
+    assert!(claim.state.in_flight.holds(&task(1).lease()) && !claim.state.in_flight.cancel(b"id", 1));
 }
