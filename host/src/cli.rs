@@ -80,7 +80,7 @@ pub enum StoreCommand {
         /// Task type of its occurrences.
         task_type: TaskType,
         /// Its name.
-        name: crate::schedules::ScheduleName,
+        name: crate::recurring::RecurringName,
     },
     /// Pause a type on every host: nothing of it is claimed (schedules keep arriving; running tasks finish).
     Pause {

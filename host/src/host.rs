@@ -87,7 +87,7 @@ pub async fn run(
         })
     };
 
-    let recurring = tokio::spawn(crate::schedules::run(store.clone(), registry.clone(), shutdown.clone()));
+    let recurring = tokio::spawn(crate::recurring::run(store.clone(), registry.clone(), shutdown.clone()));
 
     let parts = Parts { store, registry, runtime, wakeups, health, cancels };
     pipeline::run(parts, shutdown).await;

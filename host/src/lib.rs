@@ -36,7 +36,7 @@
 //!   ended) and [`group`] (workflow groups: ids, callbacks); from the store, [`target`] (where
 //!   Redis is: one server or a cluster, ACL credentials, TLS).
 //! - [`outbound`] (the runtime's), [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
-//! - [`schedules`]: recurring schedules ([`recurrence`]: their cron and interval arithmetic).
+//! - [`recurring`]: recurring tasks, from `[schedules]` or the CLI, kept in Redis ([`recurring_rule`]: their cron and interval arithmetic).
 //! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
 //! - [`host`]: start-up wiring and signals; [`presence`]: host ids and heartbeats;
 //!   [`managed`]: a private `redis-server` for the quick start, started by
@@ -60,9 +60,9 @@ pub mod logging;
 pub mod managed;
 pub mod pipeline;
 pub mod presence;
-pub mod recurrence;
+pub mod recurring;
+pub mod recurring_rule;
 pub mod registry;
-pub mod schedules;
 pub mod secrets;
 pub mod show;
 pub mod telemetry;

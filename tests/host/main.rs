@@ -11,7 +11,7 @@ mod bad_data;
 mod cli;
 mod controls;
 mod layout;
+mod recurring;
 mod runner;
-mod schedules;
 mod traces;
 mod workflows;

@@ -195,7 +195,7 @@ fn pause_form(t: &TaskType, paused: Option<crate::store::Paused>) -> String {
 
 /// The recurring schedules, with their next occurrence.
 async fn schedules(state: &AdminState, h: &mut String) {
-    let listed = match crate::schedules::list(&state.store).await {
+    let listed = match crate::recurring::list(&state.store).await {
         Ok(listed) => listed,
         Err(e) => {
             let _ = write!(

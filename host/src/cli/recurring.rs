@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::clock::format_ms;
 use crate::config::Config;
-use crate::schedules::ScheduleName;
+use crate::recurring::RecurringName;
 use crate::store::Store;
 use crate::task_type::TaskType;
 
@@ -16,7 +16,7 @@ use crate::task_type::TaskType;
 #[derive(Debug, Args)]
 pub struct CronArgs {
     /// The schedule's name (unique within its type; occurrences are `<name>@<due ms>`).
-    pub name: crate::schedules::ScheduleName,
+    pub name: crate::recurring::RecurringName,
     /// Task type of its occurrences.
     pub task_type: TaskType,
     /// Cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first.
@@ -32,7 +32,7 @@ pub struct CronArgs {
 #[derive(Debug, Args)]
 pub struct EveryArgs {
     /// The schedule's name (unique within its type; occurrences are `<name>@<due ms>`).
-    pub name: crate::schedules::ScheduleName,
+    pub name: crate::recurring::RecurringName,
     /// Task type of its occurrences.
     pub task_type: TaskType,
     /// The interval: `30s`, `15m`, `1h 30m` (at least 1s); the first occurrence is one interval from now.
@@ -63,7 +63,7 @@ pub enum MissedArg {
     Skip,
 }
 
-impl From<MissedArg> for crate::schedules::MissedPolicy {
+impl From<MissedArg> for crate::recurring::MissedPolicy {
     fn from(m: MissedArg) -> Self {
         match m {
             MissedArg::Latest => Self::Latest,
@@ -75,7 +75,7 @@ impl From<MissedArg> for crate::schedules::MissedPolicy {
 
 /// `hourglass cron`.
 pub(super) async fn cron(config: &Config, redis_override: Option<&str>, args: CronArgs) -> Result<ExitCode> {
-    let schedule = crate::schedules::ScheduleConfig {
+    let schedule = crate::recurring::RecurringConfig {
         task_type: args.task_type,
         cron: Some(args.expr),
         timezone: Some(args.timezone),
@@ -88,7 +88,7 @@ pub(super) async fn cron(config: &Config, redis_override: Option<&str>, args: Cr
 
 /// `hourglass every`.
 pub(super) async fn every(config: &Config, redis_override: Option<&str>, args: EveryArgs) -> Result<ExitCode> {
-    let schedule = crate::schedules::ScheduleConfig {
+    let schedule = crate::recurring::RecurringConfig {
         task_type: args.task_type,
         cron: None,
         timezone: None,
@@ -101,12 +101,12 @@ pub(super) async fn every(config: &Config, redis_override: Option<&str>, args: E
 
 /// `hourglass schedules`.
 pub(super) async fn list(store: &Store, json: bool) -> Result<ExitCode> {
-    print_schedules(&crate::schedules::list(store).await?, json)?;
+    print_schedules(&crate::recurring::list(store).await?, json)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `hourglass unschedule`.
-pub(super) async fn unschedule(store: &Store, task_type: TaskType, name: ScheduleName) -> Result<ExitCode> {
+pub(super) async fn unschedule(store: &Store, task_type: TaskType, name: RecurringName) -> Result<ExitCode> {
     if store.recur_remove(&task_type, name.as_str()).await? {
         println!("removed the recurring schedule {task_type}/{name}");
         Ok(ExitCode::SUCCESS)
@@ -120,14 +120,14 @@ pub(super) async fn unschedule(store: &Store, task_type: TaskType, name: Schedul
 async fn put_schedule(
     config: &Config,
     redis_override: Option<&str>,
-    name: &ScheduleName,
-    schedule: crate::schedules::ScheduleConfig,
+    name: &RecurringName,
+    schedule: crate::recurring::RecurringConfig,
 ) -> Result<ExitCode> {
     let mut definition = schedule.definition(name)?;
-    definition.source = crate::schedules::Source::Cli;
+    definition.source = crate::recurring::Source::Cli;
     let store = super::connect(config, redis_override).await?;
     let changed = definition.put(&store).await?;
-    let next = crate::schedules::list(&store)
+    let next = crate::recurring::list(&store)
         .await?
         .into_iter()
         .find(|s| s.task_type == definition.task_type.as_str() && s.name == name.as_str())
@@ -138,7 +138,7 @@ async fn put_schedule(
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_schedules(schedules: &[crate::schedules::Listed], json: bool) -> Result<()> {
+fn print_schedules(schedules: &[crate::recurring::Listed], json: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, schedules)?;

@@ -11,12 +11,12 @@ use serde::Deserialize;
 use crate::task_type::TaskType;
 
 mod policy;
-mod schedule;
+mod recurring;
 mod telemetry;
 
 pub use hourglass_store::{KeyPrefix, Rate, RedisConfig};
 pub use policy::{TypeConfig, TypePolicy};
-pub use schedule::{ScheduleConfig, ScheduleName};
+pub use recurring::{RecurringConfig, RecurringName};
 pub use telemetry::{TelemetryConfig, traces_url};
 
 /// The whole `runner.toml`.
@@ -40,7 +40,7 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Recurring schedules: each fires tasks of its type by a cron expression or an interval.
     #[serde(default)]
-    pub schedules: BTreeMap<ScheduleName, ScheduleConfig>,
+    pub schedules: BTreeMap<RecurringName, RecurringConfig>,
     /// Traces (opt-in): where to send one span per run.
     #[serde(default)]
     pub telemetry: TelemetryConfig,

@@ -53,7 +53,7 @@
 //! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
 //!   extend, release (the path every task takes); `outbox.rs`: follow-ups moved on exactly once;
 //! - `queues.rs`: stats, due buckets, the types present, dead letters;
-//! - `recur.rs`: recurring schedules;
+//! - `recurring.rs`: recurring tasks (their rules and armed occurrences);
 //! - `lookup.rs`: one task by id (`hourglass show`), and run-now / postpone of a scheduled one;
 //! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
 //! - `reply.rs`: reading replies.
@@ -70,7 +70,7 @@ mod lookup;
 mod nodes;
 mod outbox;
 mod queues;
-mod recur;
+mod recurring;
 mod reply;
 mod scripts;
 mod tasks;
@@ -91,7 +91,7 @@ pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Message, Node, Presence, Subscription, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};
 pub use queues::{DeadTask, Paused, TypeStats};
-pub use recur::{RecurState, SyncOutcome};
+pub use recurring::{RecurState, SyncOutcome};
 pub use target::{RedisConfig, Secret, Target, loopback_port};
 pub use tasks::{Cancelled, ScheduleMode};
 

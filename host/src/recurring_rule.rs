@@ -1,4 +1,4 @@
-//! Recurring schedules: a cron expression in an IANA time zone, or a fixed interval, with DST-safe next occurrences and catch-up of missed runs.
+//! The rule of a recurring task: a cron expression in an IANA time zone, or a fixed interval, with DST-safe next occurrences and catch-up of missed runs.
 //!
 //! All instants are milliseconds since the Unix epoch (`i64`); cron occurrences fall on whole seconds.
 //!

@@ -1,52 +1,52 @@
-//! A `[schedules."name"]` table: the plain data of a recurring schedule, checked as it is parsed.
+//! A `[schedules."name"]` table: the plain data of a recurring task's rule, checked as it is parsed.
 
 use anyhow::{Result, bail};
 use serde::Deserialize;
 
-use crate::recurrence::{MissedPolicy, Recurrence};
+use crate::recurring_rule::{MissedPolicy, Recurrence};
 use crate::task_type::TaskType;
 
 /// A schedule's name: like a task type, `[a-z0-9][a-z0-9._-]{0,63}` (so `@` never appears in it).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(try_from = "String")]
-pub struct ScheduleName(String);
+pub struct RecurringName(String);
 
-impl ScheduleName {
+impl RecurringName {
     /// The name as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
 
-impl std::fmt::Display for ScheduleName {
+impl std::fmt::Display for RecurringName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl TryFrom<String> for ScheduleName {
+impl TryFrom<String> for RecurringName {
     type Error = String;
 
     fn try_from(s: String) -> Result<Self, Self::Error> {
         // The same rule as task type names; it keeps `@` (the occurrence separator) out.
-        s.parse::<TaskType>().map(|_| ScheduleName(s.clone())).map_err(|_| {
+        s.parse::<TaskType>().map(|_| RecurringName(s.clone())).map_err(|_| {
             format!("invalid schedule name {s:?}: use 1 to 64 of a-z 0-9 . _ - , starting with a letter or digit")
         })
     }
 }
 
-impl std::str::FromStr for ScheduleName {
+impl std::str::FromStr for RecurringName {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ScheduleName::try_from(s.to_owned())
+        RecurringName::try_from(s.to_owned())
     }
 }
 
 /// A `[schedules."name"]` table of `runner.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ScheduleConfig {
+pub struct RecurringConfig {
     /// The task type of its occurrences.
     #[serde(rename = "type")]
     pub task_type: TaskType,
@@ -62,7 +62,7 @@ pub struct ScheduleConfig {
     pub missed: Option<MissedPolicy>,
 }
 
-impl ScheduleConfig {
+impl RecurringConfig {
     /// Its rule: a cron expression in a time zone or an interval; an error names what is wrong.
     pub fn rule(&self) -> Result<Recurrence> {
         Ok(match (&self.cron, &self.every) {

@@ -1,4 +1,4 @@
-//! Recurring schedules: defined in `runner.toml` or from the CLI, kept in Redis, each occurrence an ordinary task that fires once.
+//! Recurring tasks: their rules, defined in `runner.toml` (`[schedules]`) or from the CLI, kept in Redis, each occurrence an ordinary task that fires once.
 //!
 //! A schedule `name` of type `T` has one *armed* occurrence at a time: the
 //! task `name@<due ms>` in `hourglass:{T}:due`, with the schedule's payload.
@@ -12,7 +12,7 @@
 //! whose chain stopped (its armed occurrence was handed out before later
 //! times were known, or a client cancelled it).
 //!
-//! Occurrence times come from [`crate::recurrence`] (cron in an IANA time
+//! Occurrence times come from [`crate::recurring_rule`] (cron in an IANA time
 //! zone, DST-safe, or a fixed interval). Missed occurrences, after a time
 //! with no host running, follow the schedule's [`MissedPolicy`]: by default
 //! the latest one runs once and the rest are skipped.
@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub use crate::config::{ScheduleConfig, ScheduleName};
-pub use crate::recurrence::MissedPolicy;
-use crate::recurrence::{Recurrence, catch_up};
+pub use crate::config::{RecurringConfig, RecurringName};
+pub use crate::recurring_rule::MissedPolicy;
+use crate::recurring_rule::{Recurrence, catch_up};
 use crate::store::{RecurState, Store, SyncOutcome};
 use crate::task_type::TaskType;
 
@@ -36,9 +36,9 @@ pub const SYNC_EVERY: Duration = Duration::from_secs(2);
 /// Occurrence times kept known after the armed one: the runway claims arm from.
 const AHEAD: usize = 16;
 
-impl ScheduleConfig {
+impl RecurringConfig {
     /// The validated schedule; an error names what is wrong with it.
-    pub fn definition(&self, name: &ScheduleName) -> Result<Definition> {
+    pub fn definition(&self, name: &RecurringName) -> Result<Definition> {
         let rule = self.rule()?;
         Ok(Definition {
             name: name.clone(),
@@ -65,7 +65,7 @@ pub enum Source {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Definition {
     /// Its name, unique within its type.
-    pub name: ScheduleName,
+    pub name: RecurringName,
     /// The type of its occurrences.
     pub task_type: TaskType,
     /// When it fires.
@@ -163,7 +163,7 @@ fn caught_len(times: &[i64], now_ms: i64) -> usize {
 /// ones it no longer has; returns how many changed.
 pub async fn apply_config(
     store: &Store,
-    config: &BTreeMap<ScheduleName, crate::schedules::ScheduleConfig>,
+    config: &BTreeMap<RecurringName, crate::recurring::RecurringConfig>,
 ) -> Result<usize> {
     let mut changed = 0;
     let mut wanted: BTreeSet<(TaskType, String)> = BTreeSet::new();
@@ -221,7 +221,7 @@ async fn sync_one(store: &Store, t: &TaskType, state: &RecurState, now: i64) -> 
 /// and sync every schedule every [`SYNC_EVERY`], until `shutdown`.
 pub async fn run(store: Store, registry: crate::registry::Registry, shutdown: CancellationToken) {
     let mut versions = registry.subscribe();
-    let mut applied: Option<BTreeMap<ScheduleName, ScheduleConfig>> = None;
+    let mut applied: Option<BTreeMap<RecurringName, RecurringConfig>> = None;
     loop {
         let config = registry.config();
         if applied.as_ref() != Some(&config.schedules) {
@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn definitions_round_trip_through_redis_text() {
-        let config = ScheduleConfig {
+        let config = RecurringConfig {
             task_type: "digest.send".parse().unwrap(),
             cron: Some("0 7 * * *".into()),
             timezone: Some("Europe/Paris".into()),
@@ -328,10 +328,10 @@ mod tests {
             payload: Some("hi".into()),
             missed: None,
         };
-        let name: ScheduleName = "daily-digest".parse().unwrap();
+        let name: RecurringName = "daily-digest".parse().unwrap();
         let d = config.definition(&name).unwrap();
         let back = Definition::from_stored(&d.task_type, name.as_str(), &d.stored()).unwrap();
         assert_eq!(back, d);
-        assert!("bad@name".parse::<ScheduleName>().is_err());
+        assert!("bad@name".parse::<RecurringName>().is_err());
     }
 }
