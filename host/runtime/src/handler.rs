@@ -1,6 +1,6 @@
 //! One task type's handler: a compiled plugin bound to the type's limits, and one run of it.
 //!
-//! [`Handler::run`] is a future. It owns the run's `Store`: when the run ends
+//! [`Handler::run`] is a future. It owns the run's `wasmtime::Store`: when the run ends
 //! (returns, traps, or passes its deadline while blocked in a host call) or
 //! the future is dropped (shutdown, cancel), the instance, its pooled slot
 //! and everything the host held for it are freed at once.
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytesize::ByteSize;
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{Trap, UpdateDeadline};
 
 use super::bindings::hourglass::plugin::types as wit_types;
 use super::host_state::{Grants, HostState, RunParts, cap_error};
@@ -258,9 +258,9 @@ impl Handler {
         Failure::Error(format!("deadline of {} exceeded", humantime::format_duration(self.limits.timeout)))
     }
 
-    /// A fresh `Store` with the run's memory cap, budget and deadline; guest
+    /// A fresh `wasmtime::Store` with the run's memory cap, budget and deadline; guest
     /// code yields to the executor every epoch tick and traps past the deadline.
-    fn new_store(&self, parts: RunParts, stdout: &CappedPipe, stderr: &CappedPipe) -> Store<HostState> {
+    fn new_store(&self, parts: RunParts, stdout: &CappedPipe, stderr: &CappedPipe) -> wasmtime::Store<HostState> {
         let state = HostState::new(
             parts,
             self.memory_limit(),
@@ -270,7 +270,7 @@ impl Handler {
             stdout,
             stderr,
         );
-        let mut store = Store::new(self.component.inner.pre.engine(), state);
+        let mut store = wasmtime::Store::new(self.component.inner.pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|ctx| {
             if Instant::now() >= ctx.data().deadline {

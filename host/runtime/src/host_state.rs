@@ -102,7 +102,7 @@ impl Grants {
     }
 }
 
-/// Per-run state of a `Store`.
+/// Per-run state of a `wasmtime::Store`.
 pub(crate) struct HostState {
     /// Built on the run's first WASI call: many handlers make none, and
     /// building it (its random generators seeded) is a measurable part of a

@@ -10,7 +10,7 @@
 //! executor that runs guests, apart from the host's own tasks. A
 //! [`Component`] is a compiled plugin checked against the world; a
 //! [`Handler`] binds it to a task type's limits and config, and
-//! [`Handler::run`] runs one task in a new `Store`, so nothing leaks from one
+//! [`Handler::run`] runs one task in a new `wasmtime::Store`, so nothing leaks from one
 //! task to the next.
 //!
 //! Everything is async: a run that passes its deadline is ended wherever it

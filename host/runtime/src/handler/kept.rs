@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use wasmtime::{Checkpoint, Store};
+use wasmtime::Checkpoint;
 
 use super::{Handler, Instances, TaskRun, wit_task};
 use crate::bindings::TaskHandler;
@@ -84,7 +84,7 @@ impl Drop for WarmPool {
 /// A live instance kept between tasks: reset to `checkpoint` after each, or
 /// (a type that opted into reuse) as it is.
 struct WarmInstance {
-    store: Store<HostState>,
+    store: wasmtime::Store<HostState>,
     instance: TaskHandler,
     stdout: CappedPipe,
     stderr: CappedPipe,
