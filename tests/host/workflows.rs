@@ -66,7 +66,7 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
     assert_eq!(tasks.len(), 3);
     let by_id = |id: &[u8]| tasks.iter().find(|t| t.id == id).unwrap();
     let (results, reports) = s
-        .settle_reporting(
+        .settle(
             &ty("step"),
             &[ack(by_id(b"reserve"), vec![]), ended(by_id(b"charge"), Outcome::Dead { error: "card declined".into() })],
             None,
@@ -83,7 +83,7 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
     // A retry is not an end: the group keeps waiting.
     let mail = by_id(b"mail");
     let retry = Outcome::Retry { delay: Duration::from_millis(1), error: "smtp".into() };
-    assert_eq!(s.settle_reporting(&ty("step"), &[ended(mail, retry)], None).await.unwrap().1, 0);
+    assert_eq!(s.settle(&ty("step"), &[ended(mail, retry)], None).await.unwrap().1, 0);
     std::thread::sleep(Duration::from_millis(5));
     let again = claim_all(&s, "step").await;
     assert_eq!(again.len(), 1);
@@ -146,7 +146,7 @@ async fn children_without_payloads_report_their_plain_acks() {
         let tasks = claim_all(&s, t).await;
         assert_eq!(tasks.len(), n, "{t}");
         let acks: Vec<Settlement> = tasks.iter().map(|t| ack(t, vec![])).collect();
-        let (_, reports) = s.settle_reporting(&ty(t), &acks, None).await.unwrap();
+        let (_, reports) = s.settle(&ty(t), &acks, None).await.unwrap();
         assert_eq!(reports, n);
         s.flush_outbox(&ty(t)).await.unwrap();
     }
@@ -234,7 +234,7 @@ async fn a_running_child_cancelled_counts_as_cancelled_even_when_its_host_died()
         assert!(matches!(cancelled, hourglass::store::Cancelled::Running { .. }), "{cancelled:?}");
     }
     // The first host stops its run and settles it as cancelled.
-    let (_, reports) = s.settle_reporting(&ty("step"), &[ended(&stopped[0], Outcome::Cancelled)], None).await.unwrap();
+    let (_, reports) = s.settle(&ty("step"), &[ended(&stopped[0], Outcome::Cancelled)], None).await.unwrap();
     assert_eq!(reports, 1);
     // The second host died: its lease runs out, and the next claim reaps it.
     std::thread::sleep(Duration::from_millis(20));

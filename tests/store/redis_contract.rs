@@ -172,7 +172,7 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     // The old holder finishes late: its ack (with a follow-up) must change nothing.
     let followup =
         FollowUp { task_type: ty("next"), id: b"f".to_vec(), payload: b"p".to_vec(), due_ms: now, replace: true };
-    let r = s.settle(&t, &[ack(&old, vec![followup.clone()])], None).await.unwrap();
+    let r = s.settle(&t, &[ack(&old, vec![followup.clone()])], None).await.unwrap().0;
     assert_eq!(r, vec![Ended::Fenced]);
     let outbox: usize = c.hlen(key("flaky", "outbox")).unwrap();
     assert_eq!(outbox, 0, "a fenced ack writes no follow-ups");
@@ -182,10 +182,10 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), Some(b"data".to_vec()));
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 0);
     // So is its plain ack (sent as its claim's mask): that claim is gone.
-    assert_eq!(s.settle(&t, &[ack(&old, vec![])], None).await.unwrap(), vec![Ended::Fenced]);
+    assert_eq!(s.settle(&t, &[ack(&old, vec![])], None).await.unwrap().0, vec![Ended::Fenced]);
     assert!(s.leased(&t, b"x").await.unwrap(), "the new lease stands");
 
-    let r = s.settle(&t, &[ack(&new, vec![])], None).await.unwrap();
+    let r = s.settle(&t, &[ack(&new, vec![])], None).await.unwrap().0;
     assert_eq!(r, vec![Ended::Succeeded]);
     assert!(!s.leased(&t, b"x").await.unwrap());
     assert_eq!(hget(&mut c, &key("flaky", "payload"), b"x"), None);
@@ -196,7 +196,7 @@ async fn expired_lease_is_redelivered_and_the_old_token_is_fenced() {
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 1);
 
     // A second ack with the same token is fenced too (the token is gone).
-    assert_eq!(s.settle(&t, &[ack(&new, vec![])], None).await.unwrap(), vec![Ended::Fenced]);
+    assert_eq!(s.settle(&t, &[ack(&new, vec![])], None).await.unwrap().0, vec![Ended::Fenced]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -223,7 +223,7 @@ async fn extend_keeps_the_lease_past_its_original_expiry() {
     wait_past(&mut c, claim.lease_expiry_ms);
     let again = s.claim(&t, &limits(10, Duration::from_secs(1))).await.unwrap();
     assert!(again.tasks.is_empty(), "an extended lease is not reaped");
-    assert_eq!(s.settle(&t, &[ack(&task, vec![])], None).await.unwrap(), vec![Ended::Succeeded]);
+    assert_eq!(s.settle(&t, &[ack(&task, vec![])], None).await.unwrap().0, vec![Ended::Succeeded]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -245,7 +245,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let before = redis_now(&mut c);
     let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
     let batch = [Settlement { lease: task.lease(), outcome: retry, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Retried]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Retried]);
     let after = redis_now(&mut c);
     let score = zscore(&mut c, &key("retry", "due"), b"x").expect("due again");
     assert!(score >= before + 60_000 && score <= after + 60_000, "{score} vs {before}..{after}");
@@ -263,7 +263,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
     let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
     let batch = [Settlement { lease: again.lease(), outcome: zero, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Retried]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Retried]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!(third.attempt, 3);
 }
@@ -299,7 +299,7 @@ async fn client_reschedule_during_a_run_wins() {
         Settlement { lease: d.lease(), outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },
     ];
     // The dead letter gave way to the client's schedule: the script says so, and counts no death.
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded, Ended::Retried, Ended::Rescheduled]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Succeeded, Ended::Retried, Ended::Rescheduled]);
     for id in ["acked", "retried", "dead"] {
         assert_eq!(zscore(&mut c, &due, id.as_bytes()), Some(later), "{id}: the client's schedule stays");
         assert_eq!(hget(&mut c, &payload, id.as_bytes()), Some(b"new".to_vec()), "{id}: new payload stays");
@@ -324,7 +324,7 @@ async fn binary_ids_and_payloads_round_trip() {
     assert_eq!((task.id.clone(), task.payload.clone()), (id.clone(), payload.clone()));
     let dead = Outcome::Dead { error: "no".into() };
     let batch = [Settlement { lease: task.lease(), outcome: dead, run: Default::default() }];
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Dead]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Dead]);
     let listed = s.dead_list(&t, 10).await.unwrap();
     assert_eq!(listed[0].id, id);
     assert_eq!(listed[0].id_hex, hex::encode(&id));
@@ -353,7 +353,7 @@ async fn release_hands_tasks_back_at_once() {
     let again = s.claim(&t, &limits(10, Duration::from_secs(600))).await.unwrap().tasks;
     assert_eq!(again.len(), 2, "due again at once");
     assert!(again.iter().all(|t| t.attempt == 1), "the released attempt does not count");
-    let stale_ack = s.settle(&t, &[ack(&tasks[0], vec![])], None).await.unwrap();
+    let stale_ack = s.settle(&t, &[ack(&tasks[0], vec![])], None).await.unwrap().0;
     assert_eq!(stale_ack, vec![Ended::Fenced]);
 }
 

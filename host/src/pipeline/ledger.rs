@@ -25,7 +25,7 @@ pub(crate) trait Ledger {
         leases: &[Lease],
         lease_ms: u64,
     ) -> impl Future<Output = Result<Vec<Extended>>> + Send;
-    /// Commits outcomes; per outcome how it ended, and the group reports put in the outbox (`Store::settle_reporting`).
+    /// Commits outcomes; per outcome how it ended, and the group reports put in the outbox (`Store::settle`).
     fn settle(
         &self,
         t: &TaskType,
@@ -60,7 +60,7 @@ impl Ledger for Store {
         batch: &[Settlement],
         events_maxlen: Option<u64>,
     ) -> impl Future<Output = Result<(Vec<Ended>, usize)>> + Send {
-        Store::settle_reporting(self, t, batch, events_maxlen)
+        Store::settle(self, t, batch, events_maxlen)
     }
 
     fn release(&self, t: &TaskType, leases: &[Lease]) -> impl Future<Output = Result<usize>> + Send {

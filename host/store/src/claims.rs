@@ -105,15 +105,11 @@ impl Store {
     /// Commits the outcomes of finished tasks of type `t` in one atomic step
     /// (settle.lua), appending one entry per committed outcome to
     /// `P:{T}:events` (capped at about `events_maxlen`) when it is given.
-    /// Follow-ups committed with acks wait in the type's outbox until
+    /// Returns how each ended, and how many reports of workflow group
+    /// children that ended it put in the outbox. Follow-ups committed with
+    /// acks and those reports wait in the type's outbox until
     /// [`Store::flush_outbox`] moves them on: the host does that right after.
-    pub async fn settle(&self, t: &TaskType, batch: &[Settlement], events_maxlen: Option<u64>) -> Result<Vec<Ended>> {
-        Ok(self.settle_reporting(t, batch, events_maxlen).await?.0)
-    }
-
-    /// [`Store::settle`], and how many reports of workflow group children
-    /// that ended it put in the outbox (for [`Store::flush_outbox`]).
-    pub async fn settle_reporting(
+    pub async fn settle(
         &self,
         t: &TaskType,
         batch: &[Settlement],

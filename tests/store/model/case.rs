@@ -202,7 +202,8 @@ impl Case<'_> {
                     .store
                     .settle(&t, &batch, events.then_some(EVENTS_MAXLEN))
                     .await
-                    .map_err(|e| fail("settle", e))?;
+                    .map_err(|e| fail("settle", e))?
+                    .0;
                 let expected: Vec<Ended> =
                     runs.iter().map(|(run, end)| self.model.settle(run, *end, *events)).collect();
                 if results != expected {

@@ -45,7 +45,7 @@ async fn leases_of_an_older_host_are_adopted_when_they_expire() {
     assert_eq!(s.cancel(&t, b"held").await.unwrap(), Cancelled::Running { holder: "old-2".into() });
 
     let batch: Vec<Settlement> = first.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Succeeded; 2]);
 
     // The older host dies too: its cancelled run is not run again once its lease expires.
     wait_past(&mut c, now + 2_000);
@@ -98,7 +98,7 @@ async fn claims_of_the_previous_claim_lease_version_are_reaped_with_their_attemp
     assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 20, 1));
 
     let batch: Vec<Settlement> = claim.tasks.iter().map(|t| ack(t, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), vec![Ended::Succeeded; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Succeeded; 2]);
     let fields: Vec<String> = c.hkeys(key("prev", "claimed")).unwrap();
     let mut fields: Vec<&str> = fields.iter().map(String::as_str).collect();
     fields.sort();
@@ -148,7 +148,7 @@ async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
     let tasks = claim.tasks;
     assert_eq!(ids(&tasks), [b"p1".to_vec(), b"p2".to_vec(), b"p3".to_vec(), b"p4".to_vec()]);
 
-    let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])], None).await.unwrap();
+    let r = s.settle(&t, &[ack(&tasks[2], vec![]), ack(&tasks[0], vec![])], None).await.unwrap().0;
     assert_eq!(r, [Ended::Succeeded, Ended::Succeeded]);
     assert_eq!(hget(&mut c, &key("parts", "payload"), b"p3"), None, "an acked task's payload goes");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
@@ -157,7 +157,7 @@ async fn acks_of_part_of_a_claim_leave_the_rest_leased() {
 
     // p1 again (already settled) beside the two still leased.
     let r =
-        s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])], None).await.unwrap();
+        s.settle(&t, &[ack(&tasks[1], vec![]), ack(&tasks[0], vec![]), ack(&tasks[3], vec![])], None).await.unwrap().0;
     assert_eq!(r, [Ended::Succeeded, Ended::Fenced, Ended::Succeeded]);
     let stats = s.stats(&t).await.unwrap();
     assert_eq!((stats.succeeded, stats.in_flight), (4, 0));
@@ -190,10 +190,10 @@ async fn a_deleted_token_counter_never_reuses_a_claim_in_flight() {
     assert!(second[0].claim > first[2].token, "claim {} reuses a token in flight", second[0].claim);
 
     let batch: Vec<Settlement> = first.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [Ended::Succeeded; 3]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, [Ended::Succeeded; 3]);
     assert!(s.leased(&t, b"b1").await.unwrap() && s.leased(&t, b"b2").await.unwrap(), "the second claim stands");
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 2);
     let batch: Vec<Settlement> = second.iter().map(|task| ack(task, vec![])).collect();
-    assert_eq!(s.settle(&t, &batch, None).await.unwrap(), [Ended::Succeeded; 2]);
+    assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, [Ended::Succeeded; 2]);
     assert_eq!(s.stats(&t).await.unwrap().succeeded, 5);
 }

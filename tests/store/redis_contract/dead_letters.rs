@@ -27,7 +27,7 @@ async fn dead_letter_list_requeue_and_purge() {
             run: Default::default(),
         })
         .collect();
-    let r = s.settle(&t, &batch, None).await.unwrap();
+    let r = s.settle(&t, &batch, None).await.unwrap().0;
     assert_eq!(r, vec![Ended::Dead; 3]);
 
     let stats = s.stats(&t).await.unwrap();

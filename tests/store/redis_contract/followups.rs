@@ -26,7 +26,7 @@ async fn followups_land_in_the_target_type_exactly_once() {
     };
     let without = FollowUp { task_type: dst.clone(), id: b"i2".to_vec(), payload: vec![], due_ms: now, replace: true };
     let _: () = c.hset(key("invoice", "payload"), "i2", "stale").unwrap();
-    let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])], None).await.unwrap();
+    let r = s.settle(&src, &[ack(&task, vec![with_payload.clone(), without.clone()])], None).await.unwrap().0;
     assert_eq!(r, vec![Ended::Succeeded]);
     // The host moves the outbox on right after a settle that committed follow-ups.
     assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 2);
@@ -82,7 +82,7 @@ async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
         replace: false,
     };
     let batch = [ack(&task, vec![create("waiting"), create("died"), create("fresh")])];
-    assert_eq!(s.settle(&src, &batch, None).await.unwrap(), vec![Ended::Succeeded]);
+    assert_eq!(s.settle(&src, &batch, None).await.unwrap().0, vec![Ended::Succeeded]);
     // Create-only is in the entry id, so a host of an older version delivers
     // it (as a replace) rather than dropping it in a rolling upgrade.
     let mut entries: Vec<String> = c.hkeys(key("intruder", "outbox")).unwrap();
