@@ -4,7 +4,7 @@
 //!
 //! A task flows one way through these modules:
 //! due set → wake-up → claim → registry (task type → plugin) → runtime
-//! (fresh `Store`) → outcome → settle.
+//! (fresh `wasmtime::Store`) → outcome → settle.
 //!
 //! Along that path:
 //!
@@ -19,12 +19,14 @@
 //! - [`pipeline::settle`]: outcomes written in batches; slots freed once they are stored.
 //! - [`pipeline::outbox`]: the follow-ups and group reports those settles committed, moved on to their types.
 //!
-//! [`pipeline`] runs that path for every type and drains it at shutdown; its
-//! stages share [`pipeline::state`], which imports none of them, reach
-//! Redis's task path through [`pipeline::ledger`] (claim, renew, settle, hand
-//! back), a trait the store implements and unit tests script, and start runs
-//! through [`pipeline::execute`], which the runtime's `Handler` implements and
-//! unit tests fake. Imports
+//! [`pipeline`] runs that path for every type and drains it at shutdown; the
+//! leases held between claim and settle are [`pipeline::in_flight`], whose
+//! methods are the steps of a lease's life. Its stages share
+//! [`pipeline::state`], which imports none of them, reach Redis's task path
+//! through [`pipeline::ledger`] (claim, renew, settle, hand back, outbox), a
+//! trait the store implements and unit tests script, and find handlers and
+//! start runs through [`pipeline::execute`], which the registry and the
+//! runtime's `Handler` implement and unit tests fake. Imports
 //! point one way: no module imports one that imports it back
 //! (`tests/host/layout.rs` checks it).
 //!
