@@ -110,7 +110,7 @@ struct ClaimRuns<E, L> {
     /// The claim's trace state, while tracing is on.
     trace: Option<ClaimTrace<L>>,
     /// The type's settle queue (none once shutdown closed it).
-    settle_tx: Option<tokio::sync::mpsc::UnboundedSender<super::state::Queued>>,
+    settle_tx: Option<tokio::sync::mpsc::UnboundedSender<Queued>>,
     /// This host's id, for the task events.
     holder: Arc<str>,
     /// Shutdown waits for the claim's last run ([`Runner::runs`]).

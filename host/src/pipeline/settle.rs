@@ -162,7 +162,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
             }
             in_flight.settled(batch.iter().map(|s| &s.lease));
             drop(permits); // frees the concurrency slots only now that the outcome is stored
-            if self.plugins.config().policy(&task_type).max_running > 0 {
+            if self.plugins.serving(&task_type).is_some_and(|e| e.policy.max_running > 0) {
                 // A slot of max_running is free: this host's claim loop need not wait to poll for it.
                 self.wakeups.of(&task_type).notify_one();
             }
