@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use crate::clock::format_ms;
 use crate::logging::clean_id;
-use crate::store::{Store, TaskState, TaskView};
+use crate::store::{ProgressView, Store, TaskState, TaskView};
 use crate::task_type::TaskType;
 
 /// One line saying where the task is: "scheduled for T (in 4m 59s)", "running on host H, attempt 2, ...".
@@ -73,11 +73,20 @@ pub fn details(v: &TaskView) -> Vec<(&'static str, String)> {
     if let Some(e) = &v.last_error {
         out.push(("last error", e.clone()));
     }
+    if let Some(p) = &v.progress {
+        out.push(("progress", progress_line(p, v.now_ms)));
+    }
     out.push(("payload", payload_line(v)));
     if let Some(g) = &v.group {
         out.push(("group", format!("a child of {g} (hourglass group show {})", g.replacen('/', " ", 1))));
     }
     out
+}
+
+/// How far its handler got: `40% {"step":"copy"} (attempt 1, reported 2s ago)`.
+pub fn progress_line(p: &ProgressView, now_ms: i64) -> String {
+    let detail = p.detail.as_deref().map(|d| format!(" {d}")).unwrap_or_default();
+    format!("{}%{detail} (attempt {}, reported {} ago)", p.percent, p.attempt, span(now_ms - p.at_ms))
 }
 
 /// The payload's size and its start.

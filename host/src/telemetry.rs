@@ -122,6 +122,11 @@ fn describe() {
         "Handler work on a group the group refused (sealed, done, or opened with another callback)."
     );
     describe_counter!("hourglass_plugin_reload_failures_total", "Plugin files that could not be loaded.");
+    describe_counter!("hourglass_progress_reports_total", "Progress reports handlers made (the progress import).");
+    describe_counter!(
+        "hourglass_progress_writes_total",
+        "Progress reports written to Redis: the latest of each run, at most every 250 ms."
+    );
     describe_gauge!("hourglass_plugin_info", "1 for the plugin version (hash) serving now, 0 for replaced ones.");
 }
 

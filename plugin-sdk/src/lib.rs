@@ -48,7 +48,9 @@ pub mod bindings {
 extern crate self as hourglass_sdk;
 
 use bindings::hourglass::plugin::types as wit_types;
-use bindings::hourglass::plugin::{config as wit_config, log as wit_log, schedule as wit_schedule};
+use bindings::hourglass::plugin::{
+    config as wit_config, log as wit_log, progress as wit_progress, schedule as wit_schedule,
+};
 
 pub mod http;
 pub mod workflow;
@@ -185,6 +187,31 @@ impl From<ScheduleError> for Failure {
         // Usually a bug in the handler (bad type name, oversized payload), but
         // retrying is the safe default.
         Failure::Error(e.to_string())
+    }
+}
+
+/// Reports how far this run has got, for people and programs to watch
+/// (`hourglass show`, the clients, the dashboard, the events stream).
+///
+/// `percent` is 0 to 100; `detail` is JSON text of at most 1024 bytes (`""`
+/// for none), e.g. `{"rows": 1200}`. Only the latest report counts: the host
+/// writes it to Redis within a quarter of a second, so report as often as is
+/// convenient. It is kept with the task across retries (the next attempt's
+/// watchers see where this one got to) and dropped when the task ends. Fails
+/// for a percent over 100, or a detail over 1024 bytes or not JSON.
+pub fn progress(percent: u8, detail: &str) -> Result<(), ProgressError> {
+    wit_progress::report(percent, detail).map_err(ProgressError)
+}
+
+/// The host refused a progress report (a percent over 100, a detail too long or not JSON).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot report progress: {0}")]
+pub struct ProgressError(pub String);
+
+impl From<ProgressError> for Failure {
+    fn from(e: ProgressError) -> Failure {
+        // A bug in the handler: retrying will not fix it.
+        Failure::Permanent(e.to_string())
     }
 }
 

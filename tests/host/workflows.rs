@@ -82,7 +82,7 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
 
     // A retry is not an end: the group keeps waiting.
     let mail = by_id(b"mail");
-    let retry = Outcome::Retry { delay: Duration::from_millis(1), error: "smtp".into() };
+    let retry = Outcome::Retry { delay: Duration::from_millis(1), error: "smtp".into(), progress: None };
     assert_eq!(s.settle(&ty("step"), &[ended(mail, retry)], None).await.unwrap().1, 0);
     std::thread::sleep(Duration::from_millis(5));
     let again = claim_all(&s, "step").await;

@@ -230,8 +230,9 @@ fn a_trap_a_timeout_or_a_cancel_drops_a_kept_instance() {
 
         // A cancel: the run's future is dropped while the guest spins.
         let rt = crate::support::tokio_runtime();
-        let cancelled =
-            rt.block_on(async { tokio::time::timeout(Duration::from_millis(200), kept.run(&task("l"), None)).await });
+        let cancelled = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(200), kept.run(&task("l"), Default::default())).await
+        });
         assert!(cancelled.is_err(), "the spinning run ended by itself");
         assert_eq!(found(&kept.run_now(&task("p"))), 0, "{mode:?}: a kept instance outlived its cancel");
     }

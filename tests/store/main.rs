@@ -7,4 +7,5 @@
 mod support;
 
 mod model;
+mod progress;
 mod redis_contract;

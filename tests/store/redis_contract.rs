@@ -243,7 +243,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     assert_eq!(hget(&mut c, &key("retry", "attempts"), b"x"), None);
 
     let before = redis_now(&mut c);
-    let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into() };
+    let retry = Outcome::Retry { delay: Duration::from_secs(60), error: "boom".into(), progress: None };
     let batch = [Settlement { lease: task.lease(), outcome: retry, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Retried]);
     let after = redis_now(&mut c);
@@ -261,7 +261,7 @@ async fn retry_reschedules_at_now_plus_delay_with_error_and_counters() {
     let _: () = c.zadd(key("retry", "due"), "x", now - 1).unwrap();
     let again = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
     assert_eq!((again.attempt, again.payload.as_slice()), (2, b"keep".as_slice()));
-    let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into() };
+    let zero = Outcome::Retry { delay: Duration::ZERO, error: "again".into(), progress: None };
     let batch = [Settlement { lease: again.lease(), outcome: zero, run: Default::default() }];
     assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Retried]);
     let third = s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
@@ -293,7 +293,7 @@ async fn client_reschedule_during_a_run_wins() {
         ack(&a, vec![]),
         Settlement {
             lease: r.lease(),
-            outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into() },
+            outcome: Outcome::Retry { delay: Duration::ZERO, error: "e".into(), progress: None },
             run: Default::default(),
         },
         Settlement { lease: d.lease(), outcome: Outcome::Dead { error: "e".into() }, run: Default::default() },

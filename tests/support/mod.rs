@@ -302,7 +302,7 @@ pub trait RunNow {
 
 impl RunNow for hourglass::runtime::Handler {
     fn run_now(&self, task: &hourglass::task::ClaimedTask) -> hourglass::runtime::TaskRun {
-        tokio_runtime().block_on(self.run(task, None))
+        tokio_runtime().block_on(self.run(task, Default::default()))
     }
 }
 

@@ -149,7 +149,7 @@ async fn runs_of(
                 let mut failed = 0;
                 for i in 0..n {
                     task.id = task_id(lane * n + i).into_bytes();
-                    failed += u64::from(handler.run(&task, None).await.result.is_err());
+                    failed += u64::from(handler.run(&task, Default::default()).await.result.is_err());
                 }
                 failed
             })

@@ -2,11 +2,12 @@
 --
 -- KEYS: 1 due, 2 leases, 3 tokens (both: per-task leases of older hosts), 4 attempts, 5 errors,
 --       6 dead, 7 payload, 8 claims, 9 claimed (see the prelude), 10 member (workflow marks),
---       11 held (see the prelude's unhold)
+--       11 held (see the prelude's unhold), 12 progress (id -> latest progress reported, JSON)
 -- ARGV: 1 id, 2 most payload bytes to return
 -- Returns: { now_ms, due_score | false, lease_expiry | false, token_entry | false,
 --            attempts | false, error | false, died_score | false, payload_len, payload_head | false,
---            group | false } (group: "<callback type>\n<group id>" of a group's child)
+--            group | false, progress | false } (group: "<callback type>\n<group id>" of a
+--            group's child; progress: as its handler last reported it, JSON)
 --          where token_entry is "<token>:<attempt>[@<host id>]" while a lease holds
 --          (lease_expiry is its claim's; the scan of claims in flight is for
 --          this command, not for the path every task takes),
@@ -22,7 +23,7 @@ local errors, dead, payload, claims, claimed = KEYS[5], KEYS[6], KEYS[7], KEYS[8
 local bad = check_keys({
   { due, 'zset' }, { leases, 'zset' }, { tokens, 'hash' }, { attempts, 'hash' },
   { errors, 'hash' }, { dead, 'zset' }, { payload, 'hash' }, { claims, 'zset' }, { claimed, 'hash' },
-  { KEYS[10], 'hash' }, { KEYS[11], 'hash' },
+  { KEYS[10], 'hash' }, { KEYS[11], 'hash' }, { KEYS[12], 'hash' },
 })
 if bad then return bad end
 local id, most = ARGV[1], tonumber(ARGV[2])
@@ -46,4 +47,5 @@ return {
   body and #body or 0,
   body and string.sub(body, 1, most) or false,
   redis.call('HGET', KEYS[10], id),
+  redis.call('HGET', KEYS[12], id),
 }

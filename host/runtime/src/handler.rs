@@ -23,11 +23,11 @@ use wasmtime::{Trap, UpdateDeadline};
 use super::bindings::hourglass::plugin::types as wit_types;
 use super::host_state::{Grants, HostState, RunParts, cap_error};
 use super::policy::SandboxPolicy;
+use super::progress::{ProgressTo, RunHooks};
 use super::run::{HostBudget, MAX_RESOURCES, OUTPUT_CAP, RunMeta};
-use super::trace::RunTrace;
 use super::{Component, EPOCH_TICK, one_line, pipe::CappedPipe, wasi_http};
 use hourglass_task::clean::clean_id;
-use hourglass_task::task::{ClaimedTask, FollowUp, GroupWork};
+use hourglass_task::task::{ClaimedTask, FollowUp, GroupWork, Progress};
 
 mod kept;
 use kept::WarmPool;
@@ -75,18 +75,31 @@ pub struct TaskRun {
     pub followups: Vec<FollowUp>,
     /// Workflow group work to commit with the ack; empty unless `result` is `Ok`.
     pub groups: Vec<GroupWork>,
+    /// The last progress the handler reported (kept with a retry).
+    pub progress: Option<Progress>,
 }
 
 impl TaskRun {
-    fn failed(failure: Failure) -> TaskRun {
-        TaskRun { result: Err(failure), followups: Vec::new(), groups: Vec::new() }
+    /// A run that ended with `result` and asked for nothing else.
+    pub fn ended(result: Result<(), Failure>) -> TaskRun {
+        TaskRun { result, followups: Vec::new(), groups: Vec::new(), progress: None }
     }
 
-    /// A run's result with what it asked for: kept only when it succeeded.
-    fn of(result: Result<(), Failure>, followups: Vec<FollowUp>, groups: Vec<GroupWork>) -> TaskRun {
+    fn failed(failure: Failure) -> TaskRun {
+        TaskRun::ended(Err(failure))
+    }
+
+    /// A run's result with what it asked for: follow-ups and group work kept
+    /// only when it succeeded, its last progress whatever the result.
+    fn of(
+        result: Result<(), Failure>,
+        followups: Vec<FollowUp>,
+        groups: Vec<GroupWork>,
+        progress: Option<Progress>,
+    ) -> TaskRun {
         match result {
-            Ok(()) => TaskRun { result, followups, groups },
-            Err(failure) => TaskRun::failed(failure),
+            Ok(()) => TaskRun { result, followups, groups, progress },
+            Err(failure) => TaskRun { progress, ..TaskRun::failed(failure) },
         }
     }
 }
@@ -201,25 +214,25 @@ impl Handler {
     /// the run wherever it is: in guest code (the epoch callback traps it) or
     /// blocked in a host call (the future is dropped, which cancels the call
     /// and frees the instance).
-    pub async fn run(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> TaskRun {
+    pub async fn run(&self, task: &ClaimedTask, hooks: RunHooks) -> TaskRun {
         if let Some(refused) = self.refuse_oversize(task) {
             return refused;
         }
         let started = Instant::now();
-        let run = self.run_in_instance(task, trace).await;
+        let run = self.run_in_instance(task, hooks).await;
         self.component.record_run(started.elapsed());
         run
     }
 
     /// [`Handler::run`] once the payload is accepted.
-    async fn run_in_instance(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> TaskRun {
+    async fn run_in_instance(&self, task: &ClaimedTask, hooks: RunHooks) -> TaskRun {
         match self.instances {
-            Instances::Reset if self.component.resettable() => return self.run_kept(task, trace, true).await,
-            Instances::Reuse(_) => return self.run_kept(task, trace, false).await,
+            Instances::Reset if self.component.resettable() => return self.run_kept(task, hooks, true).await,
+            Instances::Reuse(_) => return self.run_kept(task, hooks, false).await,
             Instances::Fresh | Instances::Reset => {}
         }
         let deadline = Instant::now() + self.limits.timeout;
-        let parts = self.run_parts(task, deadline, trace);
+        let parts = self.run_parts(task, deadline, hooks);
         let meta = parts.meta.clone();
         let stdout = CappedPipe::new(OUTPUT_CAP);
         let stderr = CappedPipe::new(OUTPUT_CAP);
@@ -244,7 +257,7 @@ impl Handler {
         };
         let groups = state.take_groups();
         let result = self.result_of(outcome, state.limiter.exceeded, state.held.exceeded, &err);
-        TaskRun::of(result, state.followups, groups)
+        TaskRun::of(result, state.followups, groups, state.last_progress)
     }
 
     /// How long the future may take in all: the deadline plus two epoch ticks,
@@ -297,17 +310,17 @@ impl Handler {
     }
 
     /// The parts of the state that belong to one task: who logs, the outbound HTTP hooks, the deadline.
-    fn run_parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<RunTrace>) -> RunParts {
-        self.parts(task, deadline, trace, false)
+    fn run_parts(&self, task: &ClaimedTask, deadline: Instant, hooks: RunHooks) -> RunParts {
+        self.parts(task, deadline, hooks, false)
     }
 
     /// [`Handler::run_parts`] of a warm-up call (of `task`'s type): it logs
     /// nothing and its outbound requests are refused.
     fn warm_up_parts(&self, task: &ClaimedTask, deadline: Instant) -> RunParts {
-        self.parts(task, deadline, None, true)
+        self.parts(task, deadline, RunHooks::default(), true)
     }
 
-    fn parts(&self, task: &ClaimedTask, deadline: Instant, trace: Option<RunTrace>, warm_up: bool) -> RunParts {
+    fn parts(&self, task: &ClaimedTask, deadline: Instant, hooks: RunHooks, warm_up: bool) -> RunParts {
         let meta = Arc::new(RunMeta {
             plugin: self.plugin_name.clone(),
             plugin_hash: self.component.hash().to_owned(),
@@ -321,9 +334,12 @@ impl Handler {
             self.http.clone(),
             deadline,
             self.budget(),
-            wasi_http::Caller { plugin: self.plugin_name.clone(), meta: meta.clone(), trace },
+            wasi_http::Caller { plugin: self.plugin_name.clone(), meta: meta.clone(), trace: hooks.trace },
         );
-        RunParts { meta, http_hooks, deadline }
+        // The warm-up's reports are nobody's: checked, then dropped.
+        let progress =
+            hooks.progress.filter(|_| !warm_up).map(|sink| ProgressTo::new(sink, task.lease(), task.attempt));
+        RunParts { meta, http_hooks, deadline, progress }
     }
 
     /// What a call's outcome means for the task. A run that filled its host

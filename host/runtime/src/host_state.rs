@@ -17,13 +17,15 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::hourglass::plugin::{
-    config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types, workflow as wit_workflow,
+    config as wit_config, log as wit_log, progress as wit_progress, schedule as wit_schedule, types as wit_types,
+    workflow as wit_workflow,
 };
 use super::pipe::CappedPipe;
+use super::progress::ProgressTo;
 use super::run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, RunMeta};
 use super::wasi_http::OutboundHooks;
 use hourglass_task::group::{Callback, FireWhen, GroupId, GroupRef};
-use hourglass_task::task::{FollowUp, GroupWork};
+use hourglass_task::task::{FollowUp, GroupWork, Progress};
 use hourglass_task::task_type::TaskType;
 
 /// Bytes of `log` text one run may emit; later lines are dropped (one warning says so).
@@ -128,6 +130,10 @@ pub(crate) struct HostState {
     pub(crate) http_hooks: OutboundHooks,
     /// When this run's execution deadline passes; the epoch callback traps after it.
     pub(crate) deadline: Instant,
+    /// Where this run's progress reports go (none: checked, then dropped).
+    progress: Option<ProgressTo>,
+    /// The last progress this run reported (kept with a retry).
+    pub(crate) last_progress: Option<Progress>,
 }
 
 /// The parts of a [`HostState`] that belong to one task (a warm instance
@@ -136,6 +142,7 @@ pub(crate) struct RunParts {
     pub(crate) meta: Arc<RunMeta>,
     pub(crate) http_hooks: OutboundHooks,
     pub(crate) deadline: Instant,
+    pub(crate) progress: Option<ProgressTo>,
 }
 
 impl HostState {
@@ -165,6 +172,8 @@ impl HostState {
             http: http_ctx(budget),
             http_hooks: parts.http_hooks,
             deadline: parts.deadline,
+            progress: parts.progress,
+            last_progress: None,
         }
     }
 
@@ -174,6 +183,8 @@ impl HostState {
         self.meta = parts.meta;
         self.http_hooks = parts.http_hooks;
         self.deadline = parts.deadline;
+        self.progress = parts.progress;
+        self.last_progress = None;
         self.followups.clear();
         self.groups.clear();
         self.refused_followup = false;
@@ -190,6 +201,13 @@ impl HostState {
         self.output = (stdout.clone(), stderr.clone());
     }
 
+    /// Ends the run's progress: the sink is let go (it holds the run's claim,
+    /// which an idle instance must not keep) and the last report returned.
+    pub(crate) fn end_progress(&mut self) -> Option<Progress> {
+        self.progress = None;
+        self.last_progress.take()
+    }
+
     /// Drops what the host held for the last task (its WASI context, the
     /// resources its handles named, its HTTP state) when its instance is
     /// reset: none of it may reach the next task, nor be kept while idle.
@@ -200,6 +218,8 @@ impl HostState {
         self.followups = Vec::new();
         self.groups = Vec::new();
         self.held = Held::new(self.budget.held_limit());
+        self.progress = None;
+        self.last_progress = None;
     }
 }
 
@@ -436,6 +456,17 @@ impl wit_workflow::Host for HostState {
     }
 }
 
+impl wit_progress::Host for HostState {
+    fn report(&mut self, percent: u8, detail: String) -> Result<(), String> {
+        let progress = super::progress::checked(percent, detail)?;
+        if let Some(to) = &self.progress {
+            to.report(progress.clone());
+        }
+        self.last_progress = Some(progress);
+        Ok(())
+    }
+}
+
 impl wit_config::Host for HostState {
     fn get(&mut self, key: String) -> Option<String> {
         self.config.get(&key).cloned()
@@ -503,7 +534,7 @@ mod tests {
         let caller = crate::wasi_http::Caller { plugin: "chaos".into(), meta: meta.clone(), trace: None };
         let http_policy = Arc::new(crate::wasi_http::HttpPolicy::new(&policy));
         let http_hooks = OutboundHooks::new(http_policy, Instant::now(), budget, caller);
-        let parts = RunParts { meta, http_hooks, deadline: Instant::now() };
+        let parts = RunParts { meta, http_hooks, deadline: Instant::now(), progress: None };
         HostState::new(parts, 1 << 20, budget, Arc::default(), Arc::default(), stdout, stderr)
     }
 

@@ -34,6 +34,7 @@
 //!   [`trace`]: the client spans of a traced run's requests.
 
 pub mod outbound;
+pub mod progress;
 pub mod reset;
 pub mod trace;
 
@@ -72,6 +73,7 @@ pub use compile::{
 pub use handler::{Failure, Handler, Limits, TaskRun};
 pub use host_state::{FOLLOWUPS_REFUSED_TOTAL, LOG_CAP};
 pub use policy::SandboxPolicy;
+pub use progress::{MAX_PROGRESS_DETAIL, ReportProgress, RunHooks};
 pub use reset::{MemoryReset, ResetMethod, Swap};
 pub use run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, OUTPUT_CAP};
 
@@ -96,7 +98,8 @@ mod bindings {
 
 use bindings::TaskHandlerPre;
 use bindings::hourglass::plugin::{
-    config as wit_config, log as wit_log, schedule as wit_schedule, types as wit_types, workflow as wit_workflow,
+    config as wit_config, log as wit_log, progress as wit_progress, schedule as wit_schedule, types as wit_types,
+    workflow as wit_workflow,
 };
 
 /// The world every plugin must implement.
@@ -478,6 +481,7 @@ fn add_plugin_imports(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     wit_schedule::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     wit_config::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     wit_workflow::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    wit_progress::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     Ok(())
 }
 

@@ -72,12 +72,12 @@ async fn cost(config: &Config, component: &Component, task_type: &TaskType, payl
     let mut per_run = Vec::new();
     for handler in &handlers {
         for _ in 0..RUNS {
-            handler.run(&task, None).await;
+            handler.run(&task, Default::default()).await;
         }
         let started = Instant::now();
         for _ in 0..RUNS {
             let run_started = Instant::now();
-            if handler.run(&task, None).await.result.is_err() {
+            if handler.run(&task, Default::default()).await.result.is_err() {
                 failed += 1;
             }
             if run_started.elapsed() >= RUN_DEADLINE {

@@ -20,9 +20,9 @@ use crate::backoff;
 use crate::config::TypePolicy;
 use crate::logging::clean_id;
 use crate::registry::Entry;
-use crate::runtime::{Failure, TaskRun};
+use crate::runtime::{Failure, ReportProgress, RunHooks, TaskRun};
 use crate::store::Store;
-use crate::task::{ClaimedTask, FollowUp, GroupWork, Outcome, RunInfo, Settlement};
+use crate::task::{ClaimedTask, Lease, Outcome, Progress, RunInfo, Settlement};
 use crate::task_type::TaskType;
 
 /// Scores below this (1973-03-03 in ms) were almost surely written in seconds.
@@ -117,6 +117,16 @@ struct ClaimRuns<E, L> {
     _tracked: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
+/// A claim's runs report their progress to their type's writer through the
+/// claim they share (one reference count per claim, not one per type).
+impl<E: Send + Sync + 'static, L: Send + Sync + 'static> ReportProgress for ClaimRuns<E, L> {
+    fn report(&self, lease: &Lease, attempt: u32, progress: Progress) {
+        if let Some(board) = self.state.progress.get() {
+            board.report(lease, attempt, progress);
+        }
+    }
+}
+
 /// A traced claim: the tracer, and the client traceparents of its tasks,
 /// read once (one HMGET of `P:{T}:trace`) by the first of its runs to start.
 struct ClaimTrace<L> {
@@ -193,7 +203,11 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         // On the heap: a run's future is kilobytes (a fresh instance's
         // instantiation and call), and held inline every move of it and of
         // this future (into the race, into the spawned task) copies them all.
-        let handled = Box::pin(claim.entry.handler.execute(task, span.as_ref().map(crate::traces::RunSpan::run_trace)));
+        let hooks = RunHooks {
+            trace: span.as_ref().map(crate::traces::RunSpan::run_trace),
+            progress: Some(self.claim.clone()),
+        };
+        let handled = Box::pin(claim.entry.handler.execute(task, hooks));
         let ran = race(handled, &self.signals.stop, &self.signals.lost).await;
         if matches!(ran, Err(Stopped::LeaseLost)) && claim.state.in_flight.dropped(&task.lease()) {
             claim.state.metrics.abandoned();
@@ -208,7 +222,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
             ran_for,
         };
         let outcome = match ran {
-            Ok(run) => decide(&claim.entry.policy, task, run.result, run.followups, run.groups, started_ms),
+            Ok(run) => decide(&claim.entry.policy, task, run, started_ms),
             Err(Stopped::Cancelled) => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
@@ -272,24 +286,14 @@ async fn race(
     tokio::select! {
         biased;
         _ = stop.cancelled() => Err(Stopped::Cancelled),
-        run = run => Ok(run.unwrap_or_else(|_| TaskRun {
-            result: Err(Failure::Error("handler failed: panic in the host".into())),
-            followups: Vec::new(),
-            groups: Vec::new(),
-        })),
+        run = run => Ok(run.unwrap_or_else(|_| TaskRun::ended(Err(Failure::Error("handler failed: panic in the host".into()))))),
         _ = lost.cancelled() => Err(Stopped::LeaseLost),
     }
 }
 
 /// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
-pub(crate) fn decide(
-    policy: &TypePolicy,
-    task: &ClaimedTask,
-    result: Result<(), Failure>,
-    followups: Vec<FollowUp>,
-    groups: Vec<GroupWork>,
-    started_ms: i64,
-) -> Outcome {
+pub(crate) fn decide(policy: &TypePolicy, task: &ClaimedTask, run: TaskRun, started_ms: i64) -> Outcome {
+    let TaskRun { result, followups, groups, progress } = run;
     let id = clean_id(&task.id);
     let lateness_ms = started_ms - task.due_ms;
     match result {
@@ -315,7 +319,7 @@ pub(crate) fn decide(
             };
             let text = failure.to_string();
             warn!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, retry_in = ?delay, "failed: {}", crate::logging::Clean(&text));
-            Outcome::Retry { delay, error: text }
+            Outcome::Retry { delay, error: text, progress }
         }
     }
 }

@@ -12,8 +12,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::registry::{Entry, Registry};
-use crate::runtime::trace::RunTrace;
-use crate::runtime::{Handler, TaskRun};
+use crate::runtime::{Handler, RunHooks, TaskRun};
 use crate::task::ClaimedTask;
 use crate::task_type::TaskType;
 
@@ -22,13 +21,14 @@ use crate::task_type::TaskType;
 /// Its future may be dropped at any await (a cancel, a lost lease,
 /// shutdown past its grace period) and must then free what it holds.
 pub(crate) trait Execute: Send + Sync + 'static {
-    /// Runs `task` inside the run's span (`trace`, when tracing is on) until it returns, fails or is stopped.
-    fn execute(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> impl Future<Output = TaskRun> + Send;
+    /// Runs `task` until it returns, fails or is stopped, inside the run's
+    /// span (when tracing is on) and reporting its progress (`hooks`).
+    fn execute(&self, task: &ClaimedTask, hooks: RunHooks) -> impl Future<Output = TaskRun> + Send;
 }
 
 impl Execute for Handler {
-    fn execute(&self, task: &ClaimedTask, trace: Option<RunTrace>) -> impl Future<Output = TaskRun> + Send {
-        self.run(task, trace)
+    fn execute(&self, task: &ClaimedTask, hooks: RunHooks) -> impl Future<Output = TaskRun> + Send {
+        self.run(task, hooks)
     }
 }
 

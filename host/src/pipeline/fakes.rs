@@ -10,9 +10,9 @@ use super::execute::{Execute, Plugins};
 use super::ledger::Ledger;
 use crate::config::{Config, TypePolicy};
 use crate::registry::Entry;
-use crate::runtime::trace::RunTrace;
+use crate::runtime::RunHooks;
 use crate::runtime::{Failure, TaskRun};
-use crate::store::{ClaimLimits, Extended, OutboxFlush};
+use crate::store::{ClaimLimits, Extended, OutboxFlush, ProgressReport};
 use crate::task::{Claim, ClaimedTask, Ended, Lease, Settlement};
 use crate::task_type::TaskType;
 
@@ -134,6 +134,17 @@ impl Ledger for Scripted {
         self.record("flush".to_owned());
         Ok(OutboxFlush::default())
     }
+
+    /// Recorded as `progress <id>@<token>=<percent> ...`, by id.
+    async fn write_progress(&self, _: &TaskType, reports: &[ProgressReport], _: Option<u64>) -> Result<usize> {
+        let mut each: Vec<String> = reports
+            .iter()
+            .map(|r| format!("{}@{}={}", String::from_utf8_lossy(&r.lease.id), r.lease.token, r.progress.percent))
+            .collect();
+        each.sort();
+        self.record(format!("progress {}", each.join(" ")));
+        Ok(reports.len())
+    }
 }
 
 /// A handler that ends each task as its id says, without wasmtime: `ok…`
@@ -142,14 +153,14 @@ impl Ledger for Scripted {
 pub(crate) struct ByName;
 
 impl Execute for ByName {
-    async fn execute(&self, task: &ClaimedTask, _: Option<RunTrace>) -> TaskRun {
+    async fn execute(&self, task: &ClaimedTask, _: RunHooks) -> TaskRun {
         let result = match task.id.as_slice() {
             id if id.starts_with(b"ok") => Ok(()),
             b"fail" => Err(Failure::Error("boom".into())),
             b"bad" => Err(Failure::Permanent("bad input".into())),
             _ => std::future::pending().await,
         };
-        TaskRun { result, followups: Vec::new(), groups: Vec::new() }
+        TaskRun::ended(result)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The Redis calls of a task's path (claim, renew, settle, hand back, move the outbox on, read traceparents) behind one trait: the store, or a fake in unit tests.
+//! The Redis calls of a task's path (claim, renew, settle, hand back, move the outbox on, read traceparents, store progress) behind one trait: the store, or a fake in unit tests.
 //!
 //! The pipeline's stages call these through [`Ledger`], so what they do with
 //! the answers (retrying through outages, stopping runs whose leases a
@@ -10,7 +10,7 @@ use std::future::Future;
 
 use anyhow::Result;
 
-use crate::store::{ClaimLimits, Extended, OutboxFlush, Store};
+use crate::store::{ClaimLimits, Extended, OutboxFlush, ProgressReport, Store};
 use crate::task::{Claim, Ended, Lease, Settlement};
 use crate::task_type::TaskType;
 
@@ -38,6 +38,13 @@ pub(crate) trait Ledger {
     fn trace_parents(&self, t: &TaskType, ids: &[Vec<u8>]) -> impl Future<Output = Result<Vec<Option<String>>>> + Send;
     /// Moves the type's outbox on: follow-ups and group reports to their types (`Store::flush_outbox`).
     fn flush_outbox(&self, t: &TaskType) -> impl Future<Output = Result<OutboxFlush>> + Send;
+    /// Stores runs' latest progress while their leases hold; how many were stored (`Store::write_progress`).
+    fn write_progress(
+        &self,
+        t: &TaskType,
+        reports: &[ProgressReport],
+        events_maxlen: Option<u64>,
+    ) -> impl Future<Output = Result<usize>> + Send;
 }
 
 impl Ledger for Store {
@@ -73,5 +80,14 @@ impl Ledger for Store {
 
     fn flush_outbox(&self, t: &TaskType) -> impl Future<Output = Result<OutboxFlush>> + Send {
         Store::flush_outbox(self, t)
+    }
+
+    fn write_progress(
+        &self,
+        t: &TaskType,
+        reports: &[ProgressReport],
+        events_maxlen: Option<u64>,
+    ) -> impl Future<Output = Result<usize>> + Send {
+        Store::write_progress(self, t, reports, events_maxlen)
     }
 }

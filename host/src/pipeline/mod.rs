@@ -5,7 +5,8 @@
 //! [`dispatch`] runs each in the sandbox and decides what its result means,
 //! and [`settle`] writes the outcomes in batches and only then frees the
 //! slots; [`outbox`], owned by the settler, then moves the follow-ups they
-//! committed on to their types (also at each tick). The leases held between
+//! committed on to their types (also at each tick); [`progress`] writes
+//! the progress running handlers report. The leases held between
 //! claim and settle are one map with one owner, [`in_flight`], whose methods
 //! are the steps of a lease's life. Each stage is a small struct holding only
 //! the handles it uses, taken from the runner's ([`state`], which imports
@@ -25,6 +26,7 @@ mod fakes;
 pub mod in_flight;
 pub mod ledger;
 pub mod outbox;
+pub mod progress;
 pub mod settle;
 pub mod state;
 
@@ -76,6 +78,13 @@ fn start_type(runner: &Runner, task_type: &TaskType, slots: Arc<Semaphore>, conc
         outbox_every(runner.lease),
     );
     state.set_settler(tokio::spawn(settler));
+    let board = progress::ProgressBoard::new(
+        task_type.clone(),
+        runner.store.clone(),
+        runner.registry.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let _ = state.progress.set(Arc::new(board));
     if runner.registry.config().events_maxlen(task_type).is_some() {
         // The stream exists from the start, so a client waiting for a task's end
         // can tell "no event yet" from "this type has no events" (docs/operations.md).

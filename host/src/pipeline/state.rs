@@ -62,6 +62,8 @@ pub(crate) struct TypeState {
     /// The worker ended because the type lost its plugin.
     pub(crate) stopped: AtomicBool,
     pub(crate) metrics: Arc<crate::telemetry::TypeMetrics>,
+    /// Where its runs' progress reports go (set as the type starts).
+    pub(crate) progress: std::sync::OnceLock<Arc<dyn crate::runtime::ReportProgress>>,
 }
 
 impl TypeState {
@@ -80,6 +82,7 @@ impl TypeState {
             settler: Mutex::new(None),
             stopped: AtomicBool::new(false),
             metrics: Arc::new(crate::telemetry::TypeMetrics::new(task_type)),
+            progress: std::sync::OnceLock::new(),
         };
         (state, queue)
     }

@@ -134,6 +134,7 @@ impl Store {
             .key(&k.member)
             .key(&k.running)
             .key(&k.held)
+            .key(&k.progress)
             .arg(t.as_str())
             .arg(events_maxlen.unwrap_or(0));
         let entries = batch_entries(batch, events_maxlen.is_some());
@@ -153,7 +154,7 @@ impl Store {
             };
             let (kind, delay_ms, error, followups) = match &s.outcome {
                 Outcome::Ack { followups, .. } => ("ack", 0, "", followups.as_slice()),
-                Outcome::Retry { delay, error } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
+                Outcome::Retry { delay, error, .. } => ("retry", duration_ms(*delay), error.as_str(), &[][..]),
                 Outcome::Dead { error } => ("dead", 0, error.as_str(), &[][..]),
                 Outcome::Cancelled => ("cancel", 0, "", &[][..]),
             };
@@ -168,7 +169,18 @@ impl Store {
                 Outcome::Ack { groups, .. } => groups.as_slice(),
                 _ => &[],
             };
-            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(followups.len() + groups.len());
+            // A retry carries its run's last progress, kept with the task.
+            let progress = match &s.outcome {
+                Outcome::Retry { progress: Some(p), .. } => {
+                    Some(format!("p{}", super::progress::stored_value(p, s.run.attempt, s.run.finished_ms)))
+                }
+                _ => None,
+            };
+            let items = followups.len() + groups.len() + usize::from(progress.is_some());
+            inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(items);
+            if let Some(p) = progress {
+                inv.arg(p);
+            }
             for f in followups {
                 let mut arg = vec![if f.replace { b'r' } else { b'c' }];
                 arg.extend(encode_followup(f));
@@ -371,7 +383,7 @@ mod tests {
 
     #[test]
     fn plain_acks_of_one_claim_share_one_mask() {
-        let retry = Outcome::Retry { delay: Duration::from_secs(1), error: "x".into() };
+        let retry = Outcome::Retry { delay: Duration::from_secs(1), error: "x".into(), progress: None };
         let batch = [
             settlement(12, 10, ack()),
             settlement(20, 20, ack()),

@@ -56,6 +56,8 @@ pub struct Keys {
     /// `P:{T}:member`: HASH id → `<callback type>\n<group id>`, of the type's tasks that are
     /// workflow group children (see `scripts/group_join.lua`).
     pub member: String,
+    /// `P:{T}:progress`: HASH id → the latest progress its handler reported (JSON), until it ends.
+    pub progress: String,
     /// `P:{T}:groups`: ZSET group id → opened ms, of the groups with callbacks of this type that
     /// are not done.
     pub groups: String,
@@ -100,6 +102,7 @@ impl Keys {
             cancels: k("cancels"),
             trace: k("trace"),
             member: k("member"),
+            progress: k("progress"),
             groups: k("groups"),
             prefix_tag: k(""),
         }
@@ -116,7 +119,7 @@ impl Keys {
     }
 
     /// Every key of the type with a fixed name (not the per-entry delivery markers).
-    pub fn fixed(&self) -> [&str; 22] {
+    pub fn fixed(&self) -> [&str; 23] {
         [
             &self.due,
             &self.payload,
@@ -139,6 +142,7 @@ impl Keys {
             &self.cancels,
             &self.trace,
             &self.member,
+            &self.progress,
             &self.groups,
         ]
     }

@@ -33,6 +33,7 @@
 //! | `P:cancel` (channel)        | PUBSUB | "<type>\n<token>\n<id>": stop that run      |
 //! | `P:recurring`               | SET    | types that have recurring schedules            |
 //! | `P:{T}:trace`               | HASH   | id → client traceparent (public, optional)     |
+//! | `P:{T}:progress`            | HASH   | id → latest progress reported (JSON), till end |
 //!
 //! All "now" times are taken from Redis `TIME` inside the scripts. Every
 //! script checks the types of the keys it touches (and the numbers it will
@@ -54,6 +55,7 @@
 //!   extend, release (the path every task takes); `outbox.rs`: follow-ups moved on exactly once;
 //! - `queues.rs`: stats, due buckets, the types present, dead letters;
 //! - `recurring.rs`: recurring tasks (their rules and armed occurrences);
+//! - `progress.rs`: the progress running handlers report, kept with their task until it ends;
 //! - `lookup.rs`: one task by id (`hourglass show`), and run-now / postpone of a scheduled one;
 //! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
 //! - `reply.rs`: reading replies.
@@ -69,6 +71,7 @@ mod keys;
 mod lookup;
 mod nodes;
 mod outbox;
+mod progress;
 mod queues;
 mod recurring;
 mod reply;
@@ -90,6 +93,7 @@ pub use keys::{GroupKeys, KeyPrefix, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Message, Node, Presence, Subscription, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};
+pub use progress::{ProgressReport, ProgressView, stored_value};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recurring::{RecurState, SyncOutcome};
 pub use target::{RedisConfig, Secret, Target, loopback_port};

@@ -6,6 +6,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use redis::Value;
 use serde::Serialize;
 
+use super::progress::ProgressView;
 use super::reply::{array, int, opt_bytes, opt_int, score};
 use super::{Store, duration_ms};
 use crate::task_type::TaskType;
@@ -96,6 +97,9 @@ pub struct TaskView {
     /// The workflow group it is a child of, `<callback type>/<group id>`, until it ends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The progress its handler last reported, kept across retries until it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
 }
 
 impl Store {
@@ -137,6 +141,7 @@ impl Store {
             .key(&k.claimed)
             .key(&k.member)
             .key(&k.held)
+            .key(&k.progress)
             .arg(id)
             .arg(PREVIEW_BYTES)
             .invoke_async(&mut conn)
@@ -194,6 +199,7 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
         let mut parts = text.splitn(3, '\n');
         format!("{}/{}", parts.next().unwrap_or_default(), parts.next().unwrap_or_default())
     });
+    let progress = opt_bytes(next()?)?.and_then(|p| ProgressView::parse(&p));
     let running = match (lease_until, token_entry) {
         (Some(until), Some(entry)) => Some(parse_lease(&entry, until)?),
         // A lease without a token (or the reverse) is a claim or settle caught half-way by nobody:
@@ -227,6 +233,7 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
         last_error,
         payload,
         group,
+        progress,
     })
 }
 

@@ -33,6 +33,7 @@ pub(super) struct Scripts {
     pub(super) group_end: Script,
     pub(super) group_reports: Script,
     pub(super) events_open: Script,
+    pub(super) progress: Script,
 }
 
 /// The shared helpers every script starts with.
@@ -102,6 +103,7 @@ impl Scripts {
             group_end: script!(prelude, "group_end"),
             group_reports: script!(prelude, "group_reports"),
             events_open: script!(prelude, "events_open"),
+            progress: script!(prelude, "progress"),
         }
     }
 }

@@ -197,6 +197,7 @@ impl Store {
             .key(&k.outbox)
             .key(&k.seq)
             .key(&k.held)
+            .key(&k.progress)
             .arg(id)
             .arg(t.as_str())
             .arg(self.cancel_channel())

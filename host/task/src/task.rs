@@ -120,6 +120,15 @@ pub struct RunInfo {
     pub ran_for: std::time::Duration,
 }
 
+/// How far a run has got, as its handler reported it (the `progress` import).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// 0 to 100.
+    pub percent: u8,
+    /// JSON text the handler gave with it (at most 1 KiB), or empty.
+    pub detail: String,
+}
+
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -136,6 +145,9 @@ pub enum Outcome {
         delay: Duration,
         /// Why it failed.
         error: String,
+        /// The last progress the run reported, if any: kept with the task,
+        /// so watchers of the next attempt see where this one got to.
+        progress: Option<Progress>,
     },
     /// Failure; dead-letter it.
     Dead {

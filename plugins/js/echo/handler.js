@@ -15,6 +15,9 @@
 //   `instance_reuse = 0` every task starts in a fresh instance, so a recall
 //   never finds anything (tests/sandbox/polyglot.rs checks it, and that it
 //   does under reuse).
+// - A JSON payload `{"progress": N}` reports N % done (detail `{"echo": N}`)
+//   before anything else, so `hourglass show` has it while the task lives
+//   (with `fail_times`, it is kept across the retries).
 // - A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
 //   also opens workflow group G with callback task G of type C, adds one child
 //   of type T per id (payload `{}`, due now) and seals it.
@@ -31,6 +34,7 @@ import { log } from "hourglass:plugin/log@0.1.0";
 import { schedule } from "hourglass:plugin/schedule@0.1.0";
 import { get as config } from "hourglass:plugin/config@0.1.0";
 import { open, add, seal } from "hourglass:plugin/workflow@0.1.0";
+import { report } from "hourglass:plugin/progress@0.1.0";
 
 // The payload as a JSON object, or {} when it is anything else (binary, text, ...).
 function controls(payload) {
@@ -63,6 +67,14 @@ let remembered;
 
 export function handle(task) {
   const c = controls(task.payload);
+
+  if (Number.isInteger(c.progress)) {
+    try {
+      report(c.progress, JSON.stringify({ echo: c.progress }));
+    } catch (e) {
+      throw { tag: "permanent", val: `cannot report progress: ${e?.payload ?? e}` };
+    }
+  }
 
   if (c.recall === true && remembered !== undefined) {
     throw { tag: "permanent", val: `recalled ${JSON.stringify(remembered)} from an earlier task` };

@@ -15,6 +15,9 @@
   `instance_reuse = 0` every task starts in a fresh instance, so a recall
   never finds anything (tests/sandbox/polyglot.rs checks it, and that it
   does under reuse).
+- A JSON payload `{"progress": N}` reports N % done (detail `{"echo": N}`)
+  before anything else, so `hourglass show` has it while the task lives
+  (with `fail_times`, it is kept across the retries).
 - A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
   also opens workflow group G with callback task G of type C, adds one child
   of type T per id (payload `{}`, due now) and seals it.
@@ -27,7 +30,7 @@ import json
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import config, log, schedule, workflow
+from wit_world.imports import config, log, progress, schedule, workflow
 
 # The world's own `types` interface: componentize-py names the module after the
 # interface, qualified when another imported package (wasi:http) has a `types` too.
@@ -67,6 +70,13 @@ class WitWorld(wit_world.WitWorld):
     def handle(self, task: types.Task) -> None:
         global _remembered
         controls = _controls(task.payload)
+
+        if isinstance(controls.get("progress"), int):
+            done = controls["progress"]
+            try:
+                progress.report(done, json.dumps({"echo": done}))
+            except Err as e:
+                raise Err(types.Failure_Permanent(f"cannot report progress: {e.value}"))
 
         if controls.get("recall") is True and _remembered is not None:
             raise Err(types.Failure_Permanent(f"recalled {_remembered!r} from an earlier task"))

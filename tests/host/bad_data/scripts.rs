@@ -15,7 +15,7 @@ fn fail(task: &ClaimedTask, dead: bool) -> Settlement {
     let outcome = if dead {
         Outcome::Dead { error: "boom".into() }
     } else {
-        Outcome::Retry { delay: Duration::ZERO, error: "again".into() }
+        Outcome::Retry { delay: Duration::ZERO, error: "again".into(), progress: None }
     };
     Settlement { lease: task.lease(), outcome, run: Default::default() }
 }

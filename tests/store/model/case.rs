@@ -189,9 +189,11 @@ impl Case<'_> {
                         lease: run.lease.clone(),
                         outcome: match end {
                             End::Ack => Outcome::Ack { followups: Vec::new(), groups: Vec::new() },
-                            End::Retry { delay_ms } => {
-                                Outcome::Retry { delay: Duration::from_millis(*delay_ms), error: "retry".into() }
-                            }
+                            End::Retry { delay_ms } => Outcome::Retry {
+                                delay: Duration::from_millis(*delay_ms),
+                                error: "retry".into(),
+                                progress: None,
+                            },
                             End::Dead => Outcome::Dead { error: "dead".into() },
                             End::Cancel => Outcome::Cancelled,
                         },

@@ -11,8 +11,8 @@ use wasmtime::Checkpoint;
 use super::{Handler, Instances, TaskRun, wit_task};
 use crate::bindings::TaskHandler;
 use crate::host_state::HostState;
+use crate::progress::RunHooks;
 use crate::run::OUTPUT_CAP;
-use crate::trace::RunTrace;
 use crate::{one_line, pipe::CappedPipe};
 use hourglass_task::task::ClaimedTask;
 
@@ -109,7 +109,7 @@ impl Handler {
     /// so a task can see data an earlier task of the same type left behind,
     /// and a handler that corrupts its own state without failing affects the
     /// tasks after it. Any failure discards it.
-    pub(super) async fn run_kept(&self, task: &ClaimedTask, trace: Option<RunTrace>, reset: bool) -> TaskRun {
+    pub(super) async fn run_kept(&self, task: &ClaimedTask, hooks: RunHooks, reset: bool) -> TaskRun {
         let mut idle = self.warm.idle.lock_unpoisoned().pop();
         if idle.is_some() {
             self.warm.shared.fetch_sub(1, Ordering::Relaxed);
@@ -118,14 +118,14 @@ impl Handler {
             idle = self.warmed_up(task).await;
         }
         let deadline = Instant::now() + self.limits.timeout;
-        let parts = self.run_parts(task, deadline, trace.clone());
+        let parts = self.run_parts(task, deadline, hooks.clone());
         let meta = parts.meta.clone();
         let wit = wit_task(task);
         let pre = self.component.inner.pre.clone();
         let fresh = || {
             let stdout = CappedPipe::new(OUTPUT_CAP);
             let stderr = CappedPipe::new(OUTPUT_CAP);
-            let store = self.new_store(self.run_parts(task, deadline, trace.clone()), &stdout, &stderr);
+            let store = self.new_store(self.run_parts(task, deadline, hooks.clone()), &stdout, &stderr);
             (store, stdout, stderr)
         };
         // The pipes outlive a dropped call, so output is shown even after a timeout.
@@ -164,7 +164,15 @@ impl Handler {
                     }
                     Err(e) => {
                         let state = store.into_data();
-                        return (Err(e), state.limiter.exceeded, state.held.exceeded, Vec::new(), Vec::new(), None);
+                        return (
+                            Err(e),
+                            state.limiter.exceeded,
+                            state.held.exceeded,
+                            Vec::new(),
+                            Vec::new(),
+                            None,
+                            None,
+                        );
                     }
                 },
             };
@@ -173,14 +181,15 @@ impl Handler {
             let (exceeded, held) = (state.limiter.exceeded, state.held.exceeded.take());
             let followups = std::mem::take(&mut state.followups);
             let groups = state.take_groups();
-            (outcome, exceeded, held, followups, groups, Some(w))
+            let progress = state.end_progress();
+            (outcome, exceeded, held, followups, groups, progress, Some(w))
         };
         let finished = tokio::time::timeout(self.hard_limit(), call).await;
         let (out, out_dropped) = out_pipe.take();
         let (err, err_dropped) = err_pipe.take();
         meta.emit_output("stdout", &out, out_dropped);
         meta.emit_output("stderr", &err, err_dropped);
-        let Ok((outcome, memory_wanted, held, followups, groups, warm)) = finished else {
+        let Ok((outcome, memory_wanted, held, followups, groups, progress, warm)) = finished else {
             return TaskRun::failed(self.deadline_failure());
         };
         // Whether the guest returned (success or a failure it reported) within
@@ -197,7 +206,7 @@ impl Handler {
                 self.keep_warm(w);
             }
         }
-        TaskRun::of(result, followups, groups)
+        TaskRun::of(result, followups, groups, progress)
     }
 
     /// A new instance that has handled the warm-up task, with its checkpoint

@@ -4,7 +4,7 @@ use super::*;
 use crate::pipeline::fakes::{ByName, Scripted, policy};
 use crate::pipeline::state::SettleQueue;
 use crate::store::Extended;
-use crate::task::Lease;
+use crate::task::{FollowUp, Lease};
 
 fn task(attempt: u32) -> ClaimedTask {
     ClaimedTask {
@@ -19,7 +19,7 @@ fn task(attempt: u32) -> ClaimedTask {
 }
 
 fn decided(attempt: u32, max_attempts: u32, result: Result<(), Failure>) -> Outcome {
-    decide(&policy(max_attempts), &task(attempt), result, Vec::new(), Vec::new(), 0)
+    decide(&policy(max_attempts), &task(attempt), TaskRun::ended(result), 0)
 }
 
 #[test]
@@ -31,14 +31,25 @@ fn success_is_an_ack_with_its_follow_ups() {
         due_ms: 0,
         replace: false,
     };
-    let outcome = decide(&policy(3), &task(1), Ok(()), vec![followup.clone()], Vec::new(), 0);
+    let run = TaskRun { followups: vec![followup.clone()], ..TaskRun::ended(Ok(())) };
+    let outcome = decide(&policy(3), &task(1), run, 0);
     assert_eq!(outcome, Outcome::Ack { followups: vec![followup], groups: Vec::new() });
+}
+
+#[test]
+fn a_retry_keeps_the_runs_last_progress_and_an_ack_drops_it() {
+    let progress = Some(crate::task::Progress { percent: 60, detail: r#"{"rows":6}"#.into() });
+    let failed = TaskRun { progress: progress.clone(), ..TaskRun::ended(Err(Failure::Error("boom".into()))) };
+    let Outcome::Retry { progress: kept, .. } = decide(&policy(3), &task(1), failed, 0) else { panic!("retried") };
+    assert_eq!(kept, progress);
+    let acked = TaskRun { progress, ..TaskRun::ended(Ok(())) };
+    assert!(matches!(decide(&policy(3), &task(1), acked, 0), Outcome::Ack { .. }));
 }
 
 #[test]
 fn a_failure_retries_with_capped_backoff_until_the_last_attempt() {
     for attempt in 1..5 {
-        let Outcome::Retry { delay, error } = decided(attempt, 5, Err(Failure::Error("boom".into()))) else {
+        let Outcome::Retry { delay, error, .. } = decided(attempt, 5, Err(Failure::Error("boom".into()))) else {
             panic!("attempt {attempt} of 5 is retried");
         };
         assert_eq!(error, "boom");
@@ -62,7 +73,7 @@ fn retry_after_is_the_plugins_delay_and_permanent_is_dead_at_once() {
 }
 
 fn ok() -> TaskRun {
-    TaskRun { result: Ok(()), followups: Vec::new(), groups: Vec::new() }
+    TaskRun::ended(Ok(()))
 }
 
 #[tokio::test]
@@ -215,7 +226,7 @@ async fn a_panic_in_the_host_fails_the_task_not_the_host() {
 struct Bulky;
 
 impl Execute for Bulky {
-    async fn execute(&self, _: &ClaimedTask, _: Option<crate::runtime::trace::RunTrace>) -> TaskRun {
+    async fn execute(&self, _: &ClaimedTask, _: crate::runtime::RunHooks) -> TaskRun {
         let buffer = [1u8; 16 * 1024];
         tokio::task::yield_now().await;
         std::hint::black_box(&buffer);

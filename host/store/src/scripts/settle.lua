@@ -3,7 +3,7 @@
 -- KEYS: 1 due, 2 payload, 3 claims, 4 claimed (see the prelude), 5 attempts, 6 errors, 7 dead,
 --       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop),
 --       12 member (id -> its workflow group, see the prelude's report_ended), 13 running, 14 held
---       (both: see the prelude's unhold)
+--       (both: see the prelude's unhold), 15 progress (id -> the latest progress reported, JSON)
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then entries:
 --       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
 --         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one),
@@ -12,7 +12,8 @@
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
 --         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
 --         'c' (create-only) or 'r' (may replace) and then the encoded follow-up, or 'g'
---         and then a run's encoded work on one workflow group (entry id ends ":group")
+--         and then a run's encoded work on one workflow group (entry id ends ":group");
+--         a retry's only item may be 'p' and then the run's last progress, as stored (JSON)
 -- Returns: per entry, in order: for plain acks the mask of those settled (the
 --          others were fenced); for a task in full 1 = settled | 2 = settled as
 --          cancelled | 3 = settled as rescheduled (a dead letter a client's
@@ -43,6 +44,10 @@
 --   * a workflow group's child that ended (acked, dead-lettered or cancelled;
 --     not retried, not rescheduled) leaves its group's mark and reports to
 --     the group through the outbox in the same step ("<type>:<token>:report").
+--   * progress: a task that ended (acked, dead, cancelled, rescheduled) loses
+--     its progress; a retried one keeps it, replaced by its run's last report
+--     when the run made one (a report the progress writer had not stored yet
+--     is not lost to the settle winning the race).
 --   * counters: succeeded, failed (failed attempts), retried, dead, cancelled.
 --   * events (when maxlen > 0): one XADD MAXLEN ~ per committed outcome, in the
 --     same atomic step, with outcome succeeded | retried | dead | rescheduled
@@ -63,7 +68,7 @@
 local due, payload, claims, claimed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempts, errors, dead, stats, outbox = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local events, cancels, member = KEYS[10], KEYS[11], KEYS[12]
-local running, held = KEYS[13], KEYS[14]
+local running, held, progress = KEYS[13], KEYS[14], KEYS[15]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
 
@@ -89,7 +94,7 @@ local bad = check_keys({ { claims, 'zset' }, { running, 'set' } }, types)
   or check_counters(stats, { 'succeeded', 'failed', 'retried', 'dead', 'cancelled' })
   or check_counters(claimed, { 'leased' })
   or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' },
-    { member, 'hash' }, { held, 'hash' } }, types)
+    { member, 'hash' }, { held, 'hash' }, { progress, 'hash' } }, types)
 if bad then return bad end
 if #full_ids > 0 or types[payload] ~= 'none' or types[member] ~= 'none' or types[held] ~= 'none' then
   bad = check_keys({ { due, 'zset' } }, types)
@@ -106,7 +111,7 @@ local function present(key) return types[key] ~= 'none' end
 -- (failed attempts only) and cancels. What is absent needs no per-task work.
 local has_payload, has_attempts = present(payload), present(attempts)
 local has_errors, has_cancels, has_members = present(errors), present(cancels), present(member)
-local has_held = present(held)
+local has_held, has_progress = present(held), present(progress)
 -- Due scores of the tasks in full: whether a client re-scheduled one while it ran.
 local full_due = {}
 if #full_ids > 0 then full_due = multi_get('ZMSCORE', due, full_ids) end
@@ -121,12 +126,12 @@ local results = {}
 local drop_attempts, drop_errors, drop_payload = {}, {}, {}
 local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}, {}, {}, {}
 local succeeded, failed, retried, dead_n, cancelled_n = 0, 0, 0, 0, 0
-local drop_cancels = {}
+local drop_cancels, drop_progress, progress_pairs = {}, {}, {}
 local pending_events = {}
 -- Acked ids that may still have something to drop (payload, attempts, errors, cancel marks).
 local plain_acked = {}
 -- A child with nothing else to drop still has its group to tell.
-local track_plain = has_payload or has_attempts or has_errors or has_cancels or has_members
+local track_plain = has_payload or has_attempts or has_errors or has_cancels or has_members or has_progress
 -- Every task that left its claim here leaves `running`: these ids, and the
 -- ranges of ARGV whose every id left (no per-task copy).
 local left, left_ranges = {}, {}
@@ -248,6 +253,12 @@ for e, at in ipairs(starts) do
           outcome = 'dead'
         end
       end
+      if outcome ~= 'retried' then
+        if has_progress then drop_progress[#drop_progress + 1] = id end
+      elseif task.n_follow > 0 and string.sub(ARGV[at + 11], 1, 1) == 'p' then
+        progress_pairs[#progress_pairs + 1] = id
+        progress_pairs[#progress_pairs + 1] = string.sub(ARGV[at + 11], 2)
+      end
       local membership = full_member[f]
       if membership and (outcome == 'succeeded' or outcome == 'dead' or outcome == 'cancelled') then
         ended[#ended + 1] = { id, token, outcome, membership }
@@ -285,6 +296,7 @@ if #plain_acked > 0 then
     if has_attempts then drop_attempts[#drop_attempts + 1] = id end
     if has_errors then drop_errors[#drop_errors + 1] = id end
     if has_cancels then drop_cancels[#drop_cancels + 1] = id end
+    if has_progress then drop_progress[#drop_progress + 1] = id end
   end
 end
 
@@ -305,6 +317,8 @@ each_chunk(drop_attempts, function(...) redis.call('HDEL', attempts, ...) end)
 each_chunk(drop_errors, function(...) redis.call('HDEL', errors, ...) end)
 if has_payload then each_chunk(drop_payload, function(...) redis.call('HDEL', payload, ...) end) end
 each_chunk(drop_cancels, function(...) redis.call('HDEL', cancels, ...) end)
+each_chunk(drop_progress, function(...) redis.call('HDEL', progress, ...) end)
+each_chunk(progress_pairs, function(...) redis.call('HSET', progress, ...) end)
 each_chunk(error_pairs, function(...) redis.call('HSET', errors, ...) end)
 each_chunk(attempt_pairs, function(...) redis.call('HSET', attempts, ...) end)
 each_chunk(retry_pairs, function(...) redis.call('ZADD', due, 'NX', ...) end)

@@ -282,6 +282,39 @@ fn handle(task: Task) -> Result<(), Failure> {
             Err(Failure::Error(format!("handle {handle} is alive with {entries} entries")))
         }
         "config" => Err(Failure::Error(format!("config {arg}={:?}", hourglass_sdk::config(arg)))),
+        // `progress:<percent>:<ms>`: reports, then runs on for <ms> (so it can be watched).
+        "progress" => {
+            let (percent, ms) = arg.split_once(':').unwrap_or((arg, "0"));
+            let percent: u8 = percent.parse().map_err(Failure::permanent)?;
+            hourglass_sdk::progress(percent, &format!(r#"{{"step":"chaos","at":{percent}}}"#))?;
+            std::thread::sleep(std::time::Duration::from_millis(ms.parse().map_err(Failure::permanent)?));
+            Ok(())
+        }
+        // `progress-retry:<percent>`: reports, then fails, to be retried in a minute.
+        "progress-retry" => {
+            hourglass_sdk::progress(arg.parse().map_err(Failure::permanent)?, r#"{"step":"before the retry"}"#)?;
+            Err(Failure::RetryAfter(60_000))
+        }
+        // Every way a report can be refused, each answered with an error.
+        "progress-bad" => {
+            let refused: Vec<String> = [
+                hourglass_sdk::progress(101, ""),
+                hourglass_sdk::progress(5, "{not json"),
+                hourglass_sdk::progress(5, &format!("\"{}\"", "x".repeat(2000))),
+            ]
+            .into_iter()
+            .map(|r| r.err().map_or_else(|| "accepted".to_owned(), |e| e.0))
+            .collect();
+            Err(Failure::Error(refused.join(" | ")))
+        }
+        // `progress-flood:<n>`: n reports as fast as it can, the last one 100 %.
+        "progress-flood" => {
+            let n: u32 = arg.parse().map_err(Failure::permanent)?;
+            for i in 1..=n {
+                hourglass_sdk::progress((u64::from(i) * 100 / u64::from(n)) as u8, r#"{"flood":true}"#)?;
+            }
+            Ok(())
+        }
         "task" => Err(Failure::Error(format!(
             "task type={} id={:?} attempt={} due={}",
             task.task_type,

@@ -1,0 +1,87 @@
+//! Progress from outside: a handler's reports seen while it runs (`hourglass show`, the events stream),
+//! kept across a retry, gone once the task ends or is cancelled, and refused when malformed.
+
+use std::process::Output;
+use std::time::Duration;
+
+use crate::support::{Host, RedisServer, leases, now_ms, stat, test_plugin, wait_for};
+use redis::Commands;
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn hourglass(redis: &RedisServer, args: &[&str]) -> Output {
+    crate::support::hourglass_on(redis, args)
+}
+
+/// `hourglass show job <id> --json`, parsed.
+fn show(redis: &RedisServer, id: &str) -> serde_json::Value {
+    let out = hourglass(redis, &["show", "job", id, "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("show {id}: {e}: {out:?}"))
+}
+
+fn schedule(conn: &mut redis::Connection, id: &str, command: &str) {
+    let _: () = conn.hset("hourglass:{job}:payload", id, command).unwrap();
+    let _: () = conn.zadd("hourglass:{job}:due", id, now_ms()).unwrap();
+}
+
+#[test]
+fn progress_shows_while_a_task_runs_is_kept_across_a_retry_and_goes_when_it_ends() {
+    let redis = RedisServer::start();
+    let _host =
+        Host::start(&redis, &[("job", test_plugin("chaos"))], "[types.job]\ntimeout = \"60s\"\nevents = true\n");
+    let mut conn = redis.client();
+
+    // Reports 40 %, then runs on for 3 s: watched while it runs.
+    schedule(&mut conn, "copy", "progress:40:3000");
+    let seen = wait_for("the progress of the running task", LONG, || {
+        let view = show(&redis, "copy");
+        (view["state"] == "running" && view["progress"]["percent"] == 40).then_some(view)
+    });
+    assert_eq!(seen["progress"]["detail"], serde_json::json!({"step": "chaos", "at": 40}));
+    assert_eq!(seen["progress"]["attempt"], 1);
+    let text = String::from_utf8_lossy(&hourglass(&redis, &["show", "job", "copy"]).stdout).into_owned();
+    let line = text.lines().find(|l| l.starts_with("  progress: 40% {")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(r#""step":"chaos""#) && line.contains("(attempt 1, reported"), "{line}");
+    wait_for("the task to end", LONG, || (stat(&mut conn, "job", "succeeded") == 1).then_some(()));
+    let kept: bool = conn.hexists("hourglass:{job}:progress", "copy").unwrap();
+    assert!(!kept, "an ended task kept its progress");
+    assert!(show(&redis, "copy").get("progress").is_none());
+    // The report was an event, and clients waiting for the end skip it.
+    let events: redis::streams::StreamRangeReply = conn.xrange_all("hourglass:{job}:events").unwrap();
+    let outcomes: Vec<(String, String)> =
+        events.ids.iter().filter_map(|e| Some((e.get::<String>("id")?, e.get::<String>("outcome")?))).collect();
+    assert_eq!(outcomes, [("copy".into(), "progress".into()), ("copy".into(), "succeeded".into())]);
+    assert_eq!(events.ids[0].get::<String>("percent").as_deref(), Some("40"));
+
+    // Reports 70 %, then fails to be retried in a minute: the next attempt's
+    // watchers see where it got to, even if the settle beat the writer.
+    schedule(&mut conn, "import", "progress-retry:70");
+    wait_for("the first attempt to fail", LONG, || (stat(&mut conn, "job", "retried") == 1).then_some(()));
+    let view = show(&redis, "import");
+    assert_eq!(view["state"], "scheduled");
+    assert_eq!(view["progress"]["percent"], 70);
+    assert_eq!(view["progress"]["attempt"], 1);
+    assert_eq!(view["progress"]["detail"], serde_json::json!({"step": "before the retry"}));
+    // A cancel of the waiting task takes its progress with it.
+    assert!(hourglass(&redis, &["cancel", "job", "import"]).status.success());
+    let kept: bool = conn.hexists("hourglass:{job}:progress", "import").unwrap();
+    assert!(!kept, "a cancelled task kept its progress");
+    assert!(leases(&mut conn, "job").is_empty());
+}
+
+#[test]
+fn a_malformed_report_is_refused_with_its_reason_and_stores_nothing() {
+    let redis = RedisServer::start();
+    let _host = Host::start(&redis, &[("job", test_plugin("chaos"))], "[types.job]\nmax_attempts = 1\n");
+    let mut conn = redis.client();
+    schedule(&mut conn, "bad", "progress-bad");
+    wait_for("the task to die", LONG, || (crate::support::zcard(&mut conn, "hourglass:{job}:dead") == 1).then_some(()));
+    let error: String = conn.hget("hourglass:{job}:errors", "bad").unwrap();
+    let refusals: Vec<&str> = error.split(" | ").collect();
+    assert_eq!(refusals.len(), 3, "{error}");
+    assert_eq!(refusals[0], "progress of 101% is over 100");
+    assert!(refusals[1].starts_with("progress detail is not JSON: "), "{error}");
+    assert_eq!(refusals[2], "progress detail of 2002 bytes is over the 1024 bytes allowed");
+    let stored: usize = conn.hlen("hourglass:{job}:progress").unwrap();
+    assert_eq!(stored, 0);
+}
