@@ -21,7 +21,7 @@ use redis::Commands;
 const LONG: Duration = Duration::from_secs(120);
 
 /// Schedules `n` noop tasks due over the next `spread_ms`.
-fn noop_stream(conn: &mut redis::Connection, n: usize, spread_ms: i64) {
+pub(super) fn noop_stream(conn: &mut redis::Connection, n: usize, spread_ms: i64) {
     let now = now_ms();
     let mut pipe = redis::pipe();
     for i in 0..n {
@@ -31,7 +31,7 @@ fn noop_stream(conn: &mut redis::Connection, n: usize, spread_ms: i64) {
 }
 
 /// Schedules one chaos task per (id, command) pair, due now.
-fn hostile(conn: &mut redis::Connection, tasks: &[(String, String)]) {
+pub(super) fn hostile(conn: &mut redis::Connection, tasks: &[(String, String)]) {
     let now = now_ms();
     let mut pipe = redis::pipe();
     for (id, command) in tasks {
@@ -42,7 +42,7 @@ fn hostile(conn: &mut redis::Connection, tasks: &[(String, String)]) {
 }
 
 /// Waits until every noop task succeeded and every chaos task is dead (max_attempts = 1).
-fn wait_all_settled(conn: &mut redis::Connection, noops: usize, chaos: usize) {
+pub(super) fn wait_all_settled(conn: &mut redis::Connection, noops: usize, chaos: usize) {
     wait_for("every ordinary task to succeed and every hostile one to die", LONG, || {
         let ok = stat(conn, "noop", "succeeded") as usize;
         let dead = crate::support::zcard(conn, "hourglass:{chaos}:dead");

@@ -10,5 +10,6 @@ mod containment;
 mod http;
 mod isolation;
 mod polyglot;
+mod progress;
 mod runtime;
 mod warm_up;

@@ -214,6 +214,48 @@ fn module_state_stays_with_its_task(task_type: &str) {
     }
 }
 
+/// `{"progress": N}` reports through the generated bindings; the run's last
+/// report comes back with its result (a retry keeps it with the task).
+fn progress_reaches_the_host(task_type: &str) {
+    let component = crate::runtime::runtime().load(&polyglot_plugin(task_type)).unwrap();
+    let policy = hourglass::config::TypePolicy {
+        may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
+        ..Default::default()
+    };
+    let handler =
+        hourglass::runtime::Handler::new(component, task_type, &policy.sandbox(), Arc::new(BTreeMap::new()));
+    let task = |payload: &str| hourglass::task::ClaimedTask {
+        task_type: task_type.parse().unwrap(),
+        id: b"watched".to_vec(),
+        payload: payload.as_bytes().to_vec(),
+        attempt: 1,
+        due_ms: 1_700_000_000_000,
+        token: 1,
+        claim: 1,
+    };
+    let run = handler.run_now(&task(r#"{"progress": 35, "fail_times": 1}"#));
+    assert!(run.result.is_err(), "{task_type}: the first attempt should fail");
+    let progress = run.progress.unwrap_or_else(|| panic!("{task_type}: no progress came back"));
+    assert_eq!(progress.percent, 35);
+    let detail: serde_json::Value = serde_json::from_str(&progress.detail).unwrap();
+    assert_eq!(detail, serde_json::json!({"echo": 35}));
+    // A percentage over 100 is refused, and the handler dead-letters on it.
+    match handler.run_now(&task(r#"{"progress": 120}"#)).result {
+        Err(hourglass::runtime::Failure::Permanent(e)) => assert!(e.contains("progress of 120% is over 100"), "{e}"),
+        other => panic!("{task_type}: {other:?}"),
+    }
+}
+
+#[test]
+fn python_progress_reaches_the_host() {
+    progress_reaches_the_host("py.echo");
+}
+
+#[test]
+fn javascript_progress_reaches_the_host() {
+    progress_reaches_the_host("js.echo");
+}
+
 #[test]
 fn python_module_globals_do_not_reach_the_next_task() {
     module_state_stays_with_its_task("py.echo");
