@@ -67,6 +67,20 @@ export interface TaskView {
   /** `<callback type>/<group id>` of a workflow group's child. */
   group: string | null;
   shard: number | null;
+  /** What its handler last reported (the `progress` import), kept across retries until it ends. */
+  progress: Progress | null;
+}
+
+/** How far a task's handler got, as it last reported. */
+export interface Progress {
+  /** 0 to 100. */
+  percent: number;
+  /** The handler's detail, parsed from its JSON; null when it gave none. */
+  detail: unknown;
+  /** The attempt that reported it. */
+  attempt: number;
+  /** When it was reported, ms. */
+  atMs: number;
 }
 
 export interface Stats {

@@ -35,6 +35,19 @@ const num = (v) => (v === null || v === undefined ? null : Math.trunc(Number(tex
  * `redis` is an ioredis `Redis` or `Cluster`; `prefix` is the hosts' `[redis] prefix`; `shards` maps
  * each sharded type to its `[types.T] shards` (the same N the hosts run with).
  */
+// A stored progress report ({"percent","detail","attempt","at_ms"}) as { percent, detail, attempt, atMs };
+// null when absent or not such a value (a hand-written one is not shown as progress).
+function progressOf(stored) {
+  if (stored === null || stored === undefined) return null;
+  try {
+    const v = JSON.parse(text(stored));
+    if (!Number.isInteger(v.percent) || !Number.isInteger(v.attempt)) return null;
+    return { percent: v.percent, detail: v.detail ?? null, attempt: v.attempt, atMs: Number(v.at_ms) };
+  } catch {
+    return null;
+  }
+}
+
 class Hourglass {
   constructor(redis, options = {}) {
     const { prefix = "hourglass", shards = {} } = checkOptions(options, ["prefix", "shards"], "new Hourglass");
@@ -173,7 +186,7 @@ class Hourglass {
   async cancel(t, id) {
     const raw = rawId(id);
     for (const q of this.lookupOrder(taskType(t), raw)) {
-      const keys = ["due", "payload", "tokens", "claimed", "cancels", "member", "outbox", "seq", "held"].map((s) => this.key(q, s));
+      const keys = ["due", "payload", "tokens", "claimed", "cancels", "member", "outbox", "seq", "held", "progress"].map((s) => this.key(q, s));
       const [state, detail] = (await this.run("cancel", keys, [raw, q, `${this.prefix}:cancel`])).map(text);
       if (state === "scheduled") {
         await this.redis.hdel(this.key(q, "trace"), raw);
@@ -201,9 +214,9 @@ class Hourglass {
   }
 
   async showIn(q, raw, most) {
-    const suffixes = ["due", "leases", "tokens", "attempts", "errors", "dead", "payload", "claims", "claimed", "member", "held"];
+    const suffixes = ["due", "leases", "tokens", "attempts", "errors", "dead", "payload", "claims", "claimed", "member", "held", "progress"];
     const r = await this.run("show", suffixes.map((s) => this.key(q, s)), [raw, Math.max(0, Math.floor(most))], true);
-    const [now, due, leaseUntil, entry, attempts, error, died, size, head, group] = r;
+    const [now, due, leaseUntil, entry, attempts, error, died, size, head, group, reported] = r;
     let running = null;
     if (leaseUntil !== null && entry !== null) {
       const [numbers, ...host] = text(entry).split("@");
@@ -237,6 +250,7 @@ class Hourglass {
       payload: head,
       group: groupName,
       shard: null,
+      progress: progressOf(reported),
     };
   }
 

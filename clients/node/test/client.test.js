@@ -52,7 +52,11 @@ test("postpone, run now, show and cancel", async () => {
   assert.deepEqual(view.payload, Buffer.from("x".repeat(10)));
   assert.ok((await client.runNow("device.offline", "d-1")) <= Date.now() + 60000);
   assert.equal((await client.show("device.offline", "d-1")).state, "due");
+  // Progress as a host stores it (a retried task keeps its last report).
+  await redis.hset("hourglass:{device.offline}:progress", "d-1", '{"percent":40,"detail":{"rows":4},"attempt":1,"at_ms":5}');
+  assert.deepEqual((await client.show("device.offline", "d-1")).progress, { percent: 40, detail: { rows: 4 }, attempt: 1, atMs: 5 });
   assert.deepEqual(await client.cancel("device.offline", "d-1"), { state: "scheduled", holder: "", groupTold: false });
+  assert.equal(await redis.hexists("hourglass:{device.offline}:progress", "d-1"), 0, "a cancel drops the progress");
   assert.equal((await client.show("device.offline", "d-1")).state, "unknown");
   assert.equal((await client.cancel("device.offline", "d-1")).state, "unknown");
   await redis.zadd("hourglass:{device.offline}:dead", 1767600000000, "d-2");

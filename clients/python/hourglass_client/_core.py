@@ -3,6 +3,7 @@ as a generator of the Redis steps it needs (it is sent their replies), so that o
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Dict, Generator, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
@@ -19,6 +20,7 @@ from .results import (
     GroupState,
     GroupView,
     Lease,
+    Progress,
     Sealed,
     SealState,
     Stats,
@@ -202,7 +204,7 @@ class Core:
         raw = _args.task_id(task_id)
         for q in self._lookup_order(_args.task_type(t), raw):
             keys = [self.key(q, s) for s in ("due", "payload", "tokens", "claimed", "cancels", "member")]
-            keys += [self.key(q, s) for s in ("outbox", "seq", "held")]
+            keys += [self.key(q, s) for s in ("outbox", "seq", "held", "progress")]
             reply = yield Script("cancel", keys, [raw, q, f"{self.prefix}:cancel"])
             state = text(reply[0])
             if state == "scheduled":
@@ -232,9 +234,9 @@ class Core:
 
     def _show_in(self, q: str, raw: bytes, most: int) -> Steps[TaskView]:
         suffixes = ("due", "leases", "tokens", "attempts", "errors", "dead", "payload", "claims", "claimed")
-        keys = [self.key(q, s) for s in suffixes + ("member", "held")]
+        keys = [self.key(q, s) for s in suffixes + ("member", "held", "progress")]
         r = yield Script("show", keys, [raw, most])
-        now, due_raw, lease_until, entry, attempts, error, died_raw, size, head, group = r
+        now, due_raw, lease_until, entry, attempts, error, died_raw, size, head, group, reported = r
         running = None
         if lease_until is not None and entry is not None:
             numbers, _, host = text(entry).partition("@")
@@ -266,6 +268,7 @@ class Core:
             payload_size=int(size or 0),
             payload=bytes(head) if head is not None else None,
             group=group_ref,
+            progress=_progress(reported),
         )
 
     # -- types ------------------------------------------------------------
@@ -417,3 +420,15 @@ class Core:
         if kind != "stream":
             raise DataFault(f"{key} holds a {kind}, not a stream: delete it, and a host that starts recreates it")
         return True
+
+
+def _progress(stored: Any) -> Optional[Progress]:
+    """A stored progress report (``{"percent":P,"detail":D,"attempt":A,"at_ms":T}``); None when absent
+    or not such a value (a hand-written one is not shown as progress)."""
+    if stored is None:
+        return None
+    try:
+        value = json.loads(stored)
+        return Progress(int(value["percent"]), value.get("detail"), int(value["attempt"]), int(value["at_ms"]))
+    except (ValueError, TypeError, KeyError):
+        return None

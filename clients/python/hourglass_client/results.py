@@ -99,6 +99,20 @@ class Lease:
 
 
 @dataclass
+class Progress:
+    """How far a task's handler got, as it last reported (kept across retries, gone when it ends)."""
+
+    #: 0 to 100.
+    percent: int
+    #: The handler's detail, parsed from its JSON; None when it gave none.
+    detail: Any
+    #: The attempt that reported it.
+    attempt: int
+    #: When it was reported, ms.
+    at_ms: int
+
+
+@dataclass
 class TaskView:
     """Where one task is and what Redis knows about it, read in one snapshot (``hourglass show``)."""
 
@@ -120,6 +134,8 @@ class TaskView:
     group: Optional[str] = None
     #: Of a sharded type, the index of its shard.
     shard: Optional[int] = None
+    #: What its handler last reported (the ``progress`` import), until it ends.
+    progress: Optional[Progress] = None
 
 
 @dataclass

@@ -65,7 +65,12 @@ class ClientTest(ServerTest):
         self.assertEqual((view.state, view.payload_size, view.payload), ("scheduled", 100, b"x" * 10))
         self.assertGreater(view.due_ms, view.now_ms)
         self.assertIsNone(view.running)
+        self.assertIsNone(view.progress)
+        # Progress as a host stores it (a retried task keeps its last report).
+        self.r.hset("hourglass:{order.timeout}:progress", "o-2", '{"percent":40,"detail":{"rows":4},"attempt":1,"at_ms":5}')
+        self.assertEqual(self.hg.show("order.timeout", "o-2").progress, hg.Progress(40, {"rows": 4}, 1, 5))
         self.assertEqual(self.hg.cancel("order.timeout", "o-2"), hg.Cancelled("scheduled"))
+        self.assertFalse(self.r.hexists("hourglass:{order.timeout}:progress", "o-2"), "a cancel drops the progress")
         self.assertEqual(self.hg.show("order.timeout", "o-2").state, "unknown")
         self.assertEqual(self.r.hlen("hourglass:{order.timeout}:payload"), 0)
         self.assertEqual(self.r.hlen("hourglass:{order.timeout}:trace"), 0, "cancel drops the trace entry too")
