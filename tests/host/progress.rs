@@ -85,3 +85,39 @@ fn a_malformed_report_is_refused_with_its_reason_and_stores_nothing() {
     let stored: usize = conn.hlen("hourglass:{job}:progress").unwrap();
     assert_eq!(stored, 0);
 }
+
+#[test]
+fn a_groups_progress_counts_its_ended_children_in_full_and_its_pending_ones_as_far_as_they_reported() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("job", test_plugin("chaos"))],
+        "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n[types.job]\ntimeout = \"60s\"\n",
+    );
+    let mut conn = redis.client();
+    let cli = |args: &[&str]| {
+        let out = hourglass(&redis, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    cli(&["group", "open", "report", "week-48"]);
+    cli(&["group", "add", "report", "week-48", "job", "c-ok", "--payload", "ok"]);
+    cli(&["group", "add", "report", "week-48", "job", "c-run", "--payload", "progress:50:6000"]);
+    cli(&["group", "add", "report", "week-48", "job", "c-later", "--in", "1h", "--payload", "ok"]);
+    wait_for("one child ended and one reported", LONG, || {
+        let done = stat(&mut conn, "job", "succeeded") == 1;
+        let reported: bool = conn.hexists("hourglass:{job}:progress", "c-run").unwrap();
+        (done && reported).then_some(())
+    });
+    let out = cli(&["group", "show", "report", "week-48", "--json"]);
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // (1 ended × 100 + 50 + 0) / 3 children.
+    assert_eq!(view["progress"]["percent"], 50.0, "{view}");
+    assert_eq!((view["progress"]["pending_read"].as_u64(), view["progress"]["reporting"].as_u64()), (Some(2), Some(1)));
+    let text = String::from_utf8_lossy(&cli(&["group", "show", "report", "week-48"]).stdout).into_owned();
+    assert!(text.contains("  progress  50% done (1 of 2 pending children read have reported)"), "{text}");
+    // The group's page draws the reported share inside the pending part of its bar.
+    let page = crate::support::get(&crate::support::admin_addr(&host), "/group?type=report&group=week-48");
+    assert!(page.body.contains("<span class=reported data-reported=\"0.50\""), "{}", page.body);
+    assert!(page.body.contains("50% done: each ended child counts in full"), "{}", page.body);
+}

@@ -222,8 +222,7 @@ fn progress_reaches_the_host(task_type: &str) {
         may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
         ..Default::default()
     };
-    let handler =
-        hourglass::runtime::Handler::new(component, task_type, &policy.sandbox(), Arc::new(BTreeMap::new()));
+    let handler = hourglass::runtime::Handler::new(component, task_type, &policy.sandbox(), Arc::new(BTreeMap::new()));
     let task = |payload: &str| hourglass::task::ClaimedTask {
         task_type: task_type.parse().unwrap(),
         id: b"watched".to_vec(),

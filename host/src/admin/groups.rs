@@ -59,7 +59,8 @@ pub(crate) async fn open_groups(state: &AdminState, t: &TaskType, h: &mut String
             _ => None,
         };
         if let Some(v) = shown {
-            progress(&v, h);
+            let g = GroupRef { callback_type: t.clone(), id: GroupId::from_str(g)? };
+            progress(&v, state.store.group_progress(&g, &v).await.ok().as_ref(), h);
         }
         h.push_str("</td></tr>");
     }
@@ -81,29 +82,46 @@ fn percent(s: &str) -> String {
     s.bytes().map(|b| format!("%{b:02X}")).collect()
 }
 
-/// A bar of a group's children by how they stand: succeeded, dead, cancelled, pending (of those added).
-fn progress(v: &crate::store::GroupView, h: &mut String) {
+/// A bar of a group's children by how they stand: succeeded, dead, cancelled, pending (of those added);
+/// of the pending, the share their handlers reported done, when `done` was read.
+fn progress(v: &crate::store::GroupView, done: Option<&crate::store::GroupProgress>, h: &mut String) {
     let parts = [("succeeded", v.succeeded), ("dead", v.dead), ("cancelled", v.cancelled), ("pending", v.pending)];
     let total = parts.iter().map(|(_, n)| n).sum::<u64>().max(1);
+    // The pending children's reports, in children: the group's percent less its ended children.
+    let ended = v.added.saturating_sub(v.pending) as f64;
+    let reported = done.map_or(0.0, |d| (d.percent * v.added as f64 / 100.0 - ended).clamp(0.0, v.pending as f64));
     let _ = write!(h, "<div class=progress data-added={} title=\"", v.added);
     for (i, (name, n)) in parts.iter().enumerate() {
         let _ = write!(h, "{}{n} {name}", if i > 0 { ", " } else { "" });
     }
+    if let Some(d) = done {
+        let _ = write!(h, "; {:.0}% done", d.percent);
+    }
     h.push_str("\">");
     for (name, n) in parts {
-        if n > 0 {
+        let share = |n: f64| n * 100.0 / total as f64;
+        if name == "pending" && reported > 0.0 {
             let _ = write!(
                 h,
-                "<span class={name} data-{name}={n} style=\"width:{:.2}%\"></span>",
-                n as f64 * 100.0 / total as f64
+                "<span class=reported data-reported=\"{reported:.2}\" style=\"width:{:.2}%\"></span>",
+                share(reported)
             );
+        }
+        let n = if name == "pending" { n as f64 - reported } else { n as f64 };
+        if n > 0.0 {
+            let _ = write!(h, "<span class={name} data-{name}={n} style=\"width:{:.2}%\"></span>", share(n));
         }
     }
     h.push_str("</div>");
 }
 
 /// One group: the way back, its state, the progress of its children (each linked to its task page), its callback.
-fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::TaskView>, h: &mut String) {
+fn group_view(
+    v: &crate::store::GroupView,
+    done: Option<&crate::store::GroupProgress>,
+    callback_run: Option<&crate::store::TaskView>,
+    h: &mut String,
+) {
     let back = percent(&v.callback_type);
     let _ = write!(
         h,
@@ -114,7 +132,15 @@ fn group_view(v: &crate::store::GroupView, callback_run: Option<&crate::store::T
         t = esc(&v.callback_type),
         id = esc(&v.group),
     );
-    progress(v, h);
+    progress(v, done, h);
+    if let Some(d) = done {
+        let _ = write!(
+            h,
+            "<p class=note id=done>{:.0}% done: each ended child counts in full, each pending one as far as its handler \
+             reported ({} of the {} pending children read have reported)</p>",
+            d.percent, d.reporting, d.pending_read
+        );
+    }
     let callback = task_link(&format!("{}/{}", v.callback_type, v.callback_id));
     let _ = write!(
         h,
@@ -197,7 +223,8 @@ pub(crate) async fn page(State(state): State<AdminState>, Query(query): Query<Gr
                 (Some(_), Ok(t)) => state.store.show(&t, v.callback_id.as_bytes()).await.ok(),
                 _ => None,
             };
-            group_view(&v, callback_run.as_ref(), &mut h);
+            let done = state.store.group_progress(&g, &v).await.ok();
+            group_view(&v, done.as_ref(), callback_run.as_ref(), &mut h);
             StatusCode::OK
         }
         Ok(None) => {

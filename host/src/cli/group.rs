@@ -126,8 +126,15 @@ async fn step(store: &Store, cmd: GroupCommand) -> Result<ExitCode> {
                 eprintln!("error: no group {g} (never opened, or done more than 7 days ago)");
                 return Ok(ExitCode::FAILURE);
             };
+            let done = store.group_progress(&g, &v).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                #[derive(serde::Serialize)]
+                struct Shown<'a> {
+                    #[serde(flatten)]
+                    view: &'a crate::store::GroupView,
+                    progress: crate::store::GroupProgress,
+                }
+                println!("{}", serde_json::to_string_pretty(&Shown { view: &v, progress: done })?);
                 return Ok(ExitCode::SUCCESS);
             }
             println!("group {g}: {}", v.state);
@@ -135,6 +142,10 @@ async fn step(store: &Store, cmd: GroupCommand) -> Result<ExitCode> {
             println!(
                 "  children  {} added, {} pending, {} succeeded, {} dead, {} cancelled",
                 v.added, v.pending, v.succeeded, v.dead, v.cancelled
+            );
+            println!(
+                "  progress  {:.0}% done ({} of {} pending children read have reported)",
+                done.percent, done.reporting, done.pending_read
             );
             println!("  opened    {}", format_ms(v.opened_ms));
             if let (Some(at), Some(fired)) = (v.completed_ms, &v.fired) {

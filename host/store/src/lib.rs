@@ -93,7 +93,7 @@ pub use keys::{GroupKeys, KeyPrefix, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Message, Node, Presence, Subscription, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};
-pub use progress::{ProgressReport, ProgressView, stored_value};
+pub use progress::{GroupProgress, ProgressReport, ProgressView, stored_value};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recurring::{RecurState, SyncOutcome};
 pub use target::{RedisConfig, Secret, Target, loopback_port};
