@@ -53,6 +53,7 @@ impl Script {
                 ("cancels", "hash"),
                 ("member", "hash"),
                 ("outbox", "hash"),
+                ("progress", "hash"),
             ],
             Script::Claim => &[
                 ("due", "zset"),
@@ -85,6 +86,7 @@ impl Script {
                 ("events", "stream"),
                 ("cancels", "hash"),
                 ("member", "hash"),
+                ("progress", "hash"),
             ],
             // Plain acks touch no dead letters, outbox or events; `due` only
             // because the scene's tasks have payloads (kept if due again).
@@ -98,6 +100,7 @@ impl Script {
                 ("stats", "hash"),
                 ("cancels", "hash"),
                 ("member", "hash"),
+                ("progress", "hash"),
             ],
             Script::Extend => &[("claims", "zset"), ("claimed", "hash"), ("cancels", "hash")],
             Script::Release => &[("claims", "zset"), ("claimed", "hash"), ("due", "zset")],
