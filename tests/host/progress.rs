@@ -121,3 +121,33 @@ fn a_groups_progress_counts_its_ended_children_in_full_and_its_pending_ones_as_f
     assert!(page.body.contains("<span class=reported data-reported=\"0.50\""), "{}", page.body);
     assert!(page.body.contains("50% done: each ended child counts in full"), "{}", page.body);
 }
+
+/// A host killed mid-run: its run's last report stays with the task while the
+/// lease runs out, and the next attempt, on the host that takes it over,
+/// replaces it with its own; once that attempt ends, nothing is left.
+#[test]
+fn a_killed_hosts_last_report_stays_until_the_next_attempt_reports_its_own() {
+    let redis = RedisServer::start();
+    let config = |id: &str| format!("[runner]\nhost_id = \"{id}\"\nlease = \"2s\"\n[types.job]\ntimeout = \"60s\"\n");
+    let mut first = Host::start(&redis, &[("job", test_plugin("chaos"))], &config("h1"));
+    let mut conn = redis.client();
+    schedule(&mut conn, "long", "progress:40:4000");
+    let reported = wait_for("attempt 1 to report", LONG, || {
+        let view = show(&redis, "long");
+        (view["progress"]["attempt"] == 1).then_some(view)
+    });
+    assert_eq!(reported["running"]["host"], "h1");
+    first.signal("KILL");
+    first.wait_exit(LONG);
+    let view = show(&redis, "long");
+    assert_eq!((view["progress"]["percent"].as_u64(), view["progress"]["attempt"].as_u64()), (Some(40), Some(1)));
+
+    let _second = Host::start(&redis, &[("job", test_plugin("chaos"))], &config("h2"));
+    wait_for("attempt 2 to report on h2", LONG, || {
+        let view = show(&redis, "long");
+        (view["progress"]["attempt"] == 2 && view["running"]["host"] == "h2").then_some(())
+    });
+    wait_for("attempt 2 to end", LONG, || (stat(&mut conn, "job", "succeeded") == 1).then_some(()));
+    let left: usize = conn.hlen("hourglass:{job}:progress").unwrap();
+    assert_eq!(left, 0);
+}
