@@ -18,12 +18,13 @@
 //! - [`pipeline::dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
 //! - [`pipeline::settle`]: outcomes written in batches; slots freed once they are stored.
 //! - [`pipeline::outbox`]: the follow-ups and group reports those settles committed, moved on to their types.
+//! - [`pipeline::progress`]: the progress running handlers report, the latest of each run written beside it.
 //!
 //! [`pipeline`] runs that path for every type and drains it at shutdown; the
 //! leases held between claim and settle are [`pipeline::in_flight`], whose
 //! methods are the steps of a lease's life. Its stages share
 //! [`pipeline::state`], which imports none of them, reach Redis's task path
-//! through [`pipeline::ledger`] (claim, renew, settle, hand back, outbox), a
+//! through [`pipeline::ledger`] (claim, renew, settle, hand back, outbox, progress), a
 //! trait the store implements and unit tests script, and find handlers and
 //! start runs through [`pipeline::execute`], which the registry and the
 //! runtime's `Handler` implement and unit tests fake. Imports
