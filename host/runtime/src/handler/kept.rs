@@ -16,9 +16,14 @@ use crate::run::OUTPUT_CAP;
 use crate::{one_line, pipe::CappedPipe};
 use hourglass_task::task::ClaimedTask;
 
-/// Longest a warm-up call may take (or the type's `timeout`, if shorter):
-/// past it the plugin's instances are checkpointed without one.
+/// Longest each warm-up call may take (or the type's `timeout`, if shorter):
+/// past it the plugin's instances are checkpointed without a warm-up.
 const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Calls of the warm-up before the checkpoint: CPython's second call still
+/// fills caches its first did not (a reset Python no-op 27.4 µs after two
+/// against 31.0 after one, BENCHMARKS.md round 28); StarlingMonkey gains
+/// nothing from a second (38.5 µs against 38.2) and loses from a third (43.2).
+const WARM_UP_CALLS: u32 = 2;
 
 /// The task of a warm-up call: no task's data, attempt 0 (a real task's is 1 or more).
 fn warm_up_task(task: &ClaimedTask) -> crate::bindings::hourglass::plugin::types::Task {
@@ -229,9 +234,18 @@ impl Handler {
             Err(_) => return None,
         };
         let wit = warm_up_task(task);
-        let call = instance.call_handle(&mut store, &wit);
+        let calls = async {
+            let mut last = instance.call_handle(&mut store, &wit).await;
+            for _ in 1..WARM_UP_CALLS {
+                if !matches!(last, Ok(_)) {
+                    break;
+                }
+                last = instance.call_handle(&mut store, &wit).await;
+            }
+            last
+        };
         // What the handler returns does not matter, only that it returned.
-        let why = match tokio::time::timeout(limit * 2, call).await {
+        let why = match tokio::time::timeout(limit * 2 * WARM_UP_CALLS, calls).await {
             Err(_) => format!("it did not return within {limit:?}"),
             Ok(Err(e)) => format!("it stopped abnormally: {}", one_line(&format!("{e:#}"))),
             Ok(Ok(_)) if store.data().limiter.exceeded.is_some() || store.data().held.exceeded.is_some() => {
