@@ -237,7 +237,7 @@ impl Handler {
         let calls = async {
             let mut last = instance.call_handle(&mut store, &wit).await;
             for _ in 1..WARM_UP_CALLS {
-                if !matches!(last, Ok(_)) {
+                if last.is_err() {
                     break;
                 }
                 last = instance.call_handle(&mut store, &wit).await;
