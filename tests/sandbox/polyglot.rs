@@ -171,26 +171,39 @@ fn echo_plugin_end_to_end(task_type: &str) {
 /// A Python module global and a JavaScript module variable (`{"remember": ...}`)
 /// do not reach the next task with the shipped defaults: each task is a fresh
 /// instance. Under `instance_reuse` the same recall finds it, so the probe can fail.
-fn module_state_stays_with_its_task(task_type: &str) {
-    let component = crate::runtime::runtime().load(&polyglot_plugin(task_type)).unwrap();
-    let handler = |reuse: u32, reset: bool| {
-        let policy = hourglass::config::TypePolicy {
-            may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
-            instance_reuse: reuse,
-            instance_reset: reset,
-            ..Default::default()
-        };
-        hourglass::runtime::Handler::new(component.clone(), task_type, &policy.sandbox(), Arc::new(BTreeMap::new()))
+/// A handler of echo plugin `task_type` (granted its `<type>.out` follow-ups), run without Redis.
+fn echo_handler(
+    component: &hourglass::runtime::Component,
+    task_type: &str,
+    reuse: u32,
+    reset: bool,
+) -> hourglass::runtime::Handler {
+    let policy = hourglass::config::TypePolicy {
+        may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
+        instance_reuse: reuse,
+        instance_reset: reset,
+        ..Default::default()
     };
-    let task = |payload: &str| hourglass::task::ClaimedTask {
+    hourglass::runtime::Handler::new(component.clone(), task_type, &policy.sandbox(), Arc::new(BTreeMap::new()))
+}
+
+/// Task `id` of `task_type` with `payload`, on its first attempt.
+fn echo_task(task_type: &str, id: &str, payload: &str) -> hourglass::task::ClaimedTask {
+    hourglass::task::ClaimedTask {
         task_type: task_type.parse().unwrap(),
-        id: b"probe".to_vec(),
+        id: id.as_bytes().to_vec(),
         payload: payload.as_bytes().to_vec(),
         attempt: 1,
         due_ms: 1_700_000_000_000,
         token: 1,
         claim: 1,
-    };
+    }
+}
+
+fn module_state_stays_with_its_task(task_type: &str) {
+    let component = crate::runtime::runtime().load(&polyglot_plugin(task_type)).unwrap();
+    let handler = |reuse: u32, reset: bool| echo_handler(&component, task_type, reuse, reset);
+    let task = |payload: &str| echo_task(task_type, "probe", payload);
     // The default (a kept instance reset after each task), then a new instance per task.
     for reset in [true, false] {
         let isolated = handler(0, reset);
@@ -218,20 +231,8 @@ fn module_state_stays_with_its_task(task_type: &str) {
 /// report comes back with its result (a retry keeps it with the task).
 fn progress_reaches_the_host(task_type: &str) {
     let component = crate::runtime::runtime().load(&polyglot_plugin(task_type)).unwrap();
-    let policy = hourglass::config::TypePolicy {
-        may_schedule: vec![format!("{task_type}.out").parse().unwrap()],
-        ..Default::default()
-    };
-    let handler = hourglass::runtime::Handler::new(component, task_type, &policy.sandbox(), Arc::new(BTreeMap::new()));
-    let task = |payload: &str| hourglass::task::ClaimedTask {
-        task_type: task_type.parse().unwrap(),
-        id: b"watched".to_vec(),
-        payload: payload.as_bytes().to_vec(),
-        attempt: 1,
-        due_ms: 1_700_000_000_000,
-        token: 1,
-        claim: 1,
-    };
+    let handler = echo_handler(&component, task_type, 0, true);
+    let task = |payload: &str| echo_task(task_type, "watched", payload);
     let run = handler.run_now(&task(r#"{"progress": 35, "fail_times": 1}"#));
     assert!(run.result.is_err(), "{task_type}: the first attempt should fail");
     let progress = run.progress.unwrap_or_else(|| panic!("{task_type}: no progress came back"));
