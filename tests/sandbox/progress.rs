@@ -32,7 +32,8 @@ fn a_progress_flood_is_written_a_few_times_a_second_and_fails_nobody() {
     wait_all_settled(&mut conn, 2200, 0);
 
     // Redis saw the latest report of each run at most once per 250 ms of its
-    // run (plus the first): a few, not a million.
+    // run (plus the first): a few, not a million (none when the run ended
+    // before the writer's turn: its settle keeps or drops the last one).
     let events: redis::streams::StreamRangeReply = conn.xrange_all("hourglass:{chaos}:events").unwrap();
     for (id, _) in &floods {
         let of_it: Vec<_> = events.ids.iter().filter(|e| e.get::<String>("id").as_deref() == Some(id)).collect();
@@ -41,7 +42,7 @@ fn a_progress_flood_is_written_a_few_times_a_second_and_fails_nobody() {
         let ms = |f: &str| end.get::<i64>(f).unwrap_or_default();
         let ran_ms = ms("finished_ms") - ms("started_ms");
         let most = ran_ms / 250 + 2;
-        assert!((1..=most as usize).contains(&reports), "{id}: {reports} reports stored in {ran_ms} ms of run");
+        assert!(reports <= most as usize, "{id}: {reports} reports stored in {ran_ms} ms of run");
     }
     let left: usize = conn.hlen("hourglass:{chaos}:progress").unwrap();
     assert_eq!(left, 0, "ended tasks kept their progress");

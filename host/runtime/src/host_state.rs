@@ -459,7 +459,7 @@ impl wit_workflow::Host for HostState {
 impl wit_progress::Host for HostState {
     fn report(&mut self, percent: u8, detail: String) -> Result<(), String> {
         let progress = super::progress::checked(percent, detail)?;
-        if let Some(to) = &self.progress {
+        if let Some(to) = &mut self.progress {
             to.report(progress.clone());
         }
         self.last_progress = Some(progress);

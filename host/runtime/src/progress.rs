@@ -16,6 +16,10 @@ pub const MAX_PROGRESS_DETAIL: usize = 1024;
 pub trait ReportProgress: Send + Sync + 'static {
     /// The run holding `lease` (its attempt `attempt`) got this far.
     fn report(&self, lease: &Lease, attempt: u32, progress: Progress);
+    /// The run holding `lease`, which reported, has ended: a report of it not
+    /// written yet need not be (its settle keeps the last one with a retry,
+    /// and drops the task's progress with any end).
+    fn ended(&self, lease: &Lease);
 }
 
 /// What a run reports to, beside its result: its trace span (tracing on) and
@@ -35,21 +39,31 @@ impl RunHooks {
     }
 }
 
-/// The progress sink of one run, bound to its lease.
-#[derive(Clone)]
+/// The progress sink of one run, bound to its lease; dropped when the run ends.
 pub(crate) struct ProgressTo {
     sink: Arc<dyn ReportProgress>,
     lease: Lease,
     attempt: u32,
+    /// Whether the run reported (only then is the sink told it ended).
+    reported: bool,
 }
 
 impl ProgressTo {
     pub(crate) fn new(sink: Arc<dyn ReportProgress>, lease: Lease, attempt: u32) -> ProgressTo {
-        ProgressTo { sink, lease, attempt }
+        ProgressTo { sink, lease, attempt, reported: false }
     }
 
-    pub(crate) fn report(&self, progress: Progress) {
+    pub(crate) fn report(&mut self, progress: Progress) {
+        self.reported = true;
         self.sink.report(&self.lease, self.attempt, progress);
+    }
+}
+
+impl Drop for ProgressTo {
+    fn drop(&mut self) {
+        if self.reported {
+            self.sink.ended(&self.lease);
+        }
     }
 }
 

@@ -125,6 +125,12 @@ impl<E: Send + Sync + 'static, L: Send + Sync + 'static> ReportProgress for Clai
             board.report(lease, attempt, progress);
         }
     }
+
+    fn ended(&self, lease: &Lease) {
+        if let Some(board) = self.state.progress.get() {
+            board.ended(lease);
+        }
+    }
 }
 
 /// A traced claim: the tracer, and the client traceparents of its tasks,
