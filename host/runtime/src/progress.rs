@@ -32,13 +32,6 @@ pub struct RunHooks {
     pub progress: Option<Arc<dyn ReportProgress>>,
 }
 
-impl RunHooks {
-    /// Hooks with a trace span only.
-    pub fn traced(trace: Option<RunTrace>) -> RunHooks {
-        RunHooks { trace, progress: None }
-    }
-}
-
 /// The progress sink of one run, bound to its lease; dropped when the run ends.
 pub(crate) struct ProgressTo {
     sink: Arc<dyn ReportProgress>,

@@ -53,13 +53,15 @@ pub(crate) async fn open_groups(state: &AdminState, t: &TaskType, h: &mut String
             link(t.as_str(), g),
             format_ms(*opened)
         );
-        // Each bar is one more read: the oldest few have one.
+        // Each bar is a few more reads: the oldest few have one.
         let shown = match GroupId::from_str(g) {
-            Ok(id) if i < PROGRESS_SHOWN => state.store.group_show(&GroupRef { callback_type: t.clone(), id }).await?,
+            Ok(id) if i < PROGRESS_SHOWN => {
+                let g = GroupRef { callback_type: t.clone(), id };
+                state.store.group_show(&g).await?.map(|v| (g, v))
+            }
             _ => None,
         };
-        if let Some(v) = shown {
-            let g = GroupRef { callback_type: t.clone(), id: GroupId::from_str(g)? };
+        if let Some((g, v)) = shown {
             progress(&v, state.store.group_progress(&g, &v).await.ok().as_ref(), h);
         }
         h.push_str("</td></tr>");

@@ -1,10 +1,10 @@
 //! Progress that running handlers report, kept with their task until it ends (`P:{T}:progress`).
 
+use std::collections::BTreeMap;
+
 use anyhow::{Context, Result};
 use redis::Value;
 use serde::{Serialize, Serializer};
-
-use std::collections::BTreeMap;
 
 use super::Store;
 use super::groups::GroupView;
@@ -140,9 +140,7 @@ impl Store {
             .with_context(|| format!("cannot read the progress of {} {t} tasks", ids.len()))?;
         array(value)?.into_iter().map(|v| Ok(opt_bytes(v)?.and_then(|b| ProgressView::parse(&b)))).collect()
     }
-}
 
-impl Store {
     /// The progress of group `g` (as `view` read it): its ended children
     /// count 100 each, its pending ones what they last reported, read for
     /// the first 1,000 pending (an HSCAN of its pending children, then one

@@ -123,16 +123,10 @@ impl Handler {
             idle = self.warmed_up(task).await;
         }
         let deadline = Instant::now() + self.limits.timeout;
-        let parts = self.run_parts(task, deadline, hooks.clone());
+        let parts = self.run_parts(task, deadline, hooks);
         let meta = parts.meta.clone();
         let wit = wit_task(task);
         let pre = self.component.inner.pre.clone();
-        let fresh = || {
-            let stdout = CappedPipe::new(OUTPUT_CAP);
-            let stderr = CappedPipe::new(OUTPUT_CAP);
-            let store = self.new_store(self.run_parts(task, deadline, hooks.clone()), &stdout, &stderr);
-            (store, stdout, stderr)
-        };
         // The pipes outlive a dropped call, so output is shown even after a timeout.
         let (warm, stdout, stderr) = match idle {
             Some(mut w) => {
@@ -149,7 +143,9 @@ impl Handler {
                 (Ok(w), stdout, stderr)
             }
             None => {
-                let (store, stdout, stderr) = fresh();
+                let stdout = CappedPipe::new(OUTPUT_CAP);
+                let stderr = CappedPipe::new(OUTPUT_CAP);
+                let store = self.new_store(parts, &stdout, &stderr);
                 (Err(store), stdout, stderr)
             }
         };
