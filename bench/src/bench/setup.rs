@@ -37,27 +37,38 @@ impl SpawnedCluster {
 
     pub(super) async fn start() -> Result<SpawnedCluster> {
         let dir = TempDir::new("cluster")?;
-        let mut nodes: Vec<RedisServer> = Vec::new();
-        let mut ports = Vec::new();
-        for _ in 0..Self::MASTERS {
-            let port = free_cluster_port(&ports)?;
-            let spec = ServerSpec {
-                dir: dir.path.clone(),
-                port: Some(port),
-                args: ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")]
-                    .map(String::from)
-                    .to_vec(),
-                ..ServerSpec::default()
-            };
-            ports.push(port);
+        let path = dir.path.clone();
+        let (nodes, ports) = tokio::task::spawn_blocking(move || -> Result<(Vec<RedisServer>, Vec<u16>)> {
             // Kept as soon as it runs, so a failure below still kills the nodes started so far.
-            nodes.push(RedisServer::spawn(spec, "--spawn-cluster")?);
-        }
-        let nodes = tokio::task::spawn_blocking(move || -> Result<Vec<RedisServer>> {
-            for node in &mut nodes {
-                node.wait_ready(Duration::from_secs(20))?;
+            let mut nodes: Vec<RedisServer> = Vec::new();
+            let mut ports = Vec::new();
+            for _ in 0..Self::MASTERS {
+                let mut tries = 0;
+                loop {
+                    let port = free_cluster_port(&ports)?;
+                    let spec = ServerSpec {
+                        dir: path.clone(),
+                        port: Some(port),
+                        args: ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")]
+                            .map(String::from)
+                            .to_vec(),
+                        ..ServerSpec::default()
+                    };
+                    let mut node = RedisServer::spawn(spec, "--spawn-cluster")?;
+                    match node.wait_ready(Duration::from_secs(20)) {
+                        Ok(()) => {
+                            ports.push(port);
+                            nodes.push(node);
+                            break;
+                        }
+                        // The probe releases the port before redis-server binds it: another
+                        // process on the machine may take it (or its bus port) in between.
+                        Err(_) if tries < 3 => tries += 1,
+                        Err(e) => return Err(e),
+                    }
+                }
             }
-            Ok(nodes)
+            Ok((nodes, ports))
         })
         .await??;
         let cluster = SpawnedCluster { nodes, _dir: dir };
