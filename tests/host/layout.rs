@@ -330,3 +330,26 @@ fn the_host_links_redis_and_wasmtime_only_through_its_crates() {
     let direct: Vec<&String> = deps.keys().filter(|name| *name == "redis" || name.starts_with("wasmtime")).collect();
     assert!(direct.is_empty(), "the host depends on {direct:?} itself: go through hourglass-store / hourglass-runtime");
 }
+
+/// `url` (through redis) takes its Unicode tables from `idna_adapter`, whose
+/// version in Cargo.lock picks the back end: 1.2 is ICU4X (about 25 crates and
+/// their derive macros), 1.1 is unicode-rs. The pin keeps the first build
+/// short (BENCHMARKS.md "The first build"); a `cargo update` drops it, and
+/// `cargo update -p idna_adapter --precise 1.1.0` puts it back.
+#[test]
+fn the_lock_file_keeps_url_off_icu4x() {
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.lock");
+    let lock: toml::Table = std::fs::read_to_string(&lock).unwrap().parse().unwrap();
+    let packages = lock["package"].as_array().expect("[[package]] entries");
+    let versions: Vec<&str> = packages
+        .iter()
+        .filter(|p| p["name"].as_str() == Some("idna_adapter"))
+        .filter_map(|p| p["version"].as_str())
+        .collect();
+    assert!(
+        versions.iter().all(|v| v.starts_with("1.1.")),
+        "Cargo.lock has idna_adapter {versions:?}: run `cargo update -p idna_adapter --precise 1.1.0`"
+    );
+    let icu: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).filter(|n| n.starts_with("icu_")).collect();
+    assert!(icu.is_empty(), "Cargo.lock pulls in ICU4X again: {icu:?}");
+}
