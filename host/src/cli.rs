@@ -11,12 +11,14 @@ use crate::config::Config;
 use crate::store::Store;
 use crate::task_type::TaskType;
 
+mod graph;
 mod group;
 mod plugin;
 mod queues;
 mod recurring;
 mod tasks;
 
+pub use graph::GraphCommand;
 pub use group::GroupCommand;
 pub use queues::DeadCommand;
 pub use recurring::{CronArgs, EveryArgs, MissedArg, RecurArgs};
@@ -124,6 +126,9 @@ pub enum StoreCommand {
     /// Workflow groups: open one with a callback, add children, seal it, show it (docs/workflows.md).
     #[command(subcommand)]
     Group(GroupCommand),
+    /// Workflow graphs: declare tasks and the tasks each waits for, in one step; show one (docs/workflows.md).
+    #[command(subcommand)]
+    Graph(GraphCommand),
 }
 
 /// `hourglass run`.
@@ -226,6 +231,7 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
                 }
                 StoreCommand::Dead(cmd) => queues::dead(&store, cmd).await,
                 StoreCommand::Group(cmd) => group::run(&store, cmd).await,
+                StoreCommand::Graph(cmd) => graph::run(&store, cmd).await,
             }
         }
     }

@@ -17,7 +17,7 @@
 //!   worker process under limits): the `hourglass-runtime` crate (`host/runtime/`), which links no Redis.
 //! - [`pipeline::dispatch`]: each claimed task run in the sandbox; what its result means ([`backoff`] for retries).
 //! - [`pipeline::settle`]: outcomes written in batches; slots freed once they are stored.
-//! - [`pipeline::outbox`]: the follow-ups and group reports those settles committed, moved on to their types.
+//! - [`pipeline::outbox`]: the follow-ups and group and graph reports those settles committed, moved on to their types.
 //! - [`pipeline::progress`]: the progress running handlers report, the latest of each run written beside it.
 //!
 //! [`pipeline`] runs that path for every type and drains it at shutdown; the

@@ -80,6 +80,9 @@ pub fn details(v: &TaskView) -> Vec<(&'static str, String)> {
     if let Some(g) = &v.group {
         out.push(("group", format!("a child of {g} (hourglass group show {})", g.replacen('/', " ", 1))));
     }
+    if let Some(g) = &v.graph {
+        out.push(("graph", format!("a node of {g} (hourglass graph show {})", g.replacen('/', " ", 1))));
+    }
     out
 }
 

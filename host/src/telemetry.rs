@@ -118,6 +118,10 @@ fn describe() {
          (callback, skipped, kept)."
     );
     describe_counter!(
+        "hourglass_graphs_done_total",
+        "Workflow graphs whose last node ended on this host (its end delivered here), by home type."
+    );
+    describe_counter!(
         "hourglass_group_work_refused_total",
         "Handler work on a group the group refused (sealed, done, or opened with another callback)."
     );
@@ -338,6 +342,12 @@ pub fn group_opened(callback_type: &TaskType) {
 pub fn group_completed(callback_type: &TaskType, fired: &'static str) {
     handle();
     counter!("hourglass_groups_completed_total", "type" => callback_type.to_string(), "callback" => fired).increment(1);
+}
+
+/// A workflow graph of home type `home` finished: its last node ended.
+pub fn graph_done(home: &TaskType) {
+    handle();
+    counter!("hourglass_graphs_done_total", "type" => home.to_string()).increment(1);
 }
 
 /// A run of `from` worked on a group that refused it (sealed, done, another callback).

@@ -12,6 +12,7 @@
 //! The task scripts are swept in `scripts`, the workflow group steps in
 //! `groups`; here, what a running host does with a wrong-typed key.
 
+mod graphs;
 mod groups;
 mod scripts;
 

@@ -4,6 +4,7 @@
 
 mod agree;
 mod clients;
+mod graphs;
 mod hosts;
 
 use std::time::Duration;

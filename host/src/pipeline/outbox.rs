@@ -80,6 +80,10 @@ impl<L: Ledger> Outbox<L> {
                     info!(group = %g, callback = fired.as_str(), "workflow group completed");
                     crate::telemetry::group_completed(&g.callback_type, fired.as_str());
                 }
+                for (home, g) in &flushed.graphs_done {
+                    info!(graph = %format!("{home}/{g}"), "workflow graph done");
+                    crate::telemetry::graph_done(home);
+                }
                 for (g, why) in &flushed.groups.refused {
                     warn!(task_type = %task_type, group = %g, "a run's work on a group was dropped: {why}");
                     crate::telemetry::group_refused(task_type);

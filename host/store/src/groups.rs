@@ -14,7 +14,7 @@ use serde::Serialize;
 
 mod entries;
 
-use entries::Report;
+pub(super) use entries::Report;
 pub(super) use entries::decode_report;
 pub use entries::{decode_work, encode_work};
 

@@ -61,7 +61,19 @@ pub struct Keys {
     /// `P:{T}:groups`: ZSET group id → opened ms, of the groups with callbacks of this type that
     /// are not done.
     pub groups: String,
+    /// `P:{T}:graphs`: ZSET graph id → opened ms, of the workflow graphs living in this type that
+    /// are not done.
+    pub graphs: String,
     prefix_tag: String,
+}
+
+/// The keys of one workflow graph, in its home type's slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphKeys {
+    /// `P:{C}:graph:<G>`: HASH, the graph's state and its nodes counted by state.
+    pub graph: String,
+    /// `P:{C}:graph-nodes:<G>`: HASH node index → the node (JSON: name, task, rule, parents, children, state).
+    pub nodes: String,
 }
 
 /// The keys of one workflow group, in its callback type's slot.
@@ -104,6 +116,7 @@ impl Keys {
             member: k("member"),
             progress: k("progress"),
             groups: k("groups"),
+            graphs: k("graphs"),
             prefix_tag: k(""),
         }
     }
@@ -115,6 +128,14 @@ impl Keys {
             group: format!("{}group:{g}", self.prefix_tag),
             pending: format!("{}group-pending:{g}", self.prefix_tag),
             failed: format!("{}group-failed:{g}", self.prefix_tag),
+        }
+    }
+
+    /// The keys of graph `g` living in this type (the graph id comes last).
+    pub fn graph(&self, g: &crate::group::GroupId) -> GraphKeys {
+        GraphKeys {
+            graph: format!("{}graph:{g}", self.prefix_tag),
+            nodes: format!("{}graph-nodes:{g}", self.prefix_tag),
         }
     }
 

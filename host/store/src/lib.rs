@@ -54,6 +54,8 @@
 //! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
 //!   extend, release (the path every task takes); `outbox.rs`: follow-ups moved on exactly once;
 //! - `queues.rs`: stats, due buckets, the types present, dead letters;
+//! - `groups.rs`: workflow groups (a callback once all children ended); `graphs.rs`: workflow graphs
+//!   (each node once all its parents ended, or skipped), both delivered through the outbox;
 //! - `recurring.rs`: recurring tasks (their rules and armed occurrences);
 //! - `progress.rs`: the progress running handlers report, kept with their task until it ends;
 //! - `lookup.rs`: one task by id (`hourglass show`), and run-now / postpone of a scheduled one;
@@ -66,6 +68,7 @@ pub mod target;
 
 mod claims;
 mod conn;
+mod graphs;
 mod groups;
 mod keys;
 mod lookup;
@@ -86,10 +89,11 @@ use anyhow::{Context, Result, bail};
 
 pub use claims::{ClaimLimits, Extended, Rate};
 pub use conn::{ClusterNode, Conn, Trouble, classify, parse_cluster_nodes};
+pub use graphs::{Declared, GraphRefusal, GraphView, MAX_EDGES, MAX_NODES, NodeSpec, NodeView};
 pub use groups::{
     Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal,
 };
-pub use keys::{GroupKeys, KeyPrefix, Keys};
+pub use keys::{GraphKeys, GroupKeys, KeyPrefix, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use nodes::{HolderCount, Message, Node, Presence, Subscription, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};

@@ -97,6 +97,9 @@ pub struct TaskView {
     /// The workflow group it is a child of, `<callback type>/<group id>`, until it ends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The workflow graph it is a node of, `<home type>/<graph id>`, until it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<String>,
     /// The progress its handler last reported, kept across retries until it ends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressView>,
@@ -193,12 +196,20 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
     let died_ms = score(next()?)?;
     let payload_len = opt_int(next()?)?.unwrap_or(0).max(0) as u64;
     let head = opt_bytes(next()?)?;
-    // The mark is "<callback type>\n<group id>\n<join number>": shown as "<callback type>/<group id>".
-    let group = opt_bytes(next()?)?.map(|g| {
-        let text = String::from_utf8_lossy(&g).into_owned();
-        let mut parts = text.splitn(3, '\n');
-        format!("{}/{}", parts.next().unwrap_or_default(), parts.next().unwrap_or_default())
-    });
+    // The mark is "<callback type>\n<group id>\n<join number>": shown as "<callback type>/<group id>";
+    // a graph node's begins with a unit separator (the prelude's graph_node_entry).
+    let (group, graph) = match opt_bytes(next()?)? {
+        None => (None, None),
+        Some(mark) => {
+            let text = String::from_utf8_lossy(&mark).into_owned();
+            let mut parts = text.splitn(3, '\n');
+            let (home, id) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+            match home.strip_prefix('\u{1f}') {
+                Some(home) => (None, Some(format!("{home}/{id}"))),
+                None => (Some(format!("{home}/{id}")), None),
+            }
+        }
+    };
     let progress = opt_bytes(next()?)?.and_then(|p| ProgressView::parse(&p));
     let running = match (lease_until, token_entry) {
         (Some(until), Some(entry)) => Some(parse_lease(&entry, until)?),
@@ -233,6 +244,7 @@ fn parse_show(t: &TaskType, id: &[u8], value: Value) -> Result<TaskView> {
         last_error,
         payload,
         group,
+        graph,
         progress,
     })
 }

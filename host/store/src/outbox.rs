@@ -21,6 +21,8 @@ pub struct OutboxFlush {
     pub kept_existing: Vec<(TaskType, Vec<u8>)>,
     /// Workflow groups opened, completed, or whose work was refused (see [`GroupMoves`]).
     pub groups: GroupMoves,
+    /// Workflow graphs whose last node ended: (home type, graph id).
+    pub graphs_done: Vec<(TaskType, crate::group::GroupId)>,
 }
 impl Store {
     /// Moves every follow-up in `t`'s outbox into its target type's due set
@@ -54,6 +56,16 @@ impl Store {
                         }
                         Err(e) => Some(e),
                     }
+                } else if entry_id.ends_with(super::graphs::NODE) {
+                    match self.deliver_graph_node(entry_id, encoded).await {
+                        Ok(()) => None,
+                        Err(GroupDelivery::Bad(e)) => Some(e),
+                        Err(GroupDelivery::Waits(target, e)) => {
+                            flushed.failed.push((target, e));
+                            continue;
+                        }
+                        Err(GroupDelivery::Outage(e)) => return Err(e),
+                    }
                 } else if entry_id.ends_with(super::groups::WORK) {
                     match self.deliver_work(entry_id, encoded, &mut flushed.groups).await {
                         Ok(()) => None,
@@ -86,10 +98,71 @@ impl Store {
                     .with_context(|| format!("cannot clear the {t} outbox"))?;
                 flushed.moved += 1;
             }
+            // A node's end goes to its graph, a child's to its group.
+            let (graph_reports, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|(_, r)| r.graph);
+            let mut homes: Vec<TaskType> = graph_reports.iter().map(|(_, r)| r.group.callback_type.clone()).collect();
+            homes.dedup();
+            self.deliver_graph_reports(t, graph_reports, &mut flushed).await?;
+            // The nodes those ends released wait in their home type's outbox: schedule them now,
+            // not at that type's next pass.
+            for home in homes.iter().filter(|h| *h != t) {
+                if let Err(e) = self.flush_graph_nodes(home, &mut flushed).await {
+                    // A broken home type's keys hold its nodes back, not this outbox.
+                    if crate::classify(&e) == crate::Trouble::Outage {
+                        return Err(e);
+                    }
+                    flushed.failed.push((home.clone(), e));
+                }
+            }
             self.deliver_reports(t, reports, &mut flushed).await?;
             cursor = next;
             if cursor == 0 {
                 return Ok(flushed);
+            }
+        }
+    }
+
+    /// Schedules the graph nodes waiting in `home`'s outbox (entries ending
+    /// `:node`), as [`Store::flush_outbox`] would, and nothing else. A client
+    /// that declared a graph calls it to start the roots at once.
+    pub async fn flush_graph_nodes(&self, home: &TaskType, flushed: &mut OutboxFlush) -> Result<()> {
+        let k = self.keys(home);
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("HSCAN")
+                .arg(&k.outbox)
+                .arg(cursor)
+                .arg("MATCH")
+                .arg("*:node")
+                .arg("COUNT")
+                .arg(BATCH)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot read the {home} outbox"))?;
+            for pair in flat.chunks_exact(2) {
+                match self.deliver_graph_node(&pair[0], &pair[1]).await {
+                    Ok(()) => {}
+                    Err(GroupDelivery::Bad(e)) => {
+                        tracing::error!(task_type = %home, "dropping a bad outbox entry: {e:#}")
+                    }
+                    Err(GroupDelivery::Waits(target, e)) => {
+                        flushed.failed.push((target, e));
+                        continue;
+                    }
+                    Err(GroupDelivery::Outage(e)) => return Err(e),
+                }
+                let _: i64 = redis::cmd("HDEL")
+                    .arg(&k.outbox)
+                    .arg(&pair[0])
+                    .query_async(&mut conn)
+                    .await
+                    .with_context(|| format!("cannot clear the {home} outbox"))?;
+                flushed.moved += 1;
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(());
             }
         }
     }

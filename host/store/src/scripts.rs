@@ -32,6 +32,8 @@ pub(super) struct Scripts {
     pub(super) group_child: Script,
     pub(super) group_end: Script,
     pub(super) group_reports: Script,
+    pub(super) graph_open: Script,
+    pub(super) graph_reports: Script,
     pub(super) events_open: Script,
     pub(super) progress: Script,
 }
@@ -102,6 +104,8 @@ impl Scripts {
             group_child: script!(prelude, "group_child"),
             group_end: script!(prelude, "group_end"),
             group_reports: script!(prelude, "group_reports"),
+            graph_open: script!(prelude, "graph_open"),
+            graph_reports: script!(prelude, "graph_reports"),
             events_open: script!(prelude, "events_open"),
             progress: script!(prelude, "progress"),
         }

@@ -448,6 +448,22 @@ local function report_ended(member, outbox, entry, id, outcome, membership)
   return true
 end
 
+-- Workflow graphs (graph_open.lua): a node of type T is marked in
+-- `P:{T}:member` like a group's child, with "\31<home type>\n<graph id>\n
+-- <node index>" (the leading unit separator, which no type name has, tells
+-- the host that the report goes to a graph). Its schedule travels in the
+-- home type's outbox as "<len>\n<mark><follow-up>" (the host's
+-- decode_graph_node), due `now_text`, create-only.
+local function graph_node_entry(home, gid, index, node_type, id, payload, now_text)
+  local mark = '\31' .. home .. '\n' .. gid .. '\n' .. index
+  return #mark .. '\n' .. mark .. node_type .. '\n' .. now_text .. '\n' .. #id .. '\n' .. id .. payload
+end
+
+-- A node as the graph's `nodes` hash holds it.
+local function graph_node_json(node)
+  return cjson.encode(node)
+end
+
 -- Completes workflow group `gid` of callback type C (sealed, nothing pending):
 -- schedules its callback due now with a JSON summary as its payload (the
 -- counts, up to 100 failed children, the opener's payload under "payload"),

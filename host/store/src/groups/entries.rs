@@ -9,12 +9,14 @@ use crate::task_type::TaskType;
 
 /// A child's end, as a report entry holds it.
 pub(crate) struct Report {
-    pub(super) group: GroupRef,
+    pub(crate) group: GroupRef,
     pub(super) child_type: String,
     pub(super) id: Vec<u8>,
-    pub(super) outcome: String,
-    /// The join it ended (its group's `added` when it joined).
-    pub(super) number: u64,
+    pub(crate) outcome: String,
+    /// The join it ended (its group's `added` when it joined); a graph node's index.
+    pub(crate) number: u64,
+    /// A graph's node, not a group's child: its mark's type began with the unit separator.
+    pub(crate) graph: bool,
 }
 
 /// The child type is the entry id's first part; the value is
@@ -30,11 +32,24 @@ pub(crate) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
         std::str::from_utf8(part).with_context(|| format!("group report {what} is not text"))
     };
     let outcome = text("outcome")?.to_owned();
-    let callback_type: TaskType = text("callback type")?.parse()?;
+    let home = text("callback type")?;
+    // A graph node's mark names the graph's home type after a unit separator (the prelude's graph_node_entry).
+    let (graph, home) = match home.strip_prefix('\u{1f}') {
+        Some(home) => (true, home),
+        None => (false, home),
+    };
+    let callback_type: TaskType = home.parse()?;
     let id: GroupId = text("group id")?.parse()?;
     let number: u64 = text("join number")?.parse().context("group report join number is not a number")?;
     let child = parts.next().ok_or_else(|| anyhow!("group report has no child id"))?.to_vec();
-    Ok(Report { group: GroupRef { callback_type, id }, child_type: child_type.to_string(), id: child, outcome, number })
+    Ok(Report {
+        group: GroupRef { callback_type, id },
+        child_type: child_type.to_string(),
+        id: child,
+        outcome,
+        number,
+        graph,
+    })
 }
 
 /// Appends `bytes` as `<len>\n<bytes>`.

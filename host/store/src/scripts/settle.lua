@@ -275,7 +275,8 @@ for e, at in ipairs(starts) do
           fields[#fields + 1] = retry_at
         end
         if membership then
-          fields[#fields + 1] = 'group'
+          -- A graph node's mark begins with a unit separator (the prelude's graph_node_entry).
+          fields[#fields + 1] = string.byte(membership, 1) == 31 and 'graph' or 'group'
           fields[#fields + 1] = string.match(membership, '^[^\n]*\n([^\n]*)')
         end
         pending_events[#pending_events + 1] = fields

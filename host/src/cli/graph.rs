@@ -1,0 +1,159 @@
+//! `hourglass graph`: declare a workflow graph (tasks and the tasks they wait for) in one step, and show it.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Subcommand;
+use serde::Deserialize;
+
+use crate::clock::format_ms;
+use crate::group::{FireWhen, GroupId};
+use crate::store::{GraphRefusal, NodeSpec, Store};
+use crate::task_type::TaskType;
+
+/// `hourglass graph ...`.
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Declare a graph from a JSON file (`-`: standard input): every node runs once its parents have ended as its `when` says; refused whole if anything is wrong.
+    Submit {
+        /// The type whose keys hold the graph (a host must serve it: it schedules the nodes).
+        home_type: TaskType,
+        /// The graph id: 1-200 bytes of text, used once within the home type.
+        graph: GroupId,
+        /// `{"nodes": [{"name", "type", "id", "payload", "when", "parents": [names]}]}` (docs/workflows.md).
+        file: PathBuf,
+    },
+    /// Show a graph: its state, and each node's state, parents and the reason for a skip (exit 1 if unknown).
+    Show {
+        /// The graph's home type.
+        home_type: TaskType,
+        /// The graph id.
+        graph: GroupId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A graph file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphFile {
+    /// The nodes, in any order.
+    nodes: Vec<NodeFile>,
+}
+
+/// A node of a graph file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    /// Its name in the graph, which its children's `parents` use.
+    name: String,
+    /// The task type it runs as.
+    #[serde(rename = "type")]
+    task_type: String,
+    /// The task id [default: `<graph id>/<name>`].
+    id: Option<String>,
+    /// The payload: a string as it is, any other JSON value as its JSON text [default: none].
+    payload: Option<serde_json::Value>,
+    /// `all` (default): run once every parent ended, however; `success`: only if all succeeded, else skipped.
+    when: Option<String>,
+    /// The names of the nodes it waits for [default: none, it runs at once].
+    #[serde(default)]
+    parents: Vec<String>,
+}
+
+/// Runs one `hourglass graph` command.
+pub async fn run(store: &Store, cmd: GraphCommand) -> Result<ExitCode> {
+    match cmd {
+        GraphCommand::Submit { home_type, graph, file } => {
+            let name = format!("{home_type}/{graph}");
+            let nodes = read_nodes(&file, &graph).with_context(|| format!("graph {name}"))?;
+            if let Some(v) = store.graph_show(&home_type, &graph).await? {
+                bail!("graph {name} exists ({}): graph ids are used once; nothing was written", v.state);
+            }
+            if let Some((node, why)) = store.graph_ids_in_use(&nodes).await?.into_iter().next() {
+                bail!("graph {name}: node {node:?}: {why}; nothing was written");
+            }
+            let declared =
+                store.graph_open(&home_type, &graph, &nodes).await.map_err(|e| match GraphRefusal::of(&e) {
+                    Some(why) => anyhow!("{why}; nothing was written"),
+                    None => e,
+                })?;
+            // The roots wait in the home type's outbox; schedule them now rather than at a host's next pass
+            // (if this fails, a host serving the home type does it).
+            if let Err(e) = store.flush_graph_nodes(&home_type, &mut Default::default()).await {
+                eprintln!("warning: graph {name}: the roots wait for a host serving {home_type}: {e:#}");
+            }
+            println!(
+                "declared graph {name}: {} nodes, {} edges, {} scheduled now",
+                declared.nodes, declared.edges, declared.roots
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        GraphCommand::Show { home_type, graph, json } => {
+            let Some(v) = store.graph_show(&home_type, &graph).await? else {
+                eprintln!("error: no graph {home_type}/{graph} (never declared, or done more than 7 days ago)");
+                return Ok(ExitCode::FAILURE);
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("graph {home_type}/{graph}: {}", v.state);
+            let counts: Vec<String> = v.counts.iter().map(|(state, n)| format!("{n} {state}")).collect();
+            println!("  nodes     {} ({}), {} edges", v.nodes.len(), counts.join(", "), v.edges);
+            if let Some(at) = v.opened_ms {
+                println!("  opened    {}", format_ms(at));
+            }
+            if let Some(at) = v.completed_ms {
+                println!("  completed {}", format_ms(at));
+            }
+            for n in &v.nodes {
+                let parents =
+                    if n.parents.is_empty() { String::new() } else { format!(" after {}", n.parents.join(", ")) };
+                let waiting =
+                    if n.waiting_for > 0 { format!(", waiting for {}", n.waiting_for) } else { String::new() };
+                let reason = n.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
+                println!(
+                    "  {:<9} {} = {}/{} (when {}){parents}{waiting}{reason}",
+                    n.state, n.name, n.task_type, n.id, n.when
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The nodes of graph file `file` (`-`: standard input), with their types checked.
+fn read_nodes(file: &PathBuf, graph: &GroupId) -> Result<Vec<NodeSpec>> {
+    let text = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("cannot read the graph from standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let parsed: GraphFile =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a graph file", file.display()))?;
+    parsed
+        .nodes
+        .into_iter()
+        .map(|n| {
+            let task_type: TaskType = n.task_type.parse().with_context(|| format!("node {:?}", n.name))?;
+            let when = match n.when.as_deref() {
+                None => FireWhen::AllEnded,
+                Some(w) => w.parse::<FireWhen>().with_context(|| format!("node {:?}", n.name))?,
+            };
+            let payload = match n.payload {
+                None => String::new(),
+                Some(serde_json::Value::String(s)) => s,
+                Some(other) => other.to_string(),
+            };
+            let id = n.id.unwrap_or_else(|| format!("{graph}/{}", n.name));
+            Ok(NodeSpec { name: n.name, task_type, id, payload, when, parents: n.parents })
+        })
+        .collect()
+}

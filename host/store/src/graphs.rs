@@ -1,0 +1,382 @@
+//! Workflow graphs in Redis: declare one whole, deliver its nodes' schedules and ends, and show it.
+//!
+//! A graph lives in its home type's slot (`P:{C}:graph:<G>`, `P:{C}:graph-nodes:<G>`):
+//! every node's state and how many parents it still waits for. Declaring
+//! (`graph_open.lua`) checks the whole graph before writing any of it, then
+//! schedules the roots through C's outbox; a node's end comes back through
+//! its own type's outbox as a report, like a group child's, and
+//! `graph_reports.lua` schedules the children it releases (again through C's
+//! outbox) or skips those whose rule can no longer be met. So every script
+//! touches one slot, and every crossing is an outbox entry delivered once.
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use super::groups::GroupDelivery;
+use super::{BATCH, Store};
+use crate::group::{FireWhen, GroupId};
+use crate::task::FollowUp;
+use crate::task_type::TaskType;
+
+/// How the outbox entry id of a node's schedule ends (graph_open.lua, graph_reports.lua).
+pub(super) const NODE: &[u8] = b":node";
+
+/// Most nodes in one graph: its declaration is one script call, which Redis runs alone.
+pub const MAX_NODES: usize = 10_000;
+/// Most edges (parent links) in one graph.
+pub const MAX_EDGES: usize = 50_000;
+
+/// A node of a graph to declare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeSpec {
+    /// Its name in the graph (what parents name): 1 to 200 bytes of text.
+    pub name: String,
+    /// The task it runs: its type ...
+    #[serde(rename = "type")]
+    pub task_type: TaskType,
+    /// ... and its id there (text).
+    pub id: String,
+    /// The task's payload (text; empty: none).
+    pub payload: String,
+    /// When it runs: once all its parents ended, or only if all succeeded.
+    #[serde(serialize_with = "when_str")]
+    pub when: FireWhen,
+    /// The names of the nodes it waits for.
+    pub parents: Vec<String>,
+}
+
+fn when_str<S: serde::Serializer>(when: &FireWhen, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(when.as_str())
+}
+
+/// What declaring a graph wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    pub nodes: u64,
+    pub edges: u64,
+    /// Nodes without parents, scheduled at once.
+    pub roots: u64,
+}
+
+/// Why a graph was refused (`HGGRAPH`; nothing was written): the text names the culprit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GraphRefusal(pub String);
+
+impl GraphRefusal {
+    /// The refusal that error `e` carries, if it is one.
+    pub fn of(e: &anyhow::Error) -> Option<GraphRefusal> {
+        let redis = e.chain().find_map(|c| c.downcast_ref::<redis::RedisError>())?;
+        (redis.code() == Some("HGGRAPH")).then(|| GraphRefusal(redis.detail().unwrap_or_default().to_owned()))
+    }
+}
+
+/// A node as `hourglass graph show` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeView {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    pub id: String,
+    pub when: String,
+    /// waiting, scheduled, succeeded, dead, cancelled or skipped.
+    pub state: String,
+    /// Why it was skipped (the parent that ended without success).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub parents: Vec<String>,
+    /// Parents it still waits for.
+    pub waiting_for: u64,
+}
+
+/// A graph as `hourglass graph show` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphView {
+    pub home_type: String,
+    pub id: String,
+    /// running or done.
+    pub state: String,
+    pub edges: u64,
+    /// Nodes by state.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    pub opened_ms: Option<i64>,
+    pub completed_ms: Option<i64>,
+    /// Every node, in the order declared.
+    pub nodes: Vec<NodeView>,
+}
+
+/// A node as the `graph-nodes` hash holds it (graph_open.lua).
+#[derive(Deserialize)]
+struct StoredNode {
+    name: String,
+    #[serde(rename = "type")]
+    task_type: String,
+    id: String,
+    when: String,
+    state: String,
+    #[serde(default)]
+    reason: Option<String>,
+    // cjson writes an empty list as `{}`.
+    #[serde(default, deserialize_with = "indexes")]
+    parents: Vec<usize>,
+    left: i64,
+}
+
+fn indexes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<usize>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Array(items) => items.iter().filter_map(|v| v.as_u64()).map(|v| v as usize).collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// A node's schedule, as its outbox entry holds it: `<len>\n<mark>` then the follow-up.
+pub(super) fn decode_node(data: &[u8]) -> Result<(Vec<u8>, FollowUp)> {
+    let nl = data.iter().position(|&b| b == b'\n').ok_or_else(|| anyhow!("graph node entry is truncated"))?;
+    let len: usize = std::str::from_utf8(&data[..nl])?.parse().context("bad length in graph node entry")?;
+    let rest = &data[nl + 1..];
+    if rest.len() < len {
+        bail!("graph node entry is truncated");
+    }
+    let (mark, followup) = rest.split_at(len);
+    // Create-only: a task already waiting or dead under the node's id is not replaced.
+    let f = crate::decode_followup(b":create", followup)?;
+    Ok((mark.to_vec(), f))
+}
+
+impl Store {
+    /// graph_open.lua: declares graph `id` in `home`'s slot, whole or not at all.
+    /// A refusal (a cycle, an unknown parent, a name or task used twice, the
+    /// id in use, past the limits) is a [`GraphRefusal`] in the error chain.
+    pub async fn graph_open(&self, home: &TaskType, id: &GroupId, nodes: &[NodeSpec]) -> Result<Declared> {
+        let k = self.keys(home);
+        let gk = k.graph(id);
+        let spec = serde_json::to_string(nodes)?;
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self
+            .scripts
+            .graph_open
+            .key(&gk.graph)
+            .key(&gk.nodes)
+            .key(&k.graphs)
+            .key(&k.outbox)
+            .key(&k.seq)
+            .key(&k.stats)
+            .arg(id.as_str())
+            .arg(home.as_str())
+            .arg(spec)
+            .arg(MAX_NODES)
+            .arg(MAX_EDGES)
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("graph {home}/{id}"))?;
+        match reply.as_slice() {
+            &[nodes, edges, roots] => Ok(Declared { nodes: nodes as u64, edges: edges as u64, roots: roots as u64 }),
+            _ => bail!("graph {home}/{id}: unexpected reply {reply:?}"),
+        }
+    }
+
+    /// Nodes whose task is already in use: waiting, dead-lettered, or a group's
+    /// or graph's (a node is create-only, so such a node would not run). Read
+    /// before declaring, to refuse the graph whole; an id taken between this
+    /// and the node's turn makes the node end as cancelled.
+    pub async fn graph_ids_in_use(&self, nodes: &[NodeSpec]) -> Result<Vec<(String, String)>> {
+        let mut in_use = Vec::new();
+        let shard = |n: &NodeSpec| self.shard_for(&n.task_type, n.id.as_bytes());
+        let mut sorted: Vec<&NodeSpec> = nodes.iter().collect();
+        sorted.sort_by(|a, b| shard(a).as_str().cmp(shard(b).as_str()));
+        for run in sorted.chunk_by(|a, b| shard(a) == shard(b)) {
+            for batch in run.chunks(BATCH) {
+                let t = shard(batch[0]);
+                let k = self.keys(&t);
+                let mut pipe = redis::pipe();
+                for n in batch {
+                    pipe.zscore(&k.due, &n.id).zscore(&k.dead, &n.id).hexists(&k.member, &n.id);
+                }
+                let mut conn = self.conn.clone();
+                let answers: Vec<redis::Value> =
+                    pipe.query_async(&mut conn).await.with_context(|| format!("cannot look up {t} tasks"))?;
+                for (n, a) in batch.iter().zip(answers.chunks(3)) {
+                    let set = |v: &redis::Value| !matches!(v, redis::Value::Nil | redis::Value::Int(0));
+                    let why = match a {
+                        [due, _, _] if set(due) => "waiting",
+                        [_, dead, _] if set(dead) => "dead-lettered",
+                        [_, _, member] if set(member) => "a workflow group's or graph's already",
+                        _ => continue,
+                    };
+                    in_use.push((n.name.clone(), format!("task {}/{} is {why}", n.task_type, n.id)));
+                }
+            }
+        }
+        Ok(in_use)
+    }
+
+    /// Graph `id` of `home` as it stands, or `None` if there is none (never
+    /// declared, or done more than 7 days ago).
+    pub async fn graph_show(&self, home: &TaskType, id: &GroupId) -> Result<Option<GraphView>> {
+        let gk = self.keys(home).graph(id);
+        let mut conn = self.conn.clone();
+        let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&gk.graph)
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot read graph {home}/{id}"))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let mut stored: Vec<(usize, StoredNode)> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                .arg(&gk.nodes)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(BATCH)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot read the nodes of graph {home}/{id}"))?;
+            for (index, json) in page {
+                let at: usize = index.parse().with_context(|| format!("{}: bad node index {index:?}", gk.nodes))?;
+                let node: StoredNode = serde_json::from_str(&json)
+                    .with_context(|| format!("{}: node {index} is not a graph node", gk.nodes))?;
+                stored.push((at, node));
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        stored.sort_by_key(|(at, _)| *at);
+        let names: std::collections::HashMap<usize, String> =
+            stored.iter().map(|(at, n)| (*at, n.name.clone())).collect();
+        let number = |f: &str| fields.get(f).and_then(|v| v.parse::<i64>().ok());
+        let counts = ["waiting", "scheduled", "succeeded", "dead", "cancelled", "skipped"]
+            .iter()
+            .map(|c| (c.to_string(), number(c).unwrap_or(0).max(0) as u64))
+            .collect();
+        let nodes = stored
+            .into_iter()
+            .map(|(_, n)| NodeView {
+                parents: n.parents.iter().filter_map(|p| names.get(p).cloned()).collect(),
+                waiting_for: if n.state == "waiting" { n.left.max(0) as u64 } else { 0 },
+                name: n.name,
+                task_type: n.task_type,
+                id: n.id,
+                when: n.when,
+                state: n.state,
+                reason: n.reason,
+            })
+            .collect();
+        Ok(Some(GraphView {
+            home_type: home.to_string(),
+            id: id.to_string(),
+            state: fields.get("state").cloned().unwrap_or_default(),
+            edges: number("edges").unwrap_or(0).max(0) as u64,
+            counts,
+            opened_ms: number("opened_ms"),
+            completed_ms: number("completed_ms"),
+            nodes,
+        }))
+    }
+
+    /// Delivers a node's schedule (outbox entry `entry_id`) into its type,
+    /// once (the entry's marker), marked as the graph's node. An id already
+    /// waiting, dead, or another group's child is not scheduled: group_child.lua
+    /// reports the node cancelled, and the graph goes on without it.
+    pub(super) async fn deliver_graph_node(&self, entry_id: &[u8], data: &[u8]) -> Result<(), GroupDelivery> {
+        let (mark, f) = decode_node(data).map_err(GroupDelivery::Bad)?;
+        let t = self.shard_for(&f.task_type, &f.id);
+        let k = self.keys(&t);
+        let mut inv = self.scripts.group_child.prepare_invoke();
+        inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
+        inv.key(k.delivered(entry_id));
+        inv.arg(t.as_str())
+            .arg(&f.id)
+            .arg(f.due_ms)
+            .arg(&f.payload)
+            .arg(if f.payload.is_empty() { "0" } else { "1" })
+            .arg(mark)
+            .arg("create")
+            .arg("1");
+        let mut conn = self.conn.clone();
+        let done: Result<Vec<i64>> =
+            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot schedule a graph node of {t}"));
+        match done {
+            Ok(_) => Ok(()),
+            Err(e) if crate::classify(&e) == crate::Trouble::Outage => Err(GroupDelivery::Outage(e)),
+            Err(e) => Err(GroupDelivery::Waits(f.task_type, e)),
+        }
+    }
+
+    /// Delivers nodes' ends (reports of `t`'s outbox) to their graphs, one
+    /// graph_reports.lua per home type; returns the graphs this finished.
+    pub(super) async fn deliver_graph_reports(
+        &self,
+        t: &TaskType,
+        mut reports: Vec<(Vec<u8>, super::groups::Report)>,
+        flushed: &mut super::OutboxFlush,
+    ) -> Result<()> {
+        reports.sort_by(|a, b| a.1.group.callback_type.as_str().cmp(b.1.group.callback_type.as_str()));
+        let of_one_type = reports.chunk_by(|a, b| a.1.group.callback_type == b.1.group.callback_type);
+        for batch in of_one_type.flat_map(|run| run.chunks(REPORTS_PER_CALL)) {
+            let home = batch[0].1.group.callback_type.clone();
+            let k = self.keys(&home);
+            let mut inv = self.scripts.graph_reports.prepare_invoke();
+            inv.key(&k.graphs).key(&k.stats).key(&k.outbox).key(&k.seq).arg(home.as_str());
+            for (_, r) in batch {
+                let gk = k.graph(&r.group.id);
+                inv.key(&gk.graph).key(&gk.nodes);
+                inv.arg(r.group.id.as_str()).arg(r.number).arg(&r.outcome);
+            }
+            let mut conn = self.conn.clone();
+            let done: Result<Vec<String>> = inv
+                .invoke_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot deliver {} node ends from {t} to their {home} graphs", batch.len()));
+            let done = match done {
+                Ok(done) => done,
+                Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
+                Err(e) => {
+                    flushed.failed.push((home, e));
+                    continue;
+                }
+            };
+            for ((_, r), done) in batch.iter().zip(&done) {
+                if done == "done" {
+                    flushed.graphs_done.push((home.clone(), r.group.id.clone()));
+                }
+            }
+            let ids: Vec<&[u8]> = batch.iter().map(|(id, _)| id.as_slice()).collect();
+            let _: i64 = redis::cmd("HDEL")
+                .arg(&self.keys(t).outbox)
+                .arg(&ids)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot clear the {t} outbox"))?;
+            flushed.moved += batch.len();
+        }
+        Ok(())
+    }
+}
+
+/// Reports delivered per script call (all to one home type).
+const REPORTS_PER_CALL: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_entry_decodes_its_mark_and_schedule() {
+        let mark = "\u{1f}flow\ng-1\n3";
+        let entry = format!("{}\n{mark}ship\n1700\n4\no-17{{\"a\":1}}", mark.len());
+        let (m, f) = decode_node(entry.as_bytes()).unwrap();
+        assert_eq!(m, mark.as_bytes());
+        assert_eq!(
+            (f.task_type.as_str(), f.id.as_slice(), f.payload.as_slice()),
+            ("ship", &b"o-17"[..], &b"{\"a\":1}"[..])
+        );
+        assert_eq!(f.due_ms, 1700);
+        assert!(!f.replace, "a node never replaces a waiting task");
+        assert!(decode_node(b"99\nshort").is_err());
+    }
+}
