@@ -12,7 +12,6 @@
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use super::groups::GroupDelivery;
 use super::{BATCH, Store};
 use crate::group::{FireWhen, GroupId};
 use crate::task::FollowUp;
@@ -278,33 +277,69 @@ impl Store {
         }))
     }
 
-    /// Delivers a node's schedule (outbox entry `entry_id`) into its type,
-    /// once (the entry's marker), marked as the graph's node. An id already
-    /// waiting, dead, or another group's child is not scheduled: group_child.lua
-    /// reports the node cancelled, and the graph goes on without it.
-    pub(super) async fn deliver_graph_node(&self, entry_id: &[u8], data: &[u8]) -> Result<(), GroupDelivery> {
-        let (mark, f) = decode_node(data).map_err(GroupDelivery::Bad)?;
-        let t = self.shard_for(&f.task_type, &f.id);
-        let k = self.keys(&t);
-        let mut inv = self.scripts.group_child.prepare_invoke();
-        inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
-        inv.key(k.delivered(entry_id));
-        inv.arg(t.as_str())
-            .arg(&f.id)
-            .arg(f.due_ms)
-            .arg(&f.payload)
-            .arg(if f.payload.is_empty() { "0" } else { "1" })
-            .arg(mark)
-            .arg("create")
-            .arg("1");
-        let mut conn = self.conn.clone();
-        let done: Result<Vec<i64>> =
-            inv.invoke_async(&mut conn).await.with_context(|| format!("cannot schedule a graph node of {t}"));
-        match done {
-            Ok(_) => Ok(()),
-            Err(e) if crate::classify(&e) == crate::Trouble::Outage => Err(GroupDelivery::Outage(e)),
-            Err(e) => Err(GroupDelivery::Waits(f.task_type, e)),
+    /// Delivers nodes' schedules (entries of `home`'s outbox: id, value) into
+    /// their types, each once (its entry's marker), marked as its graph's
+    /// node: one group_child.lua per shard and [`NODES_PER_CALL`], then one
+    /// HDEL of the delivered entries. An id already waiting, dead, or another
+    /// group's child is not scheduled: group_child.lua reports the node
+    /// cancelled, and the graph goes on without it. Entries whose type's keys
+    /// are broken wait in the outbox.
+    pub(super) async fn deliver_graph_nodes(
+        &self,
+        home: &TaskType,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        flushed: &mut super::OutboxFlush,
+    ) -> Result<()> {
+        let mut done: Vec<Vec<u8>> = Vec::new();
+        let mut nodes = Vec::new();
+        for (entry_id, data) in entries {
+            match decode_node(&data) {
+                Ok((mark, f)) => nodes.push((self.shard_for(&f.task_type, &f.id), entry_id, mark, f)),
+                Err(e) => {
+                    // It can never be delivered: logged and dropped, to keep the outbox moving.
+                    tracing::error!(task_type = %home, "dropping a bad outbox entry: {e:#}");
+                    done.push(entry_id);
+                }
+            }
         }
+        nodes.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        let mut conn = self.conn.clone();
+        for batch in nodes.chunk_by(|a, b| a.0 == b.0).flat_map(|run| run.chunks(NODES_PER_CALL)) {
+            let t = &batch[0].0;
+            let k = self.keys(t);
+            let mut inv = self.scripts.group_child.prepare_invoke();
+            inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
+            inv.arg(t.as_str());
+            for (_, entry_id, mark, f) in batch {
+                inv.key(k.delivered(entry_id));
+                inv.arg(&f.id)
+                    .arg(f.due_ms)
+                    .arg(&f.payload)
+                    .arg(if f.payload.is_empty() { "0" } else { "1" })
+                    .arg(mark)
+                    .arg("create")
+                    .arg("1");
+            }
+            let scheduled: Result<Vec<i64>> = inv
+                .invoke_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot schedule {} graph nodes of {t}", batch.len()));
+            match scheduled {
+                Ok(_) => done.extend(batch.iter().map(|(_, entry_id, _, _)| entry_id.clone())),
+                Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
+                Err(e) => flushed.failed.push((batch[0].3.task_type.clone(), e)),
+            }
+        }
+        for ids in done.chunks(BATCH) {
+            let _: i64 = redis::cmd("HDEL")
+                .arg(&self.keys(home).outbox)
+                .arg(ids)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot clear the {home} outbox"))?;
+            flushed.moved += ids.len();
+        }
+        Ok(())
     }
 
     /// Delivers nodes' ends (reports of `t`'s outbox) to their graphs, one
@@ -360,6 +395,9 @@ impl Store {
 
 /// Reports delivered per script call (all to one home type).
 const REPORTS_PER_CALL: usize = 256;
+
+/// Nodes scheduled per script call (all in one shard of one type).
+const NODES_PER_CALL: usize = 256;
 
 #[cfg(test)]
 mod tests {

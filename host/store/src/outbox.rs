@@ -43,8 +43,10 @@ impl Store {
                 .query_async(&mut conn)
                 .await
                 .with_context(|| format!("cannot read the {t} outbox"))?;
-            // Children's ends are delivered together after the page, a batch per callback type.
+            // Children's ends are delivered together after the page, a batch per callback type;
+            // graph nodes' schedules too, a batch per type.
             let mut reports = Vec::new();
+            let mut nodes = Vec::new();
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
                 // What can never be delivered (corrupt) is logged and dropped, to keep the outbox moving.
@@ -57,15 +59,8 @@ impl Store {
                         Err(e) => Some(e),
                     }
                 } else if entry_id.ends_with(super::graphs::NODE) {
-                    match self.deliver_graph_node(entry_id, encoded).await {
-                        Ok(()) => None,
-                        Err(GroupDelivery::Bad(e)) => Some(e),
-                        Err(GroupDelivery::Waits(target, e)) => {
-                            flushed.failed.push((target, e));
-                            continue;
-                        }
-                        Err(GroupDelivery::Outage(e)) => return Err(e),
-                    }
+                    nodes.push((entry_id.clone(), encoded.clone()));
+                    continue;
                 } else if entry_id.ends_with(super::groups::WORK) {
                     match self.deliver_work(entry_id, encoded, &mut flushed.groups).await {
                         Ok(()) => None,
@@ -98,6 +93,7 @@ impl Store {
                     .with_context(|| format!("cannot clear the {t} outbox"))?;
                 flushed.moved += 1;
             }
+            self.deliver_graph_nodes(t, nodes, &mut flushed).await?;
             // A node's end goes to its graph, a child's to its group.
             let (graph_reports, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|(_, r)| r.graph);
             let mut homes: Vec<TaskType> = graph_reports.iter().map(|(_, r)| r.group.callback_type.clone()).collect();
@@ -140,26 +136,8 @@ impl Store {
                 .query_async(&mut conn)
                 .await
                 .with_context(|| format!("cannot read the {home} outbox"))?;
-            for pair in flat.chunks_exact(2) {
-                match self.deliver_graph_node(&pair[0], &pair[1]).await {
-                    Ok(()) => {}
-                    Err(GroupDelivery::Bad(e)) => {
-                        tracing::error!(task_type = %home, "dropping a bad outbox entry: {e:#}")
-                    }
-                    Err(GroupDelivery::Waits(target, e)) => {
-                        flushed.failed.push((target, e));
-                        continue;
-                    }
-                    Err(GroupDelivery::Outage(e)) => return Err(e),
-                }
-                let _: i64 = redis::cmd("HDEL")
-                    .arg(&k.outbox)
-                    .arg(&pair[0])
-                    .query_async(&mut conn)
-                    .await
-                    .with_context(|| format!("cannot clear the {home} outbox"))?;
-                flushed.moved += 1;
-            }
+            let page = flat.chunks_exact(2).map(|pair| (pair[0].clone(), pair[1].clone())).collect();
+            self.deliver_graph_nodes(home, page, flushed).await?;
             cursor = next;
             if cursor == 0 {
                 return Ok(());
