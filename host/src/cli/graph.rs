@@ -21,6 +21,7 @@ pub enum GraphCommand {
         /// The type whose keys hold the graph (a host must serve it: it schedules the nodes).
         home_type: TaskType,
         /// The graph id: 1-200 bytes of text, used once within the home type.
+        #[arg(value_parser = parse_graph_id)]
         graph: GroupId,
         /// `{"nodes": [{"name", "type", "id", "payload", "when", "parents": [names]}]}` (docs/workflows.md).
         file: PathBuf,
@@ -30,11 +31,19 @@ pub enum GraphCommand {
         /// The graph's home type.
         home_type: TaskType,
         /// The graph id.
+        #[arg(value_parser = parse_graph_id)]
         graph: GroupId,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A graph id has a group id's rules (text in key names); the error says graph.
+fn parse_graph_id(s: &str) -> Result<GroupId, String> {
+    s.parse::<GroupId>().map_err(|_| {
+        format!("invalid graph id {s:?}: it must be 1 to {} bytes of text without control characters", GroupId::MAX_LEN)
+    })
 }
 
 /// A graph file.

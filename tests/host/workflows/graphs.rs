@@ -171,6 +171,22 @@ fn the_cli_declares_a_graph_refuses_a_taken_id_and_hosts_run_it_to_the_end() {
         ]}"#,
     )
     .unwrap();
+    // Bad input: one line naming the culprit, exit 1, nothing written.
+    let bad_file = dir.path().join("bad.json");
+    std::fs::write(&bad_file, r#"{"nodes": [{"name": "a", "type": "work", "colour": "red"}]}"#).unwrap();
+    let bad_type = dir.path().join("bad-type.json");
+    std::fs::write(&bad_type, r#"{"nodes": [{"name": "a", "type": "no spaces"}]}"#).unwrap();
+    for (args, says) in [
+        (vec!["graph", "submit", "flow", "", file.to_str().unwrap()], "invalid graph id \"\""),
+        (vec!["graph", "submit", "flow", "g7", bad_file.to_str().unwrap()], "unknown field `colour`"),
+        (vec!["graph", "submit", "flow", "g7", bad_type.to_str().unwrap()], "node \"a\""),
+        (vec!["graph", "submit", "flow", "g7", "/no/such/file.json"], "cannot read /no/such/file.json"),
+    ] {
+        let out = hourglass_on(&server, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    }
     // A node whose task is already waiting is refused before anything is written.
     let mut c = server.client();
     let () = c.zadd(key("work", "due"), "g7/a", 4_102_444_800_000i64).unwrap();
