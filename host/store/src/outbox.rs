@@ -97,11 +97,12 @@ impl Store {
             // A node's end goes to its graph, a child's to its group.
             let (graph_reports, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|(_, r)| r.graph);
             let mut homes: Vec<TaskType> = graph_reports.iter().map(|(_, r)| r.group.callback_type.clone()).collect();
+            homes.sort_by(|a, b| a.as_str().cmp(b.as_str()));
             homes.dedup();
             self.deliver_graph_reports(t, graph_reports, &mut flushed).await?;
-            // The nodes those ends released wait in their home type's outbox: schedule them now,
-            // not at that type's next pass.
-            for home in homes.iter().filter(|h| *h != t) {
+            // The nodes those ends released wait in their home type's outbox (this one too, when
+            // nodes and graph share a type): schedule them now, not at that type's next pass.
+            for home in &homes {
                 if let Err(e) = self.flush_graph_nodes(home, &mut flushed).await {
                     // A broken home type's keys hold its nodes back, not this outbox.
                     if crate::classify(&e) == crate::Trouble::Outage {

@@ -118,6 +118,25 @@ async fn each_node_runs_once_after_all_its_parents_and_a_failure_skips_what_need
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn nodes_of_the_graph_s_own_type_are_released_in_the_pass_that_delivers_their_parents_end() {
+    let server = RedisServer::start();
+    let s = store(&server).await;
+    let mut nodes = vec![node("a", FireWhen::AllEnded, &[]), node("b", FireWhen::AllEnded, &["a"])];
+    for n in &mut nodes {
+        n.task_type = ty("flow");
+    }
+    s.graph_open(&ty("flow"), &gid("own"), &nodes).await.unwrap();
+    s.flush_outbox(&ty("flow")).await.unwrap();
+    let a = claim_all(&s, "flow").await;
+    assert_eq!(a.len(), 1);
+    s.settle(&ty("flow"), &[ack(&a[0], vec![])], None).await.unwrap();
+    // One pass: a's end reaches the graph, and b, released, is scheduled at once.
+    s.flush_outbox(&ty("flow")).await.unwrap();
+    let b = claim_all(&s, "flow").await;
+    assert_eq!(b.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![b"g1.b".to_vec()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_bad_graph_is_refused_whole_naming_the_culprit_and_nothing_is_written() {
     let server = RedisServer::start();
     let mut c = server.client();
