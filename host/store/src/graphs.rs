@@ -306,20 +306,9 @@ impl Store {
         let mut conn = self.conn.clone();
         for batch in nodes.chunk_by(|a, b| a.0 == b.0).flat_map(|run| run.chunks(NODES_PER_CALL)) {
             let t = &batch[0].0;
-            let k = self.keys(t);
-            let mut inv = self.scripts.group_child.prepare_invoke();
-            inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
-            inv.arg(t.as_str());
-            for (_, entry_id, mark, f) in batch {
-                inv.key(k.delivered(entry_id));
-                inv.arg(&f.id)
-                    .arg(f.due_ms)
-                    .arg(&f.payload)
-                    .arg(if f.payload.is_empty() { "0" } else { "1" })
-                    .arg(mark)
-                    .arg("create")
-                    .arg("1");
-            }
+            // Each once (its entry's marker), create-only (decode_node).
+            let inv = self
+                .group_child_call(t, batch.iter().map(|(_, entry_id, mark, f)| (Some(&entry_id[..]), f, mark.clone())));
             let scheduled: Result<Vec<i64>> = inv
                 .invoke_async(&mut conn)
                 .await

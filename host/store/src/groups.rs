@@ -339,20 +339,10 @@ impl Store {
         let of_one_shard = children.chunk_by(|a, b| shard(a) == shard(b));
         for batch in of_one_shard.flat_map(|run| run.chunks(CHILDREN_PER_CALL)) {
             let t = &shard(&batch[0]);
-            let k = self.keys(t);
-            let mut inv = self.scripts.group_child.prepare_invoke();
-            inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
-            inv.arg(t.as_str());
-            for (number, f, marker) in batch {
-                marker_key(&mut inv, &k, marker.as_deref());
-                inv.arg(&f.id)
-                    .arg(f.due_ms)
-                    .arg(&f.payload)
-                    .arg(if f.payload.is_empty() { "0" } else { "1" })
-                    .arg(format!("{}\n{number}", g.membership()))
-                    .arg(mode(f.replace))
-                    .arg(if marker.is_some() { "1" } else { "0" });
-            }
+            let marked = batch.iter().map(|(number, f, marker)| {
+                (marker.as_deref(), *f, format!("{}\n{number}", g.membership()).into_bytes())
+            });
+            let inv = self.group_child_call(t, marked);
             let mut conn = self.conn.clone();
             let done: Result<Vec<i64>> = inv
                 .invoke_async(&mut conn)
@@ -367,6 +357,31 @@ impl Store {
             }
         }
         Ok(results)
+    }
+
+    /// The group_child.lua call that schedules `children` in shard `t`, each
+    /// (its entry's marker, when it must run once; the task; its mark in
+    /// `member`): a group's child or a graph's node.
+    pub(super) fn group_child_call<'a, 'c>(
+        &'a self,
+        t: &TaskType,
+        children: impl IntoIterator<Item = (Option<&'c [u8]>, &'c FollowUp, Vec<u8>)>,
+    ) -> redis::ScriptInvocation<'a> {
+        let k = self.keys(t);
+        let mut inv = self.scripts.group_child.prepare_invoke();
+        inv.key(&k.due).key(&k.payload).key(&k.member).key(&k.dead).key(&k.outbox).key(&k.seq);
+        inv.arg(t.as_str());
+        for (marker, f, mark) in children {
+            marker_key(&mut inv, &k, marker);
+            inv.arg(&f.id)
+                .arg(f.due_ms)
+                .arg(&f.payload)
+                .arg(if f.payload.is_empty() { "0" } else { "1" })
+                .arg(mark)
+                .arg(mode(f.replace))
+                .arg(if marker.is_some() { "1" } else { "0" });
+        }
+        inv
     }
 
     /// group_end.lua: seals `g` (once per `marker` when given). Returns
