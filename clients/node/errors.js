@@ -43,6 +43,13 @@ class GroupClosed extends GroupRefused {
 class GroupConflict extends GroupRefused {
   static code = "HG_GROUP_CONFLICT";
 }
+/**
+ * A workflow graph refused whole (HGGRAPH, or an id check before it): a cycle, an unknown parent, a
+ * name or task used twice, a task in use, a graph id used before. Nothing was written.
+ */
+class GraphRefused extends HourglassError {
+  static code = "HG_GRAPH_REFUSED";
+}
 /** waitUntilFinished: the type (or shard) has no events stream, so no end could ever be seen. */
 class NoEvents extends HourglassError {
   static code = "HG_NO_EVENTS";
@@ -68,6 +75,8 @@ function fromReply(err) {
     if (why.includes("no children can be added")) return new GroupClosed(why);
     return new GroupConflict(why);
   }
+  const graph = text.indexOf("HGGRAPH ");
+  if (graph >= 0) return new GraphRefused(text.slice(graph + 8).trim());
   return err;
 }
 
@@ -81,6 +90,7 @@ module.exports = {
   NoSuchGroup,
   GroupClosed,
   GroupConflict,
+  GraphRefused,
   NoEvents,
   WaitTimeout,
   UnknownTask,

@@ -66,6 +66,8 @@ export interface TaskView {
   payload: Buffer | null;
   /** `<callback type>/<group id>` of a workflow group's child. */
   group: string | null;
+  /** `<home type>/<graph id>` of a workflow graph's node, until it ends. */
+  graph: string | null;
   shard: number | null;
   /** What its handler last reported (the `progress` import), kept across retries until it ends. */
   progress: Progress | null;
@@ -97,6 +99,11 @@ export interface Stats {
   groupsOpen: number;
   groupsCompleted: number;
   groupsFailed: number;
+  /** Workflow graphs of this home type not done yet; declared, done, and done with a node that did not succeed. */
+  graphsRunning: number;
+  graphsOpened: number;
+  graphsCompleted: number;
+  graphsFailed: number;
   fault: string | null;
   /** null: not paused; 0: until resumed; else ms left until the pause ends. */
   pausedMs: number | null;
@@ -147,6 +154,72 @@ export interface GroupView {
   fired: Fired | null;
 }
 
+/** A node of a workflow graph to declare: a task that runs once its parents have ended as `when` says. */
+export interface GraphNode {
+  /** Its name in the graph, which its children's `parents` use: 1 to 200 bytes of text. */
+  name: string;
+  taskType: string;
+  /** The task id (default `<graph id>/<name>`). */
+  id?: string;
+  /** Text as it is; anything else JSON-able as its JSON text. */
+  payload?: Payload;
+  /** "all" (default): once every parent ended, however; "success": only if all succeeded, else skipped. */
+  when?: "all" | "success";
+  /** Names of the nodes it waits for (default none: it runs at once). */
+  parents?: string[];
+}
+
+/** What graphSubmit declared. */
+export interface Declared {
+  nodes: number;
+  edges: number;
+  /** Nodes without parents, scheduled at once. */
+  roots: number;
+}
+
+export type NodeState = "waiting" | "scheduled" | "succeeded" | "dead" | "cancelled" | "skipped";
+
+export interface NodeView {
+  name: string;
+  taskType: string;
+  id: string;
+  when: "all" | "success";
+  state: NodeState;
+  parents: string[];
+  /** Parents it still waits for (while waiting). */
+  waitingFor: number;
+  /** Why it was skipped: `parent <name> dead|cancelled|skipped`. */
+  reason: string | null;
+}
+
+export interface GraphView {
+  homeType: string;
+  graph: string;
+  state: "running" | "done";
+  edges: number;
+  counts: Record<NodeState, number>;
+  openedMs: number | null;
+  completedMs: number | null;
+  /** When it was cancelled (graphCancel), if it was. */
+  cancelledMs: number | null;
+  /** Every node, in the order declared. */
+  nodes: NodeView[];
+}
+
+/** What graphCancel did. */
+export interface GraphCancelled {
+  /** The graph was done already: nothing changed. */
+  wasDone: boolean;
+  /** Waiting nodes skipped ("graph cancelled"). */
+  skipped: number;
+  /** Scheduled nodes whose tasks were removed before they ran. */
+  removed: number;
+  /** Scheduled nodes running: their hosts were asked to stop them. */
+  stopping: number;
+  /** Scheduled nodes that had ended already. */
+  ended: number;
+}
+
 export type Outcome = "succeeded" | "dead" | "cancelled";
 
 /** How a task ended (waitUntilFinished). */
@@ -190,6 +263,11 @@ export class Hourglass {
   groupAdd(callbackType: string, group: string, children: Child[]): Promise<Added>;
   groupSeal(callbackType: string, group: string): Promise<Sealed>;
   groupShow(callbackType: string, group: string): Promise<GroupView | null>;
+  /** Declares a graph whole (GraphRefused, nothing written, if anything is wrong) and schedules its roots. */
+  graphSubmit(homeType: string, graph: string, nodes: GraphNode[]): Promise<Declared>;
+  graphShow(homeType: string, graph: string): Promise<GraphView | null>;
+  /** Skips what waits, cancels the nodes scheduled; null when there is no such graph. */
+  graphCancel(homeType: string, graph: string): Promise<GraphCancelled | null>;
 }
 
 export function shardTags(taskType: string, n: number): readonly string[];
@@ -208,6 +286,7 @@ export type ErrorCode =
   | "HG_INVALID_ARGUMENT"
   | "HG_DATA_FAULT"
   | GroupRefusedCode
+  | "HG_GRAPH_REFUSED"
   | "HG_NO_EVENTS"
   | "HG_WAIT_TIMEOUT"
   | "HG_UNKNOWN_TASK";
@@ -243,6 +322,9 @@ export class GroupClosed extends GroupRefused {
 }
 export class GroupConflict extends GroupRefused {
   readonly code: "HG_GROUP_CONFLICT";
+}
+export class GraphRefused extends HourglassError {
+  readonly code: "HG_GRAPH_REFUSED";
 }
 export class NoEvents extends HourglassError {
   readonly code: "HG_NO_EVENTS";

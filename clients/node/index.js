@@ -1,5 +1,5 @@
 // Hourglass from Node: schedule, postpone, cancel and inspect delayed tasks, pause types and build
-// workflow groups; each call is one of the host's own Lua scripts (scripts/, copied from the host).
+// workflow groups and graphs; each call is one of the host's own Lua scripts (scripts/, copied from the host).
 "use strict";
 
 const fs = require("fs");
@@ -9,6 +9,7 @@ const checks = require("./args");
 const { shardTags, shardOf } = require("./shards");
 const { scheduleMany } = require("./bulk");
 const { waitUntilFinished } = require("./wait");
+const graphs = require("./graphs");
 
 const { InvalidArgument, fromReply } = errors;
 const { taskType, describe, rawId, checkOptions, textId, payloadOf, nowMs, msOf, dueMs, modeOf } = checks;
@@ -20,6 +21,8 @@ const SCRIPTS = ["schedule", "reschedule", "cancel", "show", "pause", "resume", 
   "group_join",
   "group_child",
   "group_end",
+  "graph_open",
+  "graph_cancel",
 ]);
 
 function load(name) {
@@ -232,9 +235,12 @@ class Hourglass {
     else if (dueAt !== null) state = dueAt <= num(now) ? "due" : "scheduled";
     else if (diedAt !== null) state = "dead";
     let groupName = null;
+    let graphName = null;
     if (group !== null) {
-      const [callbackType, groupId] = text(group).split("\n");
-      groupName = `${callbackType}/${groupId}`;
+      // A graph's node is marked "\x1f<home>\n<graph>\n<node>", a group's child "<callback type>\n<group>\n<n>".
+      const [home, id] = text(group).split("\n");
+      if (home.startsWith("\x1f")) graphName = `${home.slice(1)}/${id}`;
+      else groupName = `${home}/${id}`;
     }
     return {
       taskType: q,
@@ -249,6 +255,7 @@ class Hourglass {
       payloadSize: num(size) || 0,
       payload: head,
       group: groupName,
+      graph: graphName,
       shard: null,
       progress: progressOf(reported),
     };
@@ -275,11 +282,12 @@ class Hourglass {
   /** Queue sizes and counters of type `t`, summed over its shards. */
   async stats(t) {
     const suffixes = ["due", "leases", "dead", "stats", "payload", "tokens", "attempts", "errors", "seq", "outbox"].concat([
-      "events", "recur", "throttle", "paused", "cancels", "claims", "claimed", "groups", "member",
+      "events", "recur", "throttle", "paused", "cancels", "claims", "claimed", "groups", "member", "graphs",
     ]);
     const total = {
       dueNow: 0, scheduledLater: 0, inFlight: 0, dead: 0, succeeded: 0, failed: 0, retried: 0, deadTotal: 0,
-      cancelled: 0, oldestDueAgeMs: 0, groupsOpen: 0, groupsCompleted: 0, groupsFailed: 0, fault: null, pausedMs: null,
+      cancelled: 0, oldestDueAgeMs: 0, groupsOpen: 0, groupsCompleted: 0, groupsFailed: 0,
+      graphsRunning: 0, graphsOpened: 0, graphsCompleted: 0, graphsFailed: 0, fault: null, pausedMs: null,
     };
     for (const q of this.shardsOf(taskType(t))) {
       const r = await this.run("stats", suffixes.map((s) => this.key(q, s)), []);
@@ -299,6 +307,10 @@ class Hourglass {
       total.groupsOpen += n[12];
       total.groupsCompleted += n[13];
       total.groupsFailed += n[14];
+      total.graphsRunning += n[15];
+      total.graphsOpened += n[16];
+      total.graphsCompleted += n[17];
+      total.graphsFailed += n[18];
     }
     return total;
   }
@@ -419,6 +431,33 @@ class Hourglass {
       completedMs: f.completed_ms === undefined ? null : num(f.completed_ms),
       fired: f.fired === undefined ? null : f.fired,
     };
+  }
+
+  /**
+   * Declares workflow graph `graph` in `homeType` (a host must serve it) and schedules its roots: each
+   * node ({ name, taskType, id?, payload?, when?, parents? }) runs once its parents have ended as its
+   * `when` says ("all", default, or "success": else it is skipped). Refused whole, nothing written
+   * (GraphRefused, naming the culprit), for a cycle, an unknown parent, a name or task used twice, a
+   * task already waiting, dead or another workflow's, or a graph id used before. Resolves to
+   * { nodes, edges, roots }.
+   */
+  async graphSubmit(homeType, graph, nodes) {
+    return graphs.graphSubmit(this, homeType, graph, nodes);
+  }
+
+  /** The graph as it is now (each node's state, parents and skip reason), or null (never declared, or done more than 7 days ago). */
+  async graphShow(homeType, graph) {
+    return graphs.graphShow(this, homeType, graph);
+  }
+
+  /**
+   * Cancels a graph: every node still waiting is skipped at once ("graph cancelled"), and each node
+   * scheduled is cancelled as cancel() does (removed, or stopped by its host); the graph is done once
+   * those ends come back. Resolves to { wasDone, skipped, removed, stopping, ended }, or null when
+   * there is no such graph.
+   */
+  async graphCancel(homeType, graph) {
+    return graphs.graphCancel(this, homeType, graph);
   }
 }
 

@@ -25,6 +25,8 @@
 //! | `hourglass_tasks_scheduled` | gauge: due later (sampled from Redis) | type |
 //! | `hourglass_oldest_due_age_seconds` | gauge: how long the oldest due task has waited (sampled) | type |
 //! | `hourglass_groups_open` | gauge: workflow groups with callbacks of the type not done yet (sampled) | type |
+//! | `hourglass_graphs_running` | gauge: workflow graphs of the home type not done yet (sampled) | type |
+//! | `hourglass_graphs_opened_total`, `_completed_total`, `_failed_total` | counters: graphs declared, done, done with a node that did not succeed, Redis-wide (sampled) | type |
 //! | `hourglass_plugin_loads_total` | counter | plugin |
 //! | `hourglass_plugin_reload_failures_total` | counter | plugin |
 //! | `hourglass_plugin_info` | gauge: 1 for the loaded version, 0 for replaced ones | plugin, hash |
@@ -104,6 +106,23 @@ fn describe() {
     describe_gauge!(
         "hourglass_groups_open",
         "Workflow groups whose callback is of this type and that are not done yet, Redis-wide (sampled)."
+    );
+    describe_gauge!(
+        "hourglass_graphs_running",
+        "Workflow graphs of this home type that are not done yet, Redis-wide (sampled)."
+    );
+    describe_counter!(
+        "hourglass_graphs_opened_total",
+        "Workflow graphs declared with this home type, by any client, Redis-wide (sampled from Redis's \
+         counter: every host reports the same value)."
+    );
+    describe_counter!(
+        "hourglass_graphs_completed_total",
+        "Workflow graphs of this home type done (every node ended or skipped), Redis-wide (sampled)."
+    );
+    describe_counter!(
+        "hourglass_graphs_failed_total",
+        "Workflow graphs of this home type done with a node dead, cancelled or skipped, Redis-wide (sampled)."
     );
     describe_gauge!(
         "hourglass_oldest_due_age_seconds",
@@ -342,6 +361,17 @@ pub fn group_opened(callback_type: &TaskType) {
 pub fn group_completed(callback_type: &TaskType, fired: &'static str) {
     handle();
     counter!("hourglass_groups_completed_total", "type" => callback_type.to_string(), "callback" => fired).increment(1);
+}
+
+/// The workflow graphs of home type `t`, Redis-wide, as sampled from its stats.
+pub fn graphs(t: &TaskType, running: u64, opened: u64, completed: u64, failed: u64) {
+    handle();
+    let ty = t.to_string();
+    gauge!("hourglass_graphs_running", "type" => ty.clone()).set(running as f64);
+    // Redis keeps these counters; each sample mirrors them (absolute), as every host does.
+    counter!("hourglass_graphs_opened_total", "type" => ty.clone()).absolute(opened);
+    counter!("hourglass_graphs_completed_total", "type" => ty.clone()).absolute(completed);
+    counter!("hourglass_graphs_failed_total", "type" => ty).absolute(failed);
 }
 
 /// A workflow graph of home type `home` finished: its last node ended.

@@ -4,6 +4,7 @@
 
 mod agree;
 mod clients;
+mod graph_clients;
 mod graphs;
 mod hosts;
 

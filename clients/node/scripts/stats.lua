@@ -2,11 +2,13 @@
 --
 -- KEYS: 1 due, 2 leases, 3 dead, 4 stats, 5 payload, 6 tokens, 7 attempts, 8 errors, 9 seq, 10 outbox, 11 events,
 --       12 recur, 13 throttle, 14 paused, 15 cancels, 16 claims, 17 claimed (2 and 6: per-task leases of older hosts),
---       18 groups (workflow groups with callbacks of this type, not done), 19 member (workflow marks)
+--       18 groups (workflow groups with callbacks of this type, not done), 19 member (workflow marks),
+--       20 graphs (workflow graphs of this home type, not done)
 -- ARGV: none
 -- Returns: { due_now, due_total, in_flight, dead, succeeded, failed, retried, dead_total, fault | false,
 --            paused: false | 0 (until resumed) | ms until the pause ends, cancelled,
---            oldest_due_age_ms, groups_open, groups_completed, groups_failed } where in_flight counts the tasks leased (under
+--            oldest_due_age_ms, groups_open, groups_completed, groups_failed,
+--            graphs_running, graphs_opened, graphs_completed, graphs_failed } where in_flight counts the tasks leased (under
 --          claims, and per task by older hosts) and oldest_due_age_ms is now minus the lowest due
 --          score when that is in the past (0 otherwise: nothing due yet), and
 --          fault names every key holding the wrong type or a counter that
@@ -19,7 +21,7 @@ local expected = {
   { KEYS[1], 'zset' }, { KEYS[2], 'zset' }, { KEYS[3], 'zset' }, { KEYS[4], 'hash' }, { KEYS[5], 'hash' },
   { KEYS[6], 'hash' }, { KEYS[7], 'hash' }, { KEYS[8], 'hash' }, { KEYS[9], 'string' }, { KEYS[10], 'hash' },
   { KEYS[11], 'stream' }, { KEYS[12], 'hash' }, { KEYS[13], 'hash' }, { KEYS[14], 'string' }, { KEYS[15], 'hash' },
-  { KEYS[16], 'zset' }, { KEYS[17], 'hash' }, { KEYS[18], 'zset' }, { KEYS[19], 'hash' },
+  { KEYS[16], 'zset' }, { KEYS[17], 'hash' }, { KEYS[18], 'zset' }, { KEYS[19], 'hash' }, { KEYS[20], 'zset' },
 }
 local faults = {}
 local sound = {}
@@ -41,15 +43,16 @@ if sound[17] then
   end
 end
 
-local counters = { 0, 0, 0, 0, 0, 0, 0 }
+local counters = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 if sound[4] then
-  local names = { 'succeeded', 'failed', 'retried', 'dead', 'cancelled', 'groups_completed', 'groups_failed' }
+  local names = { 'succeeded', 'failed', 'retried', 'dead', 'cancelled', 'groups_completed', 'groups_failed',
+    'graphs_opened', 'graphs_completed', 'graphs_failed' }
   local bad = check_counters(KEYS[4], names)
   if bad then
     faults[#faults + 1] = string.sub(bad['err'], 9)
   else
     local c = redis.call('HMGET', KEYS[4], unpack(names))
-    for i = 1, 7 do counters[i] = tonumber(c[i]) or 0 end
+    for i = 1, #names do counters[i] = tonumber(c[i]) or 0 end
   end
 end
 
@@ -85,4 +88,5 @@ return {
   string.format('%d', oldest_age),
   count(18, 'ZCARD'),
   counters[6], counters[7],
+  count(20, 'ZCARD'), counters[8], counters[9], counters[10],
 }

@@ -70,6 +70,12 @@ test("scheduleMany, schedule, show and a group on a Cluster", { timeout: 60000 }
   assert.equal(await client.schedule("hot", "k-1", { delayMs: 5, mode: "if-absent" }), false);
   await client.groupOpen("ship", "g", { callbackId: "cb" });
   assert.deepEqual(await client.groupSeal("ship", "g"), { state: "completed", fired: "callback" });
+  // A graph over three types and a sharded one: its lookups are pipelined per slot, its roots delivered per shard.
+  const nodes = Array.from({ length: 40 }, (_, i) => ({ name: `r${i}`, taskType: ["hot", "cold", "mail"][i % 3] }));
+  nodes.push({ name: "end", taskType: "cold", parents: nodes.map((n) => n.name) });
+  assert.deepEqual(await client.graphSubmit("flow", "g", nodes), { nodes: 41, edges: 40, roots: 40 });
+  assert.equal((await client.show("hot", "g/r3")).graph, "flow/g");
+  assert.equal((await client.graphShow("flow", "g")).counts.scheduled, 40);
 });
 
 test("waitUntilFinished on a Cluster reads the shard's stream on a duplicated connection", { timeout: 60000 }, async () => {

@@ -83,6 +83,7 @@ test("a fresh app installs the tarball and runs the README's blocks as written; 
   const quick = await run(process.execPath, ["quick.js"], { cwd: app, env, timeout: 60000 });
   const said = ["scheduled 5000", 'due {"order":42}', "{ state: 'scheduled', holder: '', groupTold: false }", "waiting 5000"];
   said.push("{ state: 'sealed', fired: null }", 'HG_GROUP_CLOSED group "o-17" is sealed');
+  said.push("[ 'reserve scheduled', 'charge scheduled', 'ship waiting' ]");
   for (const line of said) {
     assert.ok(quick.stdout.includes(line), `${line} not in:\n${quick.stdout}`);
   }

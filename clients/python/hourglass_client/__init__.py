@@ -1,5 +1,5 @@
 """Hourglass from Python: schedule (one by one or in bulk), wait for, postpone, cancel and inspect delayed
-tasks, pause types and build workflow groups, each step one of the host's own Lua scripts (see README.md).
+tasks, pause types and build workflow groups and graphs, each step one of the host's own Lua scripts (see README.md).
 Every time is in milliseconds (``*_ms``), or a ``datetime`` / ``timedelta`` under the name without ``_ms``."""
 
 from ._args import Id, Mode, Payload, When, due_ms, now_ms, task_type
@@ -7,6 +7,7 @@ from .client import AsyncHourglass, Hourglass
 from .errors import (
     DataFault,
     GroupClosed,
+    GraphRefused,
     GroupConflict,
     GroupRefused,
     HourglassError,
@@ -23,13 +24,20 @@ from .results import (
     Cancelled,
     CancelState,
     Child,
+    Declared,
     Ended,
     Fired,
+    GraphCancelled,
+    GraphState,
+    GraphView,
     GroupState,
     GroupView,
     Lease,
     NewTask,
     NewTaskLike,
+    Node,
+    NodeState,
+    NodeView,
     Outcome,
     Progress,
     Sealed,
@@ -50,8 +58,13 @@ __all__ = [
     "Cancelled",
     "Child",
     "DataFault",
+    "Declared",
     "Ended",
     "Fired",
+    "GraphCancelled",
+    "GraphRefused",
+    "GraphState",
+    "GraphView",
     "GroupClosed",
     "GroupConflict",
     "GroupRefused",
@@ -68,6 +81,9 @@ __all__ = [
     "NewTask",
     "NewTaskLike",
     "NoEvents",
+    "Node",
+    "NodeState",
+    "NodeView",
     "NoSuchGroup",
     "Outcome",
     "Payload",

@@ -34,7 +34,7 @@ T = TypeVar("T")
 #: Children per script call, as the host sends them (its CHILDREN_PER_CALL).
 CHILDREN_PER_CALL = 256
 SCRIPTS: Tuple[str, ...] = ("schedule", "reschedule", "cancel", "show", "pause", "resume", "stats")
-SCRIPTS += ("group_join", "group_child", "group_end")
+SCRIPTS += ("group_join", "group_child", "group_end", "graph_open", "graph_cancel")
 
 
 class Script(NamedTuple):
@@ -251,10 +251,14 @@ class Core:
             state = TaskState.DUE if due <= int(now) else TaskState.SCHEDULED
         else:
             state = TaskState.DEAD if died is not None else TaskState.UNKNOWN
-        group_ref = None
+        group_ref = graph_ref = None
         if group is not None:
-            callback_type, _, rest = text(group).partition("\n")
-            group_ref = f"{callback_type}/{rest.partition(chr(10))[0]}"
+            home, _, rest = text(group).partition("\n")
+            # A graph's node is marked "\x1f<home>\n<graph>\n<node>", a group's child "<callback type>\n<group>\n<n>".
+            if home.startswith("\x1f"):
+                graph_ref = f"{home[1:]}/{rest.partition(chr(10))[0]}"
+            else:
+                group_ref = f"{home}/{rest.partition(chr(10))[0]}"
         return TaskView(
             task_type=q,
             id=raw,
@@ -268,6 +272,7 @@ class Core:
             payload_size=int(size or 0),
             payload=bytes(head) if head is not None else None,
             group=group_ref,
+            graph=graph_ref,
             progress=_progress(reported),
         )
 
@@ -291,7 +296,7 @@ class Core:
     def _stats_steps(self, t: str) -> Steps[Stats]:
         total = Stats()
         suffixes: Tuple[str, ...] = ("due", "leases", "dead", "stats", "payload", "tokens", "attempts", "errors", "seq", "outbox")
-        suffixes += ("events", "recur", "throttle", "paused", "cancels", "claims", "claimed", "groups", "member")
+        suffixes += ("events", "recur", "throttle", "paused", "cancels", "claims", "claimed", "groups", "member", "graphs")
         for q in self._shards_of(_args.task_type(t)):
             r = yield Script("stats", [self.key(q, s) for s in suffixes], [])
             n = [int(v) if v is not None else 0 for v in r[:8]]
@@ -312,6 +317,10 @@ class Core:
             total.groups_open += int(r[12] or 0)
             total.groups_completed += int(r[13] or 0)
             total.groups_failed += int(r[14] or 0)
+            total.graphs_running += int(r[15] or 0)
+            total.graphs_opened += int(r[16] or 0)
+            total.graphs_completed += int(r[17] or 0)
+            total.graphs_failed += int(r[18] or 0)
         return total
 
     # -- workflow groups --------------------------------------------------

@@ -13,16 +13,17 @@ import redis.asyncio
 from . import _args, _wire
 from ._args import Id, Mode, Payload, When
 from ._bulk import schedule_many_steps
-from ._core import Batch, Cmd, Core, Script, Steps
+from ._core import Batch, Cmd, Script, Steps
+from ._graphs import GraphSteps
 from ._wait import wait_steps
 from .errors import InvalidArgument, from_reply
-from .results import Added, Cancelled, Child, Ended, GroupView, NewTaskLike, Sealed, Stats, TaskView
+from .results import Added, Cancelled, Child, Declared, Ended, GraphCancelled, GraphView, GroupView, NewTaskLike, Node, Sealed, Stats, TaskView
 
 T = TypeVar("T")
 _ASYNC_CLIENTS = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
 
 
-class Hourglass(Core):
+class Hourglass(GraphSteps):
     """Schedules, waits for and inspects Hourglass tasks through the host's own scripts.
 
     ``client`` is a ``redis.Redis`` or ``redis.RedisCluster`` (made without ``decode_responses``);
@@ -163,6 +164,23 @@ class Hourglass(Core):
         """The group as it is now, or None (never opened, or done more than 7 days ago)."""
         return self._drive(self._group_show_steps(callback_type, group))
 
+    def graph_submit(self, home_type: str, graph: str, nodes: Iterable[Node]) -> Declared:
+        """Declares workflow graph ``graph`` in ``home_type`` (a host must serve it) and schedules its roots:
+        each node runs once its parents have ended as its ``when`` says. Refused whole, nothing written
+        (:class:`GraphRefused`, naming the culprit), for a cycle, an unknown parent, a name or task used
+        twice, a task already waiting, dead or another workflow's, or a graph id used before."""
+        return self._drive(self._graph_submit_steps(home_type, graph, nodes))
+
+    def graph_show(self, home_type: str, graph: str) -> Optional[GraphView]:
+        """The graph as it is now, or None (never declared, or done more than 7 days ago)."""
+        return self._drive(self._graph_show_steps(home_type, graph))
+
+    def graph_cancel(self, home_type: str, graph: str) -> Optional[GraphCancelled]:
+        """Cancels a graph: every node still waiting is skipped at once ("graph cancelled"), and each
+        node scheduled is cancelled as :meth:`cancel` does (removed, or stopped by its host); the graph
+        is done once those ends come back. None when there is no such graph."""
+        return self._drive(self._graph_cancel_steps(home_type, graph))
+
     # -- the driver ---------------------------------------------------------
 
     def _drive(self, steps: Steps[T]) -> T:
@@ -205,7 +223,7 @@ class Hourglass(Core):
         return replies
 
 
-class AsyncHourglass(Core):
+class AsyncHourglass(GraphSteps):
     """:class:`Hourglass` for asyncio: the same calls, awaited, on a ``redis.asyncio.Redis`` or
     ``redis.asyncio.RedisCluster``."""
 
@@ -304,6 +322,18 @@ class AsyncHourglass(Core):
     async def group_show(self, callback_type: str, group: str) -> Optional[GroupView]:
         """:meth:`Hourglass.group_show`, awaited."""
         return await self._drive(self._group_show_steps(callback_type, group))
+
+    async def graph_submit(self, home_type: str, graph: str, nodes: Iterable[Node]) -> Declared:
+        """:meth:`Hourglass.graph_submit`, awaited."""
+        return await self._drive(self._graph_submit_steps(home_type, graph, nodes))
+
+    async def graph_show(self, home_type: str, graph: str) -> Optional[GraphView]:
+        """:meth:`Hourglass.graph_show`, awaited."""
+        return await self._drive(self._graph_show_steps(home_type, graph))
+
+    async def graph_cancel(self, home_type: str, graph: str) -> Optional[GraphCancelled]:
+        """:meth:`Hourglass.graph_cancel`, awaited."""
+        return await self._drive(self._graph_cancel_steps(home_type, graph))
 
     # -- the driver ---------------------------------------------------------
 

@@ -63,6 +63,13 @@ class GroupConflict(GroupRefused):
     code = "HG_GROUP_CONFLICT"
 
 
+class GraphRefused(HourglassError):
+    """A workflow graph refused whole (``HGGRAPH``, or an id check before it): a cycle, an unknown
+    parent, a name or task used twice, a task in use, a graph id used before. Nothing was written."""
+
+    code = "HG_GRAPH_REFUSED"
+
+
 class NoEvents(HourglassError):
     """:meth:`~hourglass_client.Hourglass.wait` on a type that has no events stream (``events = true`` is not set for it)."""
 
@@ -85,7 +92,7 @@ def from_reply(err: Exception) -> Exception:
     """The typed error for a script's error reply, or ``err`` itself when it is none of ours."""
     text = str(err)
     # redis-py keeps the reply's first word as part of the message.
-    for code, make in (("HGFAULT ", DataFault), ("HGGROUP ", _group_refusal)):
+    for code, make in (("HGFAULT ", DataFault), ("HGGROUP ", _group_refusal), ("HGGRAPH ", GraphRefused)):
         at = text.find(code)
         if at >= 0:
             return make(text[at + len(code):].strip())

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._args import Id, Mode, Payload
+from ._args import Id, Mode, Payload, When
 
 
 class _StrEnum(str, Enum):
@@ -132,6 +132,8 @@ class TaskView:
     payload: Optional[bytes] = None
     #: ``<callback type>/<group id>`` of a workflow group's child, until it ends.
     group: Optional[str] = None
+    #: ``<home type>/<graph id>`` of a workflow graph's node, until it ends.
+    graph: Optional[str] = None
     #: Of a sharded type, the index of its shard.
     shard: Optional[int] = None
     #: What its handler last reported (the ``progress`` import), until it ends.
@@ -155,6 +157,11 @@ class Stats:
     groups_open: int = 0
     groups_completed: int = 0
     groups_failed: int = 0
+    #: Workflow graphs of this home type not done yet; declared, done, and done with a node that did not succeed.
+    graphs_running: int = 0
+    graphs_opened: int = 0
+    graphs_completed: int = 0
+    graphs_failed: int = 0
     #: What is wrong with the type's keys, with the fix; None when they are sound.
     fault: Optional[str] = None
     #: None when not paused; 0 when paused until resumed; else ms until the pause ends.
@@ -210,6 +217,105 @@ class GroupView:
     completed_ms: Optional[int] = None
     #: What completing did, once done.
     fired: Optional[Fired] = None
+
+
+class GraphState(_StrEnum):
+    """Where a workflow graph is (:attr:`GraphView.state`)."""
+
+    RUNNING = "running"
+    DONE = "done"
+
+
+class NodeState(_StrEnum):
+    """Where a graph's node is (:attr:`NodeView.state`)."""
+
+    #: Waits for parents.
+    WAITING = "waiting"
+    #: Its task was scheduled (it may be running); not ended yet.
+    SCHEDULED = "scheduled"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    #: Never ran: it needs all its parents to succeed and one did not (see :attr:`NodeView.reason`).
+    SKIPPED = "skipped"
+
+
+@dataclass
+class Node:
+    """A node of a workflow graph to declare (:meth:`~hourglass_client.Hourglass.graph_submit`): a task
+    that runs once its parents (names of other nodes) have ended as ``when`` says."""
+
+    #: Its name in the graph, which its children's ``parents`` use: 1 to 200 bytes of text.
+    name: str
+    task_type: str
+    #: The task id (text); default ``<graph id>/<name>``.
+    id: Optional[str] = None
+    #: Text (UTF-8) as it is; anything else JSON-able is written as its JSON text.
+    payload: Payload = None
+    #: ``all``: run once every parent ended, however; ``success``: only if all succeeded, else skipped.
+    when: When = "all"
+    parents: Sequence[str] = ()
+
+
+@dataclass
+class Declared:
+    """What :meth:`~hourglass_client.Hourglass.graph_submit` declared."""
+
+    nodes: int
+    edges: int
+    #: Nodes without parents, scheduled at once.
+    roots: int
+
+
+@dataclass
+class GraphCancelled:
+    """What :meth:`~hourglass_client.Hourglass.graph_cancel` did."""
+
+    #: The graph was done already: nothing changed.
+    was_done: bool = False
+    #: Waiting nodes skipped, with the reason "graph cancelled".
+    skipped: int = 0
+    #: Scheduled nodes whose tasks were removed before they ran.
+    removed: int = 0
+    #: Scheduled nodes running: their hosts were asked to stop them.
+    stopping: int = 0
+    #: Scheduled nodes that had ended already (they count as they ended).
+    ended: int = 0
+
+
+@dataclass
+class NodeView:
+    """A graph's node as it is now."""
+
+    name: str
+    task_type: str
+    id: str
+    #: ``all`` or ``success``.
+    when: str
+    state: NodeState
+    parents: List[str]
+    #: Parents it still waits for (while waiting).
+    waiting_for: int = 0
+    #: Why it was skipped: ``parent <name> dead|cancelled|skipped``.
+    reason: Optional[str] = None
+
+
+@dataclass
+class GraphView:
+    """A workflow graph as it is now (``hourglass graph show``)."""
+
+    home_type: str
+    graph: str
+    state: GraphState
+    edges: int
+    #: Nodes by state (every :class:`NodeState` word).
+    counts: Dict[str, int]
+    opened_ms: Optional[int]
+    completed_ms: Optional[int]
+    #: Every node, in the order declared.
+    nodes: List[NodeView]
+    #: When it was cancelled, if it was.
+    cancelled_ms: Optional[int] = None
 
 
 @dataclass

@@ -42,6 +42,16 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(self.hg.show("hot", "t-1").task_type, self.hg.shard_for("hot", "t-1"))
         self.assertEqual(self.r.hget("hourglass:{cold}:payload", "t-0"), b"0")
 
+    def test_a_graph_over_several_slots(self):
+        # Its lookups go through a cluster pipeline, its roots are delivered per shard.
+        nodes = [hg.Node(f"r{i}", ("hot", "cold", "mail")[i % 3]) for i in range(40)]
+        nodes.append(hg.Node("end", "cold", parents=[n.name for n in nodes]))
+        self.assertEqual(self.hg.graph_submit("flow", "g", nodes), hg.Declared(41, 40, 40))
+        self.assertEqual(self.hg.show("hot", "g/r3").graph, "flow/g")
+        shown = self.hg.graph_show("flow", "g")
+        assert shown is not None
+        self.assertEqual(shown.counts["scheduled"], 40)
+
     def test_wait_reads_the_stream_and_finds_a_groups_callback(self):
         self.r.xadd("hourglass:{job}:events", {"id": "none", "outcome": "succeeded", "attempt": 1})
         self.hg.group_open("job", "g", callback_id="cb")

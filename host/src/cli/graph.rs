@@ -1,10 +1,10 @@
-//! `hourglass graph`: declare a workflow graph (tasks and the tasks they wait for) in one step, and show it.
+//! `hourglass graph`: declare a workflow graph (tasks and the tasks they wait for) in one step, show it, cancel it.
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use clap::Subcommand;
 use serde::Deserialize;
 
@@ -25,6 +25,14 @@ pub enum GraphCommand {
         graph: GroupId,
         /// `{"nodes": [{"name", "type", "id", "payload", "when", "parents": [names]}]}` (docs/workflows.md).
         file: PathBuf,
+    },
+    /// Cancel a graph: its waiting nodes are skipped at once, its scheduled nodes' tasks cancelled (removed, or stopped by their hosts); exit 1 if unknown.
+    Cancel {
+        /// The graph's home type.
+        home_type: TaskType,
+        /// The graph id.
+        #[arg(value_parser = parse_graph_id)]
+        graph: GroupId,
     },
     /// Show a graph: its state, and each node's state, parents and the reason for a skip (exit 1 if unknown).
     Show {
@@ -80,26 +88,30 @@ pub async fn run(store: &Store, cmd: GraphCommand) -> Result<ExitCode> {
         GraphCommand::Submit { home_type, graph, file } => {
             let name = format!("{home_type}/{graph}");
             let nodes = read_nodes(&file, &graph).with_context(|| format!("graph {name}"))?;
-            if let Some(v) = store.graph_show(&home_type, &graph).await? {
-                bail!("graph {name} exists ({}): graph ids are used once; nothing was written", v.state);
-            }
-            if let Some((node, why)) = store.graph_ids_in_use(&nodes).await?.into_iter().next() {
-                bail!("graph {name}: node {node:?}: {why}; nothing was written");
-            }
             let declared =
-                store.graph_open(&home_type, &graph, &nodes).await.map_err(|e| match GraphRefusal::of(&e) {
+                store.graph_submit(&home_type, &graph, &nodes).await.map_err(|e| match GraphRefusal::of(&e) {
                     Some(why) => anyhow!("{why}; nothing was written"),
                     None => e,
                 })?;
-            // The roots wait in the home type's outbox; schedule them now rather than at a host's next pass
-            // (if this fails, a host serving the home type does it).
-            if let Err(e) = store.flush_graph_nodes(&home_type, &mut Default::default()).await {
-                eprintln!("warning: graph {name}: the roots wait for a host serving {home_type}: {e:#}");
-            }
             println!(
                 "declared graph {name}: {} nodes, {} edges, {} scheduled now",
                 declared.nodes, declared.edges, declared.roots
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        GraphCommand::Cancel { home_type, graph } => {
+            let Some(done) = store.graph_cancel(&home_type, &graph).await? else {
+                eprintln!("error: no graph {home_type}/{graph} (never declared, or done more than 7 days ago)");
+                return Ok(ExitCode::FAILURE);
+            };
+            if done.was_done {
+                println!("graph {home_type}/{graph} is done already: nothing to cancel");
+            } else {
+                println!(
+                    "cancelled graph {home_type}/{graph}: {} waiting nodes skipped; of the nodes scheduled, {} removed before they ran, {} running asked to stop, {} ended already",
+                    done.skipped, done.removed, done.stopping, done.ended
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         GraphCommand::Show { home_type, graph, json } => {
@@ -116,6 +128,9 @@ pub async fn run(store: &Store, cmd: GraphCommand) -> Result<ExitCode> {
             println!("  nodes     {} ({}), {} edges", v.nodes.len(), counts.join(", "), v.edges);
             if let Some(at) = v.opened_ms {
                 println!("  opened    {}", format_ms(at));
+            }
+            if let Some(at) = v.cancelled_ms {
+                println!("  cancelled {}", format_ms(at));
             }
             if let Some(at) = v.completed_ms {
                 println!("  completed {}", format_ms(at));

@@ -192,6 +192,13 @@ fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
             s.groups_open, s.groups_completed, s.groups_failed
         )?;
     }
+    for (t, s) in rows.iter().filter(|(_, s)| s.graphs_running + s.graphs_opened > 0) {
+        writeln!(
+            out,
+            "GRAPHS {t}: {} running, {} done ({} with a node that did not succeed), {} declared; hourglass graph show {t} <graph>",
+            s.graphs_running, s.graphs_completed, s.graphs_failed, s.graphs_opened
+        )?;
+    }
     for (t, s) in rows {
         match s.paused {
             Some(crate::store::Paused::UntilResumed) => {

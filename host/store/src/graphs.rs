@@ -65,9 +65,27 @@ pub struct GraphRefusal(pub String);
 impl GraphRefusal {
     /// The refusal that error `e` carries, if it is one.
     pub fn of(e: &anyhow::Error) -> Option<GraphRefusal> {
+        if let Some(own) = e.chain().find_map(|c| c.downcast_ref::<GraphRefusal>()) {
+            return Some(own.clone());
+        }
         let redis = e.chain().find_map(|c| c.downcast_ref::<redis::RedisError>())?;
         (redis.code() == Some("HGGRAPH")).then(|| GraphRefusal(redis.detail().unwrap_or_default().to_owned()))
     }
+}
+
+/// What cancelling a graph did ([`Store::graph_cancel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct GraphCancelled {
+    /// The graph was done already: nothing changed.
+    pub was_done: bool,
+    /// Waiting nodes skipped, with the reason "graph cancelled".
+    pub skipped: u64,
+    /// Scheduled nodes whose tasks were removed before they ran (they end as cancelled).
+    pub removed: u64,
+    /// Scheduled nodes running now: their hosts were asked to stop them (they end as cancelled, or as they ended first).
+    pub stopping: u64,
+    /// Scheduled nodes that had ended already: they count as they ended.
+    pub ended: u64,
 }
 
 /// A node as `hourglass graph show` shows it.
@@ -100,6 +118,9 @@ pub struct GraphView {
     pub counts: std::collections::BTreeMap<String, u64>,
     pub opened_ms: Option<i64>,
     pub completed_ms: Option<i64>,
+    /// When it was cancelled (`hourglass graph cancel`), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled_ms: Option<i64>,
     /// Every node, in the order declared.
     pub nodes: Vec<NodeView>,
 }
@@ -174,6 +195,34 @@ impl Store {
         }
     }
 
+    /// Declares graph `id` of `home` as a client does, whole or not at all:
+    /// refused (a [`GraphRefusal`] in the error chain, nothing written) when
+    /// the graph id was used or a node's task is in use ([`Store::graph_ids_in_use`]),
+    /// or by graph_open.lua; then schedules the roots at once rather than at
+    /// a host's next pass (if that fails, a host serving `home` does it).
+    pub async fn graph_submit(&self, home: &TaskType, id: &GroupId, nodes: &[NodeSpec]) -> Result<Declared> {
+        let gk = self.keys(home).graph(id);
+        let mut conn = self.conn.clone();
+        let state: Option<String> = redis::cmd("HGET")
+            .arg(&gk.graph)
+            .arg("state")
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot read graph {home}/{id}"))?;
+        if let Some(state) = state {
+            let why = format!("graph {home}/{id} exists ({state}): graph ids are used once");
+            return Err(anyhow::Error::new(GraphRefusal(why)));
+        }
+        if let Some((node, why)) = self.graph_ids_in_use(nodes).await?.into_iter().next() {
+            return Err(anyhow::Error::new(GraphRefusal(format!("graph {home}/{id}: node {node:?}: {why}"))));
+        }
+        let declared = self.graph_open(home, id, nodes).await?;
+        if let Err(e) = self.flush_graph_nodes(home, &mut Default::default()).await {
+            tracing::warn!(task_type = %home, "graph {id}: the roots wait for a host serving {home}: {e:#}");
+        }
+        Ok(declared)
+    }
+
     /// Nodes whose task is already in use: waiting, dead-lettered, or a group's
     /// or graph's (a node is create-only, so such a node would not run). Read
     /// before declaring, to refuse the graph whole; an id taken between this
@@ -207,6 +256,67 @@ impl Store {
             }
         }
         Ok(in_use)
+    }
+
+    /// Cancels graph `id` of `home`: graph_cancel.lua skips every waiting
+    /// node in one step (so none is scheduled afterwards), then the nodes
+    /// on their way in the outbox are delivered, and each scheduled node's
+    /// task is cancelled like any task (removed if waiting, stopped by its
+    /// host if running). Their ends come back as usual, and the graph is
+    /// done with the last. `None`: no such graph.
+    pub async fn graph_cancel(&self, home: &TaskType, id: &GroupId) -> Result<Option<GraphCancelled>> {
+        let k = self.keys(home);
+        let gk = k.graph(id);
+        let mut conn = self.conn.clone();
+        let reply: Result<Vec<redis::Value>> = self
+            .scripts
+            .graph_cancel
+            .key(&gk.graph)
+            .key(&gk.nodes)
+            .key(&k.graphs)
+            .key(&k.stats)
+            .arg(id.as_str())
+            .arg(home.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("graph {home}/{id}"));
+        let reply = match reply {
+            Err(e) if GraphRefusal::of(&e).is_some() => return Ok(None),
+            r => r?,
+        };
+        let mut values = reply.into_iter();
+        let skipped: i64 = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil))
+            .with_context(|| format!("graph {home}/{id}: unexpected reply to a cancel"))?;
+        if skipped < 0 {
+            return Ok(Some(GraphCancelled { was_done: true, ..Default::default() }));
+        }
+        let mut done = GraphCancelled { skipped: skipped as u64, ..Default::default() };
+        let rest: Vec<String> = values.map(redis::from_redis_value).collect::<Result<_, _>>()?;
+        // Nodes scheduled but still in the outbox become tasks first, so cancelling finds them.
+        self.flush_graph_nodes(home, &mut Default::default()).await?;
+        for pair in rest.chunks_exact(2) {
+            let t: TaskType = pair[0].parse().with_context(|| format!("graph {home}/{id}: a node's type"))?;
+            match self.cancel(&t, pair[1].as_bytes()).await? {
+                super::Cancelled::Scheduled => done.removed += 1,
+                super::Cancelled::Running { .. } => done.stopping += 1,
+                super::Cancelled::Unknown => done.ended += 1,
+            }
+        }
+        Ok(Some(done))
+    }
+
+    /// The graphs of home type `home` not done yet, oldest first (at most `limit`): id and when opened (ms).
+    pub async fn graphs_running(&self, home: &TaskType, limit: usize) -> Result<Vec<(String, i64)>> {
+        let mut conn = self.conn.clone();
+        let rows: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&self.keys(home).graphs)
+            .arg(0)
+            .arg(limit.saturating_sub(1) as i64)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot list the {home} graphs"))?;
+        Ok(rows.into_iter().map(|(g, at)| (g, at as i64)).collect())
     }
 
     /// Graph `id` of `home` as it stands, or `None` if there is none (never
@@ -273,6 +383,7 @@ impl Store {
             counts,
             opened_ms: number("opened_ms"),
             completed_ms: number("completed_ms"),
+            cancelled_ms: number("cancelled_ms"),
             nodes,
         }))
     }

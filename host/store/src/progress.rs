@@ -28,6 +28,19 @@ pub struct GroupProgress {
     pub reporting: u64,
 }
 
+/// How far a workflow graph's nodes have got, all together: each ended or
+/// skipped node counts as done, each scheduled one as far as it last
+/// reported, each waiting one as not started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GraphProgress {
+    /// 0 to 100.
+    pub percent: f64,
+    /// Scheduled nodes read for it (at most 1,000: past that, the rest count as not started).
+    pub scheduled_read: u64,
+    /// Of those, how many have reported progress.
+    pub reporting: u64,
+}
+
 /// One run's latest progress report, to be stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgressReport {
@@ -139,6 +152,32 @@ impl Store {
             .await
             .with_context(|| format!("cannot read the progress of {} {t} tasks", ids.len()))?;
         array(value)?.into_iter().map(|v| Ok(opt_bytes(v)?.and_then(|b| ProgressView::parse(&b)))).collect()
+    }
+
+    /// The progress of graph `view`: its ended and skipped nodes count 100
+    /// each, its scheduled ones what they last reported (the first 1,000,
+    /// one HMGET per node type), its waiting ones 0.
+    pub async fn graph_progress(&self, view: &super::GraphView) -> Result<GraphProgress> {
+        let mut by_type: BTreeMap<TaskType, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut read = 0u64;
+        for n in view.nodes.iter().filter(|n| n.state == "scheduled").take(GROUP_PENDING_READ as usize) {
+            let Ok(t) = n.task_type.parse::<TaskType>() else { continue };
+            by_type.entry(self.shard_for(&t, n.id.as_bytes())).or_default().push(n.id.as_bytes().to_vec());
+            read += 1;
+        }
+        let (mut sum, mut reporting) = (0u64, 0u64);
+        for (t, ids) in &by_type {
+            for p in self.progress_of(t, ids).await?.into_iter().flatten() {
+                sum += u64::from(p.percent);
+                reporting += 1;
+            }
+        }
+        let ended = view.nodes.iter().filter(|n| !matches!(n.state.as_str(), "waiting" | "scheduled")).count() as u64;
+        let percent = match view.nodes.len() as u64 {
+            0 => 0.0,
+            all => ((ended * 100 + sum) as f64 / all as f64).min(100.0),
+        };
+        Ok(GraphProgress { percent, scheduled_read: read, reporting })
     }
 
     /// The progress of group `g` (as `view` read it): its ended children

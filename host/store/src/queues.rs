@@ -38,6 +38,14 @@ pub struct TypeStats {
     pub groups_completed: u64,
     /// Counter: of those, completed without their callback (`--when success` and a child failed).
     pub groups_failed: u64,
+    /// Workflow graphs of this home type that are not done yet.
+    pub graphs_running: u64,
+    /// Counter: graphs declared with this home type.
+    pub graphs_opened: u64,
+    /// Counter: those graphs done (every node ended or skipped).
+    pub graphs_completed: u64,
+    /// Counter: of those, done with a node that did not succeed (dead, cancelled or skipped).
+    pub graphs_failed: u64,
     /// What is wrong with the type's keys (a key of the wrong type, a counter
     /// that is not a number), with the fix; `None` when they are sound.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +71,10 @@ impl TypeStats {
             (&mut self.groups_open, other.groups_open),
             (&mut self.groups_completed, other.groups_completed),
             (&mut self.groups_failed, other.groups_failed),
+            (&mut self.graphs_running, other.graphs_running),
+            (&mut self.graphs_opened, other.graphs_opened),
+            (&mut self.graphs_completed, other.graphs_completed),
+            (&mut self.graphs_failed, other.graphs_failed),
         ] {
             *sum += n;
         }
@@ -142,10 +154,11 @@ impl Store {
             .key(&k.claimed)
             .key(&k.groups)
             .key(&k.member)
+            .key(&k.graphs)
             .invoke_async(&mut conn)
             .await
             .with_context(|| format!("cannot read the stats of {t}"))?;
-        if v.len() != 15 {
+        if v.len() != 19 {
             bail!("unexpected stats reply for {t}");
         }
         let mut v = v.into_iter();
@@ -167,6 +180,8 @@ impl Store {
         let cancelled = n(&mut v)?;
         let oldest_due_age_ms = n(&mut v)?;
         let (groups_open, groups_completed, groups_failed) = (n(&mut v)?, n(&mut v)?, n(&mut v)?);
+        let (graphs_running, graphs_opened) = (n(&mut v)?, n(&mut v)?);
+        let (graphs_completed, graphs_failed) = (n(&mut v)?, n(&mut v)?);
         Ok(TypeStats {
             due_now,
             scheduled_later: due_total.saturating_sub(due_now),
@@ -180,6 +195,10 @@ impl Store {
             groups_open,
             groups_completed,
             groups_failed,
+            graphs_running,
+            graphs_opened,
+            graphs_completed,
+            graphs_failed,
             fault,
             paused,
             cancelled,

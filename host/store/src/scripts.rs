@@ -34,6 +34,7 @@ pub(super) struct Scripts {
     pub(super) group_reports: Script,
     pub(super) graph_open: Script,
     pub(super) graph_reports: Script,
+    pub(super) graph_cancel: Script,
     pub(super) events_open: Script,
     pub(super) progress: Script,
 }
@@ -106,6 +107,7 @@ impl Scripts {
             group_reports: script!(prelude, "group_reports"),
             graph_open: script!(prelude, "graph_open"),
             graph_reports: script!(prelude, "graph_reports"),
+            graph_cancel: script!(prelude, "graph_cancel"),
             events_open: script!(prelude, "events_open"),
             progress: script!(prelude, "progress"),
         }

@@ -1,4 +1,4 @@
-//! Every workflow graph step (declaring one, a node's end delivered from the outbox) with each of its keys broken fails cleanly and goes on once the key is fixed.
+//! Every workflow graph step (declaring one, a node's end delivered from the outbox, cancelling one) with each of its keys broken fails cleanly and goes on once the key is fixed.
 
 use super::{Bad, KINDS, limits, plant, snapshot};
 use crate::support::{RedisServer, ack, key, ty};
@@ -6,7 +6,7 @@ use hourglass::group::{FireWhen, GroupId};
 use hourglass::store::{NodeSpec, Store};
 use redis::Commands;
 
-/// graph_open.lua and graph_reports.lua: a wrong-typed key, a counter that is
+/// graph_open.lua, graph_reports.lua and graph_cancel.lua: a wrong-typed key, a counter that is
 /// not a number or a node that is not JSON fails the step with an error naming
 /// the key and the fix, writes nothing, and the same step goes on once it is fixed.
 #[tokio::test(flavor = "multi_thread")]
@@ -15,6 +15,7 @@ async fn a_broken_key_fails_every_graph_step_cleanly() {
     enum Step {
         Declare,
         Report,
+        Cancel,
     }
     let server = RedisServer::start();
     let mut c = server.client();
@@ -34,15 +35,19 @@ async fn a_broken_key_fails_every_graph_step_cleanly() {
     let plan: Vec<(Step, &str, Bad)> = [
         (Step::Declare, vec![("fl:stats", "graphs_opened")]),
         (Step::Report, vec![("fl:graph:g", "scheduled"), ("fl:stats", "graphs_completed")]),
+        (Step::Cancel, vec![("fl:graph:g", "waiting"), ("fl:stats", "graphs_failed")]),
     ]
     .into_iter()
     .flat_map(|(step, numbers)| {
-        let kinds = graph_keys.iter().flat_map(move |&(k, expected)| {
+        // Cancelling reads neither the outbox nor seq in its script.
+        let keys = graph_keys.iter().filter(move |(k, _)| step != Step::Cancel || *k != "fl:outbox");
+        let kinds = keys.flat_map(move |&(k, expected)| {
             KINDS.into_iter().filter(move |kind| *kind != expected).map(move |kind| (step, k, Bad::Kind(kind)))
         });
+        let seq = (step != Step::Cancel).then_some((step, "fl:seq", Bad::NotANumber));
         kinds
             .chain(numbers.into_iter().map(move |(k, field)| (step, k, Bad::FieldNotANumber(field))))
-            .chain([(step, "fl:seq", Bad::NotANumber)])
+            .chain(seq)
             .collect::<Vec<_>>()
     })
     .collect();
@@ -51,6 +56,11 @@ async fn a_broken_key_fails_every_graph_step_cleanly() {
     for (step, at, bad) in plan {
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
         let _: () = c.set(key("fl", "seq"), 5).unwrap();
+        if step == Step::Cancel {
+            // Declared, the root scheduled; b waits.
+            s.graph_open(&home, &g, &nodes).await.unwrap();
+            s.flush_outbox(&home).await.unwrap();
+        }
         if step == Step::Report {
             // Declared, the root run and settled; its end waits in wt's outbox for the flush under test.
             s.graph_open(&home, &g, &nodes).await.unwrap();
@@ -73,6 +83,7 @@ async fn a_broken_key_fails_every_graph_step_cleanly() {
         let run = || async {
             match step {
                 Step::Declare => s.graph_open(&home, &g, &nodes).await.map(drop),
+                Step::Cancel => s.graph_cancel(&home, &g).await.map(drop),
                 Step::Report => {
                     let flushed = s.flush_outbox(&ty("wt")).await?;
                     match flushed.failed.into_iter().next() {
@@ -104,6 +115,7 @@ async fn a_broken_key_fails_every_graph_step_cleanly() {
         match step {
             Step::Declare => assert_eq!(states, ["scheduled", "waiting"], "{k}"),
             Step::Report => assert_eq!(states, ["succeeded", "scheduled"], "{k}"),
+            Step::Cancel => assert_eq!(states, ["cancelled", "skipped"], "{k}"),
         }
         cases += 1;
     }

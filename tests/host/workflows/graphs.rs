@@ -380,3 +380,74 @@ fn a_redis_restart_mid_graph_loses_no_node() {
     assert_eq!(succeeded.len(), 100);
     drop(host);
 }
+
+/// `hourglass graph cancel`: the waiting nodes are skipped at once, a node
+/// waiting to run is removed, a running one is stopped by its host; all end,
+/// the graph is done (failed) once, and nothing below ever runs.
+#[test]
+fn a_cancelled_graph_skips_what_waits_and_stops_what_runs() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let host = Host::start(&server, &[("work", test_plugin("chaos")), ("flow", test_plugin("chaos"))], "");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("graph.json");
+    // No host serves `idle`: its root stays waiting to run.
+    std::fs::write(
+        &file,
+        r#"{"nodes": [
+            {"name": "long", "type": "work", "payload": "sleep:60000"},
+            {"name": "idle", "type": "idle"},
+            {"name": "after", "type": "work", "parents": ["long", "idle"]},
+            {"name": "below", "type": "work", "parents": ["after"], "when": "success"}
+        ]}"#,
+    )
+    .unwrap();
+    let ok = |args: &[&str]| {
+        let out = hourglass_on(&server, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(&["graph", "submit", "flow", "c", file.to_str().unwrap()]);
+    let rt = crate::support::tokio_runtime();
+    let s = rt.block_on(store(&server));
+    crate::support::wait_for("the long node to run", WAIT, || {
+        rt.block_on(s.show(&ty("work"), b"c/long")).unwrap().running.map(|_| ())
+    });
+
+    let said = ok(&["graph", "cancel", "flow", "c"]);
+    assert!(
+        said.contains("2 waiting nodes skipped; of the nodes scheduled, 1 removed before they ran, 1 running asked to stop, 0 ended already"),
+        "{said}"
+    );
+    let v = crate::support::wait_for("the graph to be done", WAIT, || {
+        rt.block_on(s.graph_show(&ty("flow"), &gid("c"))).unwrap().filter(|v| v.state == "done")
+    });
+    let states: Vec<(&str, &str, Option<&str>)> =
+        v.nodes.iter().map(|n| (n.name.as_str(), n.state.as_str(), n.reason.as_deref())).collect();
+    assert_eq!(
+        states,
+        [
+            ("long", "cancelled", None),
+            ("idle", "cancelled", None),
+            ("after", "skipped", Some("graph cancelled")),
+            ("below", "skipped", Some("graph cancelled")),
+        ]
+    );
+    assert!(v.cancelled_ms.is_some());
+    assert_eq!((stat(&mut c, "flow", "graphs_completed"), stat(&mut c, "flow", "graphs_failed")), (1, 1));
+    assert_eq!(c.zcard::<_, u64>(key("idle", "due")).unwrap(), 0, "the waiting root was removed");
+    let log = host.log();
+    assert!(!log.contains("task_id=c/after ") && !log.contains("task_id=c/below "), "a skipped node ran:\n{log}");
+    let shown = ok(&["graph", "show", "flow", "c"]);
+    assert!(shown.contains("  cancelled ") && shown.contains("(graph cancelled)"), "{shown}");
+    let stats = ok(&["stats"]);
+    assert!(
+        stats.contains("GRAPHS flow: 0 running, 1 done (1 with a node that did not succeed), 1 declared"),
+        "{stats}"
+    );
+
+    assert!(ok(&["graph", "cancel", "flow", "c"]).contains("is done already"));
+    let unknown = hourglass_on(&server, &["graph", "cancel", "flow", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no graph flow/nope"));
+}

@@ -5,6 +5,7 @@ import {
   Hourglass,
   HourglassError,
   GroupClosed,
+  GraphRefused,
   NoEvents,
   WaitTimeout,
   UnknownTask,
@@ -16,7 +17,7 @@ import {
   nowMs,
   version,
 } from "../..";
-import type { Added, Cancelled, Ended, ErrorCode, Fired, GroupView, NewTask, Outcome, Sealed, Stats, TaskView } from "../..";
+import type { Added, Cancelled, Declared, Ended, ErrorCode, Fired, GraphCancelled, GraphNode, GraphView, GroupView, NewTask, Outcome, Sealed, Stats, TaskView } from "../..";
 
 export async function tour(redis: Redis): Promise<string[]> {
   const said: string[] = [`hourglass-client ${version}`];
@@ -109,6 +110,26 @@ export async function tour(redis: Redis): Promise<string[]> {
       said.push(code);
     } else if (e instanceof HourglassError) {
       const code: ErrorCode = e.code;
+      said.push(code);
+    } else throw e;
+  }
+  const nodes: GraphNode[] = [
+    { name: "a", taskType: "step", payload: { n: 1 } },
+    { name: "b", taskType: "step", id: "b-1", parents: ["a"], when: "success" },
+  ];
+  const declared: Declared = await hg.graphSubmit("flow", "g-1", nodes);
+  const graph: GraphView | null = await hg.graphShow("flow", "g-1");
+  const stopped: GraphCancelled | null = await hg.graphCancel("flow", "g-1");
+  said.push(`${stopped?.skipped} ${stopped?.wasDone}`);
+  said.push(`${declared.roots} ${graph?.nodes.map((n) => `${n.name}:${n.state}:${n.reason ?? ""}`).join(",")} ${graph?.counts.skipped}`);
+  // @ts-expect-error: when is "all" or "success"
+  const sometimes: GraphNode = { name: "c", taskType: "step", when: "sometimes" };
+  said.push(sometimes.name);
+  try {
+    await hg.graphSubmit("flow", "g-1", nodes);
+  } catch (e) {
+    if (e instanceof GraphRefused) {
+      const code: "HG_GRAPH_REFUSED" = e.code;
       said.push(code);
     } else throw e;
   }

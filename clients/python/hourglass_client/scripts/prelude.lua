@@ -464,6 +464,23 @@ local function graph_node_json(node)
   return cjson.encode(node)
 end
 
+-- Marks graph `gid` (its keys `key`, `nodes_key`) done if no node waits or is
+-- scheduled: out of C's `graphs` index, counted in C's graphs_completed (and
+-- graphs_failed when a node did not succeed), kept 7 days for `graph show`.
+-- The caller has checked the keys' types and the counters. Returns whether it did.
+local function graph_finish(key, nodes_key, graphs, stats, gid, now)
+  local counts = redis.call('HMGET', key, 'waiting', 'scheduled', 'dead', 'cancelled', 'skipped')
+  if tonumber(counts[1] or '0') ~= 0 or tonumber(counts[2] or '0') ~= 0 then return false end
+  local failed = tonumber(counts[3] or '0') + tonumber(counts[4] or '0') + tonumber(counts[5] or '0')
+  redis.call('HSET', key, 'state', 'done', 'completed_ms', now)
+  redis.call('ZREM', graphs, gid)
+  redis.call('HINCRBY', stats, 'graphs_completed', 1)
+  if failed > 0 then redis.call('HINCRBY', stats, 'graphs_failed', 1) end
+  redis.call('PEXPIRE', key, 7 * 86400000)
+  redis.call('PEXPIRE', nodes_key, 7 * 86400000)
+  return true
+end
+
 -- Completes workflow group `gid` of callback type C (sealed, nothing pending):
 -- schedules its callback due now with a JSON summary as its payload (the
 -- counts, up to 100 failed children, the opener's payload under "payload"),

@@ -141,18 +141,8 @@ for _, e in ipairs(entries) do
   redis.call('HSET', outbox, entry, graph_node_entry(home, e[5], e[1], e[2], e[3], e[4], now))
 end
 for _, g in ipairs(order) do
-  if g.running and next(g.dirty) ~= nil then
-    local counts = redis.call('HMGET', g.key, 'waiting', 'scheduled', 'dead', 'cancelled', 'skipped')
-    if tonumber(counts[1] or '0') == 0 and tonumber(counts[2] or '0') == 0 then
-      local failed = tonumber(counts[3] or '0') + tonumber(counts[4] or '0') + tonumber(counts[5] or '0')
-      redis.call('HSET', g.key, 'state', 'done', 'completed_ms', now)
-      redis.call('ZREM', graphs, g.gid)
-      redis.call('HINCRBY', stats, 'graphs_completed', 1)
-      if failed > 0 then redis.call('HINCRBY', stats, 'graphs_failed', 1) end
-      redis.call('PEXPIRE', g.key, 7 * 86400000)
-      redis.call('PEXPIRE', g.nodes_key, 7 * 86400000)
-      results[g.r + 1] = 'done'
-    end
+  if g.running and next(g.dirty) ~= nil and graph_finish(g.key, g.nodes_key, graphs, stats, g.gid, now) then
+    results[g.r + 1] = 'done'
   end
 end
 return results
