@@ -7,6 +7,7 @@
 //! `confirm=yes` as well. Cross-site form posts are refused.
 
 mod dashboard;
+mod graphs;
 mod groups;
 mod page;
 
@@ -164,6 +165,7 @@ fn router(state: AdminState) -> Router {
         .route("/type/resume", post(resume))
         .route("/task", get(dashboard::task_page))
         .route("/group", get(groups::page))
+        .route("/graph", get(graphs::page))
         .route("/task/run-now", post(task_run_now))
         .route("/task/postpone", post(task_postpone))
         .route("/task/cancel", post(task_cancel))
@@ -186,6 +188,15 @@ async fn sample(state: AdminState, stop: CancellationToken) {
                 if let Ok(s) = state.store.stats(t).await {
                     crate::telemetry::backlog(t, s.due_now, s.scheduled_later, s.oldest_due_age_ms);
                     crate::telemetry::groups_open(t, s.groups_open);
+                    if s.graphs_opened > 0 {
+                        crate::telemetry::graphs(
+                            t,
+                            s.graphs_running,
+                            s.graphs_opened,
+                            s.graphs_completed,
+                            s.graphs_failed,
+                        );
+                    }
                     state.history.lock_unpoisoned().record(t, s.succeeded, s.failed);
                 }
             }

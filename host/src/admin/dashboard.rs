@@ -9,7 +9,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::page::{SCRIPT, esc, header, state_name};
+use super::page::{SCRIPT, bad_query, esc, header, live, state_name, unreadable};
 use super::{AdminState, PageParams, TaskQuery, html};
 use crate::clock::format_ms;
 use crate::store::{TaskState, TaskView};
@@ -154,6 +154,14 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 esc(&format!("{e:#}"))
             );
         }
+        if let Err(e) = super::graphs::running_graphs(state, t, &mut h).await {
+            let _ = write!(
+                h,
+                "<section><p class=bad>Cannot list the graphs of {}: {}</p></section>",
+                esc(t.as_str()),
+                esc(&format!("{e:#}"))
+            );
+        }
         if let Err(e) = dead_letters(state, t, &mut h).await {
             let _ = write!(
                 h,
@@ -243,15 +251,11 @@ pub(crate) async fn task_page(State(state): State<AdminState>, Query(query): Que
         };
         if id.is_empty() { Err("give a task id".to_owned()) } else { Ok((t, id)) }
     });
-    let mut h = String::with_capacity(8 * 1024);
     let (t, id) = match found {
         Ok(x) => x,
-        Err(why) => {
-            header(&state, Some(&query.task_type), query.id.as_deref().unwrap_or_default(), &mut h);
-            let _ = write!(h, "<main><p class=bad>{}</p></main></body></html>", esc(&why));
-            return (StatusCode::BAD_REQUEST, html(h)).into_response();
-        }
+        Err(why) => return bad_query(&state, &query.task_type, query.id.as_deref().unwrap_or_default(), &why),
     };
+    let mut h = String::with_capacity(8 * 1024);
     let shown_id = String::from_utf8_lossy(&id).into_owned();
     header(&state, Some(t.as_str()), &shown_id, &mut h);
     h.push_str("<main id=live>");
@@ -263,13 +267,9 @@ pub(crate) async fn task_page(State(state): State<AdminState>, Query(query): Que
             task_view(&view, &mut h);
             StatusCode::OK
         }
-        Err(e) => {
-            let _ = write!(h, "<p class=bad>Cannot read Redis: {}</p>", esc(&format!("{e:#}")));
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        Err(e) => unreadable(&e, &mut h),
     };
-    let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
-    (status, html(h)).into_response()
+    live(h, status)
 }
 
 /// One task: its state, what is known about it, and the buttons that apply.
@@ -290,6 +290,9 @@ fn task_view(v: &TaskView, h: &mut String) {
     }
     if let Some((c, g)) = v.group.as_deref().and_then(|g| g.split_once('/')) {
         let _ = write!(h, "<tr><th>group page</th><td>{}</td></tr>", super::groups::link(c, g));
+    }
+    if let Some((c, g)) = v.graph.as_deref().and_then(|g| g.split_once('/')) {
+        let _ = write!(h, "<tr><th>graph page</th><td>{}</td></tr>", super::graphs::link(c, g));
     }
     h.push_str("</tbody></table><div class=actions id=task-actions>");
     let form = |h: &mut String, action: &str, extra: &str, label: &str| {

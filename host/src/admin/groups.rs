@@ -5,11 +5,11 @@ use std::str::FromStr as _;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 
-use super::page::{SCRIPT, esc, header, state_name};
-use super::{AdminState, html};
+use super::AdminState;
+use super::page::{bad_query, esc, header, live, state_name, unreadable};
 use crate::clock::format_ms;
 use crate::group::{GroupId, GroupRef};
 use crate::task_type::TaskType;
@@ -74,13 +74,13 @@ pub(crate) async fn open_groups(state: &AdminState, t: &TaskType, h: &mut String
 }
 
 /// The link to a task's page (`child` is `<type>/<id>`, as groups list their children).
-fn task_link(child: &str) -> String {
+pub(super) fn task_link(child: &str) -> String {
     let (t, id) = child.split_once('/').unwrap_or(("", child));
     format!("<a href=\"/task?type={}&amp;id={}\"><code>{}</code></a>", percent(t), percent(id), esc(child))
 }
 
 /// Every byte percent-encoded: safe in a query string whatever the name holds.
-fn percent(s: &str) -> String {
+pub(super) fn percent(s: &str) -> String {
     s.bytes().map(|b| format!("%{b:02X}")).collect()
 }
 
@@ -204,20 +204,17 @@ fn group_view(
 
 /// `GET /group?type=C&group=G`: one group's state, counts, callback and some children.
 pub(crate) async fn page(State(state): State<AdminState>, Query(query): Query<GroupQuery>) -> Response {
-    let mut h = String::with_capacity(8 * 1024);
-    header(&state, Some(&query.task_type), "", &mut h);
-    h.push_str("<main id=live>");
     let parsed = query.task_type.parse::<TaskType>().map_err(|e| e.to_string()).and_then(|callback_type| {
         let id: GroupId = query.group.parse().map_err(|e: anyhow::Error| e.to_string())?;
         Ok(GroupRef { callback_type, id })
     });
     let g = match parsed {
         Ok(g) => g,
-        Err(why) => {
-            let _ = write!(h, "<p class=bad>{}</p></main></body></html>", esc(&why));
-            return (StatusCode::BAD_REQUEST, html(h)).into_response();
-        }
+        Err(why) => return bad_query(&state, &query.task_type, "", &why),
     };
+    let mut h = String::with_capacity(8 * 1024);
+    header(&state, Some(g.callback_type.as_str()), "", &mut h);
+    h.push_str("<main id=live>");
     let status = match state.store.group_show(&g).await {
         Ok(Some(v)) => {
             // Once the callback fired, its own run: where it is now (its task page has the rest).
@@ -237,11 +234,7 @@ pub(crate) async fn page(State(state): State<AdminState>, Query(query): Query<Gr
             );
             StatusCode::NOT_FOUND
         }
-        Err(e) => {
-            let _ = write!(h, "<p class=bad>Cannot read Redis: {}</p>", esc(&format!("{e:#}")));
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        Err(e) => unreadable(&e, &mut h),
     };
-    let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
-    (status, html(h)).into_response()
+    live(h, status)
 }

@@ -2,7 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::AdminState;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::{AdminState, html};
 use crate::store::TaskState;
 
 const STYLE: &str = include_str!("dashboard.css");
@@ -55,4 +58,24 @@ pub(super) fn header(state: &AdminState, search_type: Option<&str>, search_id: &
 /// A task state's name as `show --json` gives it (`scheduled`, `running`, ...).
 pub(super) fn state_name(state: TaskState) -> String {
     serde_json::to_value(state).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+/// A page its query does not name rightly: the header and the reason, 400, nothing to refresh.
+pub(super) fn bad_query(state: &AdminState, search_type: &str, search_id: &str, why: &str) -> Response {
+    let mut h = String::with_capacity(2 * 1024);
+    header(state, Some(search_type), search_id, &mut h);
+    let _ = write!(h, "<main><p class=bad>{}</p></main></body></html>", esc(why));
+    (StatusCode::BAD_REQUEST, html(h)).into_response()
+}
+
+/// What a page shows when Redis could not be read, and its status.
+pub(super) fn unreadable(e: &anyhow::Error, h: &mut String) -> StatusCode {
+    let _ = write!(h, "<p class=bad>Cannot read Redis: {}</p>", esc(&format!("{e:#}")));
+    StatusCode::SERVICE_UNAVAILABLE
+}
+
+/// Ends a live page (`h` opened `<main id=live>`, which the script refreshes) with `status`.
+pub(super) fn live(mut h: String, status: StatusCode) -> Response {
+    let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
+    (status, html(h)).into_response()
 }

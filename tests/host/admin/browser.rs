@@ -398,3 +398,95 @@ fn dashboard_in_a_real_browser_pauses_and_resumes_a_type_and_cancels_a_running_t
     assert_eq!(crate::support::leases(&mut conn, "mail").len(), 0);
     assert_eq!(zcard(&mut conn, "hourglass:{mail}:due"), 0, "a cancelled task was retried");
 }
+
+/// A workflow graph's page in a browser (issue 54): listed with its progress among its home type's
+/// running graphs; drawn with a box per node coloured by its state and an edge per parent link,
+/// the bar counting what a running node reported; a running node's box leads to its task page,
+/// which links back; cancelled, the graph ends done with what waited skipped.
+#[test]
+fn dashboard_in_a_real_browser_draws_a_workflow_graph() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("work", test_plugin("chaos")), ("flow", test_plugin("chaos"))],
+        &format!("{ADMIN}[types.work]\nmax_attempts = 1\n"),
+    );
+    let addr = admin_addr(&host);
+    let mut conn = redis.client();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("graph.json");
+    std::fs::write(
+        &file,
+        r#"{"nodes": [
+            {"name": "a", "type": "work"},
+            {"name": "b", "type": "work", "payload": "permanent:card declined"},
+            {"name": "c", "type": "work", "parents": ["a", "b"], "when": "success"},
+            {"name": "d", "type": "work", "parents": ["a"], "payload": "progress:50:60000"},
+            {"name": "e", "type": "work", "parents": ["a", "d"]}
+        ]}"#,
+    )
+    .unwrap();
+    let out = crate::support::hourglass_on(&redis, &["graph", "submit", "flow", "g-1", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for("d to report its progress", LONG, || {
+        let reported: Option<String> = conn.hget("hourglass:{work}:progress", "g-1/d").unwrap();
+        reported.map(|_| ())
+    });
+
+    let mut browser = Browser::launch();
+    browser.goto(&format!("http://{addr}/?type=flow"));
+    browser.wait_until(
+        "the running graph with its progress",
+        r#"!!document.querySelector('#graphs tr[data-graph="g-1"] .progress .reported')"#,
+    );
+    browser.click(r#"#graphs tr[data-graph="g-1"] a"#);
+    browser.wait_until(
+        "the graph drawn, each node coloured by its state, and the bar",
+        r#"(() => { const node = (n, s) => !!document.querySelector(`#drawing g.node[data-node="${n}"][data-state=${s}]`);
+                    return !!document.querySelector('#graph[data-state=running]')
+                        && node('a', 'succeeded') && node('b', 'dead') && node('c', 'skipped')
+                        && node('d', 'scheduled') && node('e', 'waiting')
+                        && document.querySelectorAll('#drawing path.edge').length === 5
+                        && document.querySelector('#drawing g[data-node="e"] text').getBBox().width > 0
+                        && !!document.querySelector('#drawing path.edge[data-from="d"][data-to="e"]')
+                        && !!document.querySelector('#graph .progress[data-nodes="5"] .succeeded[data-succeeded="1"]')
+                        && !!document.querySelector('#graph .progress .skipped[data-skipped="1"]')
+                        && !!document.querySelector('#graph .progress .reported[data-reported="0.50"]')
+                        && document.querySelector('#done').innerText.startsWith('70% done')
+                        && document.querySelector('#nodes tr[data-node="c"]').innerText.includes('parent b dead'); })()"#,
+    );
+    // The boxes are where the layers put them: a root left of its children, and e right of d.
+    let x = |b: &mut Browser, n: &str| {
+        b.eval(&format!(r#"document.querySelector('#drawing g[data-node="{n}"] rect').getBoundingClientRect().x"#))
+            .as_f64()
+            .unwrap()
+    };
+    let (xa, xd, xe) = (x(&mut browser, "a"), x(&mut browser, "d"), x(&mut browser, "e"));
+    assert!(xa < xd && xd < xe, "layers: a {xa}, d {xd}, e {xe}");
+    if let Some(path) = std::env::var_os("HOURGLASS_SCREENSHOT") {
+        browser.screenshot(Path::new(&format!("{}-graph.png", path.to_string_lossy())));
+    }
+    browser.click(r#"#drawing g[data-node="d"] rect"#);
+    browser.wait_until(
+        "d's task page, running, linking back to its graph",
+        r#"(() => location.pathname === '/task' && !!document.querySelector('#task[data-state=running]')
+                  && !!document.querySelector('#task-details a[href^="/graph?type="]'))()"#,
+    );
+
+    // Back on the graph's page, cancelled: d is stopped, e skipped, and the page (refreshing itself) shows the graph done.
+    browser.click(r#"#task-details a[href^="/graph?type="]"#);
+    browser.wait_until("the graph's page again", r#"!!document.querySelector('#graph[data-state=running]')"#);
+    let out = crate::support::hourglass_on(&redis, &["graph", "cancel", "flow", "g-1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    browser.wait_until(
+        "the graph done, d cancelled and e skipped",
+        r#"(() => !!document.querySelector('#graph[data-state=done]')
+                  && !!document.querySelector('#drawing g.node[data-node="d"][data-state=cancelled]')
+                  && !!document.querySelector('#drawing g.node[data-node="e"][data-state=skipped]')
+                  && document.querySelector('#nodes tr[data-node="e"]').innerText.includes('graph cancelled'))()"#,
+    );
+    if let Some(path) = std::env::var_os("HOURGLASS_SCREENSHOT") {
+        browser.screenshot(Path::new(&format!("{}-graph-cancelled.png", path.to_string_lossy())));
+    }
+    assert_eq!(stat(&mut conn, "flow", "graphs_failed"), 1);
+}
