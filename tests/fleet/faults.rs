@@ -8,7 +8,7 @@
 //! reported, never asserted. `HOURGLASS_FAULTS_TASKS` sets N; `tests/faults.sh`
 //! runs them all and sums up.
 //!
-//! The network partition (`partition`) and the host clock step (`clock`) are child modules.
+//! The network partition (`partition`), the host clock step (`clock`) and a host paused mid-graph (`graph`) are child modules.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::support::{Host, RedisServer, redis_now, stat, wait_for};
 
 mod clock;
+mod graph;
 mod partition;
 
 const LONG: Duration = Duration::from_secs(120);
@@ -289,9 +290,10 @@ impl Drop for Wrapped {
 
 // ---------------------------------------------------------------- 1 and 2: one host lost for a while
 
-/// h1 and h2 run `n` tasks; while h1 holds leases, `cut` takes it away
-/// (SIGSTOP, or its network link down) until h2 has done everything, then
-/// `heal` gives it back and its late outcomes must be fenced.
+/// h1 and h2 run `n` tasks (`start` schedules them: `w0..w<n>`, each
+/// sleeping `run_ms`); while h1 holds leases, `cut` takes it away (SIGSTOP,
+/// or its network link down) until h2 has done everything, then `heal` gives
+/// it back and its late outcomes must be fenced.
 fn lose_h1_for_a_while(
     name: &str,
     redis: &RedisServer,
@@ -299,11 +301,12 @@ fn lose_h1_for_a_while(
     cut: &dyn Fn(),
     heal: &dyn Fn(),
     run_ms: u64,
+    start: &dyn Fn(&mut redis::Connection, usize, u64),
 ) -> Report {
     let n = tasks_of(run_ms);
     let h2 = Host::start(redis, &plugins(), &config("h2", n));
     let mut conn = redis.client();
-    schedule(&mut conn, n, run_ms);
+    start(&mut conn, n, run_ms);
     // Cut h1 off while it holds leases, in the thick of the work; try again
     // in the rare case its hands were empty at that moment.
     let (t0_ms, held) = loop {
@@ -369,7 +372,7 @@ fn pause_h1_for_a_while(name: &str) -> Report {
         h1.wait_stopped();
     };
     let heal = || h1.signal("CONT");
-    lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, 200)
+    lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, 200, &schedule)
 }
 
 #[test]

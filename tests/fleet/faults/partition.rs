@@ -109,5 +109,5 @@ fn partition_h1_for_a_while(name: &str, run_ms: u64) -> Option<Report> {
     let h1 = Wrapped::start(&url, &config("h1", tasks_of(run_ms)), &["ip", "netns", "exec", &net.ns], &[]);
     let cut = || net.link("down");
     let heal = || net.link("up");
-    Some(lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, run_ms))
+    Some(lose_h1_for_a_while(name, &redis, &h1, &cut, &heal, run_ms, &super::schedule))
 }
