@@ -119,13 +119,24 @@ pub async fn run(store: &Store, cmd: GraphCommand) -> Result<ExitCode> {
                 eprintln!("error: no graph {home_type}/{graph} (never declared, or done more than 7 days ago)");
                 return Ok(ExitCode::FAILURE);
             };
+            let done = store.graph_progress(&v).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                #[derive(serde::Serialize)]
+                struct Shown<'a> {
+                    #[serde(flatten)]
+                    view: &'a crate::store::GraphView,
+                    progress: crate::store::GraphProgress,
+                }
+                println!("{}", serde_json::to_string_pretty(&Shown { view: &v, progress: done })?);
                 return Ok(ExitCode::SUCCESS);
             }
             println!("graph {home_type}/{graph}: {}", v.state);
             let counts: Vec<String> = v.counts.iter().map(|(state, n)| format!("{n} {state}")).collect();
             println!("  nodes     {} ({}), {} edges", v.nodes.len(), counts.join(", "), v.edges);
+            println!(
+                "  progress  {:.0}% done ({} of {} scheduled nodes read have reported)",
+                done.percent, done.reporting, done.scheduled_read
+            );
             if let Some(at) = v.opened_ms {
                 println!("  opened    {}", format_ms(at));
             }

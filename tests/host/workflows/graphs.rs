@@ -395,7 +395,7 @@ fn a_cancelled_graph_skips_what_waits_and_stops_what_runs() {
     std::fs::write(
         &file,
         r#"{"nodes": [
-            {"name": "long", "type": "work", "payload": "sleep:60000"},
+            {"name": "long", "type": "work", "payload": "progress:50:60000"},
             {"name": "idle", "type": "idle"},
             {"name": "after", "type": "work", "parents": ["long", "idle"]},
             {"name": "below", "type": "work", "parents": ["after"], "when": "success"}
@@ -413,6 +413,15 @@ fn a_cancelled_graph_skips_what_waits_and_stops_what_runs() {
     crate::support::wait_for("the long node to run", WAIT, || {
         rt.block_on(s.show(&ty("work"), b"c/long")).unwrap().running.map(|_| ())
     });
+
+    // Its progress: long reported 50 of 100, the others nothing yet.
+    crate::support::wait_for("long to report its progress", WAIT, || {
+        c.hexists::<_, _, bool>(key("work", "progress"), "c/long").unwrap().then_some(())
+    });
+    let shown: serde_json::Value = serde_json::from_str(&ok(&["graph", "show", "flow", "c", "--json"])).unwrap();
+    assert_eq!(shown["progress"], serde_json::json!({"percent": 12.5, "scheduled_read": 2, "reporting": 1}));
+    let text = ok(&["graph", "show", "flow", "c"]);
+    assert!(text.contains("progress  12% done (1 of 2 scheduled nodes read have reported)"), "{text}");
 
     let said = ok(&["graph", "cancel", "flow", "c"]);
     assert!(
