@@ -1,4 +1,4 @@
-//! Redis Cluster: the test harness, every master's tasks run once, a workflow group
+//! Redis Cluster: the test harness, every master's tasks run once, a workflow group and a graph
 //! across masters, a manual failover and a master killed by SIGKILL.
 
 use std::collections::HashMap;
@@ -315,6 +315,56 @@ fn cluster_group_with_children_on_other_masters_fires_its_callback_once() {
     }
     let shown = cli(&["group", "show", callback_type, "g-1"]);
     assert!(shown.contains(&format!("group {callback_type}/g-1: done")), "{shown}");
+}
+
+/// A workflow graph whose home type and nodes' types live on three
+/// different masters, declared and shown by the CLI: every script touches
+/// one slot (a node's schedule and its end cross through the outboxes), each
+/// node runs once, and the graph is done once.
+#[test]
+fn cluster_graph_with_nodes_on_other_masters_runs_each_node_once() {
+    const LAYERS: usize = 3;
+    const WIDTH: usize = 10;
+    let cluster = Cluster::start();
+    let types = spread_types(&cluster);
+    let plugins: Vec<(&str, std::path::PathBuf)> = types.iter().map(|t| (t.as_str(), plugin("noop"))).collect();
+    let host = Host::start_at(&cluster.url(), &plugins, "[runner]\nhost_id = \"w1\"\n");
+    host.wait_log("keyspace notifications on every cluster master", LONG);
+    let (home, kinds) = (types[0].as_str(), &types[1..]);
+    let nodes: Vec<serde_json::Value> = (0..LAYERS * WIDTH)
+        .map(|i| {
+            let (layer, at) = (i / WIDTH, i % WIDTH);
+            let parents: Vec<String> = if layer == 0 {
+                vec![]
+            } else {
+                vec![format!("n{}", i - WIDTH), format!("n{}", (layer - 1) * WIDTH + (at + 3) % WIDTH)]
+            };
+            serde_json::json!({"name": format!("n{i}"), "type": kinds[i % 2], "parents": parents, "when": "success"})
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("graph.json");
+    std::fs::write(&file, serde_json::json!({ "nodes": nodes }).to_string()).unwrap();
+    let config = host.dir.path().join("runner.toml");
+    let cli = |args: &[&str]| {
+        let (ok, out, err) = hourglass(&config, args, &[]);
+        assert!(ok, "{args:?}: {err}");
+        out
+    };
+    cli(&["graph", "submit", home, "g-1", file.to_str().unwrap()]);
+    let shown = wait_for("the graph to be done", LONG, || {
+        let v: serde_json::Value = serde_json::from_str(&cli(&["graph", "show", home, "g-1", "--json"])).unwrap();
+        (v["state"] == "done").then_some(v)
+    });
+    assert_eq!(shown["counts"]["succeeded"], (LAYERS * WIDTH) as u64, "{shown}");
+    let mut conn = cluster.client();
+    let completed: Option<i64> = conn.hget(format!("hourglass:{{{home}}}:stats"), "graphs_completed").unwrap();
+    assert_eq!(completed, Some(1));
+    for t in kinds {
+        let runs = runs(&[&host], t);
+        assert_eq!(runs.len(), LAYERS * WIDTH / 2, "{t}");
+        assert!(runs.values().all(|&n| n == 1), "a {t} node ran twice");
+    }
 }
 
 #[test]
