@@ -78,4 +78,4 @@ pub mod wakeup;
 pub use hourglass_runtime as runtime;
 pub use hourglass_runtime::outbound;
 pub use hourglass_store as store;
-pub use hourglass_store::{group, redis_server, target, task, task_type};
+pub use hourglass_store::{graph, group, redis_server, target, task, task_type};

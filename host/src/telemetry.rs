@@ -25,6 +25,7 @@
 //! | `hourglass_tasks_scheduled` | gauge: due later (sampled from Redis) | type |
 //! | `hourglass_oldest_due_age_seconds` | gauge: how long the oldest due task has waited (sampled) | type |
 //! | `hourglass_groups_open` | gauge: workflow groups with callbacks of the type not done yet (sampled) | type |
+//! | `hourglass_graphs_refused_total` | counter: graphs handlers declared, refused when delivered (id or a task in use) | type |
 //! | `hourglass_graphs_running` | gauge: workflow graphs of the home type not done yet (sampled) | type |
 //! | `hourglass_graphs_opened_total`, `_completed_total`, `_failed_total` | counters: graphs declared, done, done with a node that did not succeed, Redis-wide (sampled) | type |
 //! | `hourglass_plugin_loads_total` | counter | plugin |
@@ -135,6 +136,10 @@ fn describe() {
         "hourglass_groups_completed_total",
         "Workflow groups completed on this host, by callback type and what became of the callback \
          (callback, skipped, kept)."
+    );
+    describe_counter!(
+        "hourglass_graphs_refused_total",
+        "Workflow graphs handlers declared that were refused when delivered (the graph id or a node's task in use), by home type."
     );
     describe_counter!(
         "hourglass_graphs_done_total",
@@ -372,6 +377,12 @@ pub fn graphs(t: &TaskType, running: u64, opened: u64, completed: u64, failed: u
     counter!("hourglass_graphs_opened_total", "type" => ty.clone()).absolute(opened);
     counter!("hourglass_graphs_completed_total", "type" => ty.clone()).absolute(completed);
     counter!("hourglass_graphs_failed_total", "type" => ty).absolute(failed);
+}
+
+/// A workflow graph a run declared, of home type `home`, was refused when delivered (its id or a node's task in use).
+pub fn graph_refused(home: &TaskType) {
+    handle();
+    counter!("hourglass_graphs_refused_total", "type" => home.to_string()).increment(1);
 }
 
 /// A workflow graph of home type `home` finished: its last node ended.

@@ -1,4 +1,4 @@
-//! Workflow groups: fan out to child tasks and fan in to one callback task.
+//! Workflow groups (fan out to child tasks and fan in to one callback task) and graphs (tasks that wait for several others).
 //!
 //! ```no_run
 //! use hourglass_sdk::workflow::{self, FireWhen, Group};
@@ -78,6 +78,59 @@ impl Group {
     pub fn seal(&self) -> Result<(), GroupError> {
         wit::seal(&self.callback_type, &self.id).map_err(GroupError)
     }
+}
+
+/// A node of a workflow graph ([`graph`]): a task that runs once its parents
+/// (names of other nodes) have ended as `when` says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Node {
+    /// Its name in the graph, which its children's `parents` use.
+    pub name: String,
+    /// The task's type.
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// The task's id; `None`: `<graph id>/<name>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The task's payload (text; empty: none).
+    pub payload: String,
+    /// [`FireWhen::AllEnded`]: once every parent ended, however;
+    /// [`FireWhen::AllSucceeded`]: only if all succeeded, else skipped.
+    #[serde(serialize_with = "when_word")]
+    pub when: FireWhen,
+    /// The names of the nodes it waits for.
+    pub parents: Vec<String>,
+}
+
+impl Node {
+    /// Node `name`, a task of `task_type` with its default id and no payload, run once all `parents` ended.
+    pub fn new(name: &str, task_type: &str, parents: &[&str]) -> Node {
+        Node {
+            name: name.to_owned(),
+            task_type: task_type.to_owned(),
+            id: None,
+            payload: String::new(),
+            when: FireWhen::AllEnded,
+            parents: parents.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+}
+
+fn when_word<S: serde::Serializer>(when: &FireWhen, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match when {
+        FireWhen::AllEnded => "all",
+        FireWhen::AllSucceeded => "success",
+    })
+}
+
+/// Declares workflow graph `graph` of `home_type` with `nodes`, committed
+/// with this run's success. Refused at once for a cycle, an unknown parent,
+/// a name or task used twice, a type not granted; a graph id or a task
+/// already in use is found when a host declares it (the graph is then
+/// refused whole, and the host logs why).
+pub fn graph(home_type: &str, graph: &str, nodes: &[Node]) -> Result<(), GroupError> {
+    let json = serde_json::json!({ "nodes": nodes }).to_string();
+    wit::graph(home_type, graph, &json).map_err(GroupError)
 }
 
 /// What a group's callback receives as its payload.

@@ -163,7 +163,7 @@ async fn max_running_and_rate_hold_claims_back_over_every_claimer() {
     assert!(second.throttled_ms.is_some());
     let ack = Settlement {
         lease: first.tasks[0].lease(),
-        outcome: Outcome::Ack { followups: vec![], groups: vec![] },
+        outcome: Outcome::Ack { followups: vec![], groups: vec![], graphs: vec![] },
         run: Default::default(),
     };
     s.settle(&t, &[ack], None).await.unwrap();

@@ -6,6 +6,7 @@ mod agree;
 mod clients;
 mod graph_clients;
 mod graphs;
+mod handler_graphs;
 mod hosts;
 
 use std::time::Duration;

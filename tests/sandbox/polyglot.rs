@@ -94,6 +94,10 @@ fn echo_plugin_end_to_end(task_type: &str) {
     let fanout = serde_json::json!({"fanout": {"callback": format!("{task_type}.done"), "group": "g-1",
                                                "type": task_type, "ids": KIDS}});
     schedule(&mut conn, task_type, b"fanout", fanout.to_string().as_bytes());
+    let graph = serde_json::json!({"graph": {"home": format!("{task_type}.done"), "id": "gr-1", "nodes": [
+        {"name": "a", "type": task_type, "payload": "{}"},
+        {"name": "b", "type": task_type, "payload": "{}", "parents": ["a"]}]}});
+    schedule(&mut conn, task_type, b"graph", graph.to_string().as_bytes());
     // The tasks wait in Redis until a plugin serves their type.
     host.drop_in(task_type, &wasm);
 
@@ -147,10 +151,17 @@ fn echo_plugin_end_to_end(task_type: &str) {
         assert_eq!(echoed(&mut conn, task_type, kid.as_bytes()).as_deref(), Some(&b"{}"[..]), "{kid} did not run");
     }
     assert_eq!(stat(&mut conn, &format!("{task_type}.done"), "groups_completed"), 1);
+    // The graph the handler declared: its two nodes ran, b after a, and it is done.
+    wait_for("the handler's graph to be done", LONG, || {
+        let state: Option<String> = conn.hget(format!("{done}:graph:gr-1"), "state").unwrap();
+        (state.as_deref() == Some("done")).then_some(())
+    });
+    let succeeded: Option<i64> = conn.hget(format!("{done}:graph:gr-1"), "succeeded").unwrap();
+    assert_eq!(succeeded, Some(2));
 
-    // The round trips, flaky, the fan-out and its three children.
+    // The round trips, flaky, the fan-out and its three children, the graph and its two nodes.
     wait_for("the counters", LONG, || {
-        (stat(&mut conn, task_type, "succeeded") == cases.len() as i64 + 5).then_some(())
+        (stat(&mut conn, task_type, "succeeded") == cases.len() as i64 + 8).then_some(())
     });
     assert_eq!(stat(&mut conn, task_type, "retried"), 2 + 2, "flaky twice, crash twice");
     assert_eq!(stat(&mut conn, task_type, "failed"), 2 + 1 + 3, "flaky, doomed, crash");

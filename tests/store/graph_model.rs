@@ -151,7 +151,7 @@ impl Case<'_> {
                     let outcome = if self.fate[i] == "dead" {
                         Outcome::Dead { error: "planned".into() }
                     } else {
-                        Outcome::Ack { followups: Vec::new(), groups: Vec::new() }
+                        Outcome::Ack { followups: Vec::new(), groups: Vec::new(), graphs: Vec::new() }
                     };
                     by_type[t].push(Settlement {
                         lease: task.lease(),

@@ -69,9 +69,10 @@ async fn a_report_is_stored_while_its_lease_holds_kept_by_a_retry_and_dropped_by
     assert_eq!(stored(&mut c, "job", "a"), None);
 
     // A dead letter drops it too, and so does an ack in full (with events).
-    for (id, outcome) in
-        [("b", Outcome::Dead { error: "x".into() }), ("c", Outcome::Ack { followups: vec![], groups: vec![] })]
-    {
+    for (id, outcome) in [
+        ("b", Outcome::Dead { error: "x".into() }),
+        ("c", Outcome::Ack { followups: vec![], groups: vec![], graphs: vec![] }),
+    ] {
         let task = claim_one(&s, &t, &mut c, id).await;
         assert_eq!(s.write_progress(&t, &[report(&task, 10)], None).await.unwrap(), 1);
         let batch = [Settlement { lease: task.lease(), outcome, run: Default::default() }];

@@ -171,7 +171,7 @@ pub fn ack(
 ) -> hourglass_store::task::Settlement {
     hourglass_store::task::Settlement {
         lease: task.lease(),
-        outcome: hourglass_store::task::Outcome::Ack { followups, groups: Vec::new() },
+        outcome: hourglass_store::task::Outcome::Ack { followups, groups: Vec::new(), graphs: Vec::new() },
         run: Default::default(),
     }
 }

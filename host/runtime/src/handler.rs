@@ -27,7 +27,7 @@ use super::progress::{ProgressTo, RunHooks};
 use super::run::{HostBudget, MAX_RESOURCES, OUTPUT_CAP, RunMeta};
 use super::{Component, EPOCH_TICK, one_line, pipe::CappedPipe, wasi_http};
 use hourglass_task::clean::clean_id;
-use hourglass_task::task::{ClaimedTask, FollowUp, GroupWork, Progress};
+use hourglass_task::task::{ClaimedTask, FollowUp, GraphWork, GroupWork, Progress};
 
 mod kept;
 use kept::WarmPool;
@@ -75,6 +75,8 @@ pub struct TaskRun {
     pub followups: Vec<FollowUp>,
     /// Workflow group work to commit with the ack; empty unless `result` is `Ok`.
     pub groups: Vec<GroupWork>,
+    /// Workflow graphs to declare with the ack; empty unless `result` is `Ok`.
+    pub graphs: Vec<GraphWork>,
     /// The last progress the handler reported (kept with a retry).
     pub progress: Option<Progress>,
 }
@@ -82,7 +84,7 @@ pub struct TaskRun {
 impl TaskRun {
     /// A run that ended with `result` and asked for nothing else.
     pub fn ended(result: Result<(), Failure>) -> TaskRun {
-        TaskRun { result, followups: Vec::new(), groups: Vec::new(), progress: None }
+        TaskRun { result, followups: Vec::new(), groups: Vec::new(), graphs: Vec::new(), progress: None }
     }
 
     fn failed(failure: Failure) -> TaskRun {
@@ -94,11 +96,11 @@ impl TaskRun {
     fn of(
         result: Result<(), Failure>,
         followups: Vec<FollowUp>,
-        groups: Vec<GroupWork>,
+        (groups, graphs): (Vec<GroupWork>, Vec<GraphWork>),
         progress: Option<Progress>,
     ) -> TaskRun {
         match result {
-            Ok(()) => TaskRun { result, followups, groups, progress },
+            Ok(()) => TaskRun { result, followups, groups, graphs, progress },
             Err(failure) => TaskRun { progress, ..TaskRun::failed(failure) },
         }
     }
@@ -255,9 +257,9 @@ impl Handler {
         let Ok((outcome, mut state)) = finished else {
             return TaskRun::failed(self.deadline_failure());
         };
-        let groups = state.take_groups();
+        let work = state.take_work();
         let result = self.result_of(outcome, state.limiter.exceeded, state.held.exceeded, &err);
-        TaskRun::of(result, state.followups, groups, state.last_progress)
+        TaskRun::of(result, state.followups, work, state.last_progress)
     }
 
     /// How long the future may take in all: the deadline plus two epoch ticks,

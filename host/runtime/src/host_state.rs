@@ -25,7 +25,7 @@ use super::progress::ProgressTo;
 use super::run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, RunMeta};
 use super::wasi_http::OutboundHooks;
 use hourglass_task::group::{Callback, FireWhen, GroupId, GroupRef};
-use hourglass_task::task::{FollowUp, GroupWork, Progress};
+use hourglass_task::task::{FollowUp, GraphWork, GroupWork, Progress};
 use hourglass_task::task_type::TaskType;
 
 /// Bytes of `log` text one run may emit; later lines are dropped (one warning says so).
@@ -122,6 +122,8 @@ pub(crate) struct HostState {
     pub(crate) followups: Vec<FollowUp>,
     /// Work on workflow groups, one entry per group, in the order first touched.
     groups: Vec<GroupWork>,
+    /// Workflow graphs declared, in order.
+    graphs: Vec<GraphWork>,
     pub(crate) held: Held,
     budget: HostBudget,
     /// Bytes of `log` text emitted this run, against [`LOG_CAP`].
@@ -166,6 +168,7 @@ impl HostState {
             refused_followup: false,
             followups: Vec::new(),
             groups: Vec::new(),
+            graphs: Vec::new(),
             held: Held::new(budget.held_limit()),
             budget,
             logged: 0,
@@ -187,6 +190,7 @@ impl HostState {
         self.last_progress = None;
         self.followups.clear();
         self.groups.clear();
+        self.graphs.clear();
         self.refused_followup = false;
         self.held = Held::new(self.budget.held_limit());
         self.logged = 0;
@@ -217,6 +221,7 @@ impl HostState {
         self.http = http_ctx(self.budget);
         self.followups = Vec::new();
         self.groups = Vec::new();
+        self.graphs = Vec::new();
         self.held = Held::new(self.budget.held_limit());
         self.progress = None;
         self.last_progress = None;
@@ -312,9 +317,9 @@ impl wit_log::Host for HostState {
 }
 
 impl HostState {
-    /// The run's work on groups, taken for its ack.
-    pub(crate) fn take_groups(&mut self) -> Vec<GroupWork> {
-        std::mem::take(&mut self.groups)
+    /// The run's work on groups and the graphs it declared, taken for its ack.
+    pub(crate) fn take_work(&mut self) -> (Vec<GroupWork>, Vec<GraphWork>) {
+        (std::mem::take(&mut self.groups), std::mem::take(&mut self.graphs))
     }
 
     /// Whether this run may schedule into `to`, and replace there; a refusal
@@ -454,7 +459,40 @@ impl wit_workflow::Host for HostState {
         self.group_work(callback_type, group)?.seal = true;
         Ok(())
     }
+
+    fn graph(&mut self, home_type: String, graph: String, nodes_json: String) -> Result<(), String> {
+        if let Some(why) = &self.held.exceeded {
+            return Err(why.clone());
+        }
+        if self.graphs.len() >= MAX_GRAPHS {
+            return Err(format!("at most {MAX_GRAPHS} graphs per run"));
+        }
+        let home: TaskType = home_type.parse().map_err(|e| format!("{e}"))?;
+        let id: GroupId = graph.parse().map_err(|_| format!("invalid graph id {graph:?}: 1 to 200 bytes of text"))?;
+        if self.graphs.iter().any(|g| g.home == home && g.id == id) {
+            return Err(format!("graph {home}/{id} was declared in this run"));
+        }
+        // Charged before it is parsed: the JSON's size bounds what parsing it holds.
+        let budget = self.budget;
+        self.held.charge(nodes_json.len() + FOLLOWUP_OVERHEAD, "graphs", budget)?;
+        let nodes =
+            hourglass_task::graph::parse_nodes(&nodes_json, &id).map_err(|e| format!("graph {home}/{id}: {e:#}"))?;
+        hourglass_task::graph::check(&id, &nodes)?;
+        // The home type and every node's type must be granted, as a follow-up's would.
+        self.granted(&home)?;
+        let mut types: Vec<&TaskType> = nodes.iter().map(|n| &n.task_type).collect();
+        types.sort();
+        types.dedup();
+        for t in types.into_iter().cloned().collect::<Vec<_>>() {
+            self.granted(&t)?;
+        }
+        self.graphs.push(GraphWork { home, id, nodes });
+        Ok(())
+    }
 }
+
+/// Graphs one run may declare.
+const MAX_GRAPHS: usize = 10;
 
 impl wit_progress::Host for HostState {
     fn report(&mut self, percent: u8, detail: String) -> Result<(), String> {

@@ -6,10 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
 use clap::Subcommand;
-use serde::Deserialize;
 
 use crate::clock::format_ms;
-use crate::group::{FireWhen, GroupId};
+use crate::group::GroupId;
 use crate::store::{GraphRefusal, NodeSpec, Store};
 use crate::task_type::TaskType;
 
@@ -52,34 +51,6 @@ fn parse_graph_id(s: &str) -> Result<GroupId, String> {
     s.parse::<GroupId>().map_err(|_| {
         format!("invalid graph id {s:?}: it must be 1 to {} bytes of text without control characters", GroupId::MAX_LEN)
     })
-}
-
-/// A graph file.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GraphFile {
-    /// The nodes, in any order.
-    nodes: Vec<NodeFile>,
-}
-
-/// A node of a graph file.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NodeFile {
-    /// Its name in the graph, which its children's `parents` use.
-    name: String,
-    /// The task type it runs as.
-    #[serde(rename = "type")]
-    task_type: String,
-    /// The task id [default: `<graph id>/<name>`].
-    id: Option<String>,
-    /// The payload: a string as it is, any other JSON value as its JSON text [default: none].
-    payload: Option<serde_json::Value>,
-    /// `all` (default): run once every parent ended, however; `success`: only if all succeeded, else skipped.
-    when: Option<String>,
-    /// The names of the nodes it waits for [default: none, it runs at once].
-    #[serde(default)]
-    parents: Vec<String>,
 }
 
 /// Runs one `hourglass graph` command.
@@ -171,24 +142,5 @@ fn read_nodes(file: &PathBuf, graph: &GroupId) -> Result<Vec<NodeSpec>> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
     };
-    let parsed: GraphFile =
-        serde_json::from_str(&text).with_context(|| format!("{} is not a graph file", file.display()))?;
-    parsed
-        .nodes
-        .into_iter()
-        .map(|n| {
-            let task_type: TaskType = n.task_type.parse().with_context(|| format!("node {:?}", n.name))?;
-            let when = match n.when.as_deref() {
-                None => FireWhen::AllEnded,
-                Some(w) => w.parse::<FireWhen>().with_context(|| format!("node {:?}", n.name))?,
-            };
-            let payload = match n.payload {
-                None => String::new(),
-                Some(serde_json::Value::String(s)) => s,
-                Some(other) => other.to_string(),
-            };
-            let id = n.id.unwrap_or_else(|| format!("{graph}/{}", n.name));
-            Ok(NodeSpec { name: n.name, task_type, id, payload, when, parents: n.parents })
-        })
-        .collect()
+    crate::graph::parse_nodes(&text, graph).with_context(|| file.display().to_string())
 }

@@ -299,13 +299,13 @@ async fn race(
 
 /// Turns a handler's result into what to write: ack, retry with backoff, or dead letter.
 pub(crate) fn decide(policy: &TypePolicy, task: &ClaimedTask, run: TaskRun, started_ms: i64) -> Outcome {
-    let TaskRun { result, followups, groups, progress } = run;
+    let TaskRun { result, followups, groups, graphs, progress } = run;
     let id = clean_id(&task.id);
     let lateness_ms = started_ms - task.due_ms;
     match result {
         Ok(()) => {
             debug!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, lateness_ms, "succeeded");
-            Outcome::Ack { followups, groups }
+            Outcome::Ack { followups, groups, graphs }
         }
         Err(Failure::Permanent(reason)) => {
             let reason = crate::logging::Clean(&reason);

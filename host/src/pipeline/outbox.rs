@@ -84,6 +84,13 @@ impl<L: Ledger> Outbox<L> {
                     info!(graph = %format!("{home}/{g}"), "workflow graph done");
                     crate::telemetry::graph_done(home);
                 }
+                for (home, g) in &flushed.graphs_declared {
+                    info!(task_type = %task_type, graph = %format!("{home}/{g}"), "workflow graph declared by a run");
+                }
+                for (home, g, why) in &flushed.graphs_refused {
+                    warn!(task_type = %task_type, graph = %format!("{home}/{g}"), "a graph a run declared was refused: {why}");
+                    crate::telemetry::graph_refused(home);
+                }
                 for (g, why) in &flushed.groups.refused {
                     warn!(task_type = %task_type, group = %g, "a run's work on a group was dropped: {why}");
                     crate::telemetry::group_refused(task_type);

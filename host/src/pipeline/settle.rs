@@ -149,8 +149,8 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
                         warn!(task_type = %task_type, task_id = %clean_id(&s.lease.id), attempt = s.run.attempt,
                         "outcome ignored: the lease had expired and the task was claimed again")
                     }
-                    (Ended::Succeeded, Outcome::Ack { followups, groups }) => {
-                        committed_followups |= !followups.is_empty() || !groups.is_empty()
+                    (Ended::Succeeded, Outcome::Ack { followups, groups, graphs }) => {
+                        committed_followups |= !followups.is_empty() || !groups.is_empty() || !graphs.is_empty()
                     }
                     _ => {}
                 }

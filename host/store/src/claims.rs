@@ -165,9 +165,9 @@ impl Store {
                 .arg(s.run.attempt)
                 .arg(s.run.due_ms)
                 .arg(s.run.started_ms);
-            let groups = match &s.outcome {
-                Outcome::Ack { groups, .. } => groups.as_slice(),
-                _ => &[],
+            let (groups, graphs) = match &s.outcome {
+                Outcome::Ack { groups, graphs, .. } => (groups.as_slice(), graphs.as_slice()),
+                _ => (&[][..], &[][..]),
             };
             // A retry carries its run's last progress, kept with the task.
             let progress = match &s.outcome {
@@ -176,7 +176,7 @@ impl Store {
                 }
                 _ => None,
             };
-            let items = followups.len() + groups.len() + usize::from(progress.is_some());
+            let items = followups.len() + groups.len() + graphs.len() + usize::from(progress.is_some());
             inv.arg(s.run.finished_ms).arg(delay_ms).arg(error).arg(items);
             if let Some(p) = progress {
                 inv.arg(p);
@@ -189,6 +189,11 @@ impl Store {
             for g in groups {
                 let mut arg = vec![b'g'];
                 arg.extend(super::groups::encode_work(g));
+                inv.arg(arg);
+            }
+            for g in graphs {
+                let mut arg = vec![b'G'];
+                arg.extend(serde_json::to_vec(g)?);
                 inv.arg(arg);
             }
         }
@@ -289,7 +294,8 @@ fn batch_entries(batch: &[Settlement], events: bool) -> Vec<BatchEntry> {
     let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
     for (i, s) in batch.iter().enumerate() {
         let plain = !events
-            && matches!(&s.outcome, Outcome::Ack { followups, groups } if followups.is_empty() && groups.is_empty());
+            && matches!(&s.outcome, Outcome::Ack { followups, groups, graphs }
+                if followups.is_empty() && groups.is_empty() && graphs.is_empty());
         let Lease { token, claim, .. } = s.lease;
         let index = token.checked_sub(claim).filter(|&k| k < CLAIM_MAX);
         let (true, Some(index)) = (plain, index) else {
@@ -378,7 +384,7 @@ mod tests {
     }
 
     fn ack() -> Outcome {
-        Outcome::Ack { followups: Vec::new(), groups: Vec::new() }
+        Outcome::Ack { followups: Vec::new(), groups: Vec::new(), graphs: Vec::new() }
     }
 
     #[test]

@@ -13,40 +13,16 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{BATCH, Store};
-use crate::group::{FireWhen, GroupId};
+use crate::group::GroupId;
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
 
 /// How the outbox entry id of a node's schedule ends (graph_open.lua, graph_reports.lua).
 pub(super) const NODE: &[u8] = b":node";
+/// How the outbox entry id of a graph a run declared ends (settle.lua).
+pub(super) const GRAPH: &[u8] = b":graph";
 
-/// Most nodes in one graph: its declaration is one script call, which Redis runs alone.
-pub const MAX_NODES: usize = 10_000;
-/// Most edges (parent links) in one graph.
-pub const MAX_EDGES: usize = 50_000;
-
-/// A node of a graph to declare.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NodeSpec {
-    /// Its name in the graph (what parents name): 1 to 200 bytes of text.
-    pub name: String,
-    /// The task it runs: its type ...
-    #[serde(rename = "type")]
-    pub task_type: TaskType,
-    /// ... and its id there (text).
-    pub id: String,
-    /// The task's payload (text; empty: none).
-    pub payload: String,
-    /// When it runs: once all its parents ended, or only if all succeeded.
-    #[serde(serialize_with = "when_str")]
-    pub when: FireWhen,
-    /// The names of the nodes it waits for.
-    pub parents: Vec<String>,
-}
-
-fn when_str<S: serde::Serializer>(when: &FireWhen, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(when.as_str())
-}
+pub use crate::graph::{MAX_EDGES, MAX_NODES, NodeSpec};
 
 /// What declaring a graph wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,19 +144,29 @@ impl Store {
     /// A refusal (a cycle, an unknown parent, a name or task used twice, the
     /// id in use, past the limits) is a [`GraphRefusal`] in the error chain.
     pub async fn graph_open(&self, home: &TaskType, id: &GroupId, nodes: &[NodeSpec]) -> Result<Declared> {
+        let declared = self.graph_open_once(home, id, nodes, None).await?;
+        declared.ok_or_else(|| anyhow!("graph {home}/{id}: declared before"))
+    }
+
+    /// [`Store::graph_open`], once per `marker` when given: `None` when the
+    /// marker says it ran before.
+    async fn graph_open_once(
+        &self,
+        home: &TaskType,
+        id: &GroupId,
+        nodes: &[NodeSpec],
+        marker: Option<&[u8]>,
+    ) -> Result<Option<Declared>> {
         let k = self.keys(home);
         let gk = k.graph(id);
         let spec = serde_json::to_string(nodes)?;
         let mut conn = self.conn.clone();
-        let reply: Vec<i64> = self
-            .scripts
-            .graph_open
-            .key(&gk.graph)
-            .key(&gk.nodes)
-            .key(&k.graphs)
-            .key(&k.outbox)
-            .key(&k.seq)
-            .key(&k.stats)
+        let mut inv = self.scripts.graph_open.prepare_invoke();
+        inv.key(&gk.graph).key(&gk.nodes).key(&k.graphs).key(&k.outbox).key(&k.seq).key(&k.stats);
+        if let Some(m) = marker {
+            inv.key(m);
+        }
+        let reply: Vec<i64> = inv
             .arg(id.as_str())
             .arg(home.as_str())
             .arg(spec)
@@ -190,7 +176,10 @@ impl Store {
             .await
             .with_context(|| format!("graph {home}/{id}"))?;
         match reply.as_slice() {
-            &[nodes, edges, roots] => Ok(Declared { nodes: nodes as u64, edges: edges as u64, roots: roots as u64 }),
+            &[nodes, edges, roots] => {
+                Ok(Some(Declared { nodes: nodes as u64, edges: edges as u64, roots: roots as u64 }))
+            }
+            [] => Ok(None),
             _ => bail!("graph {home}/{id}: unexpected reply {reply:?}"),
         }
     }
@@ -221,6 +210,60 @@ impl Store {
             tracing::warn!(task_type = %home, "graph {id}: the roots wait for a host serving {home}: {e:#}");
         }
         Ok(declared)
+    }
+
+    /// Declares the graph a run asked for (outbox entry `entry_id`, its JSON
+    /// [`crate::task::GraphWork`]), exactly once: an entry delivered before is
+    /// found by its marker in the home type's slot, which graph_open.lua sets
+    /// with the graph. A refusal (the graph id or a node's task in use) is
+    /// the run's mistake: recorded in `flushed`, and the entry dropped.
+    /// Returns the home type when the graph was declared now.
+    pub(super) async fn deliver_graph_work(
+        &self,
+        entry_id: &[u8],
+        data: &[u8],
+        flushed: &mut super::OutboxFlush,
+    ) -> Result<Option<TaskType>, super::groups::GroupDelivery> {
+        use super::groups::GroupDelivery;
+        let work: crate::task::GraphWork =
+            serde_json::from_slice(data).map_err(|e| GroupDelivery::Bad(anyhow!("graph entry is not a graph: {e}")))?;
+        let (home, id) = (&work.home, &work.id);
+        let marker = self.keys(home).delivered(entry_id);
+        let mut conn = self.conn.clone();
+        let classified = |e: anyhow::Error| match crate::classify(&e) {
+            crate::Trouble::Outage => GroupDelivery::Outage(e),
+            _ => GroupDelivery::Waits(home.clone(), e),
+        };
+        let delivered: bool = redis::cmd("EXISTS")
+            .arg(&marker)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| classified(anyhow::Error::new(e).context(format!("graph {home}/{id}"))))?;
+        if delivered {
+            return Ok(None);
+        }
+        let in_use = self.graph_ids_in_use(&work.nodes).await.map_err(classified)?;
+        let why = match in_use.into_iter().next() {
+            Some((node, why)) => format!("node {node:?}: {why}"),
+            None => match self.graph_open_once(home, id, &work.nodes, Some(marker.as_slice())).await {
+                Ok(Some(_)) => {
+                    flushed.graphs_declared.push((home.clone(), id.clone()));
+                    return Ok(Some(home.clone()));
+                }
+                Ok(None) => return Ok(None),
+                Err(e) => GraphRefusal::of(&e).ok_or_else(|| classified(e))?.0,
+            },
+        };
+        // Another host delivering the same entry may have declared it (and scheduled its roots) meanwhile.
+        let delivered: bool = redis::cmd("EXISTS")
+            .arg(&marker)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| classified(anyhow::Error::new(e).context(format!("graph {home}/{id}"))))?;
+        if !delivered {
+            flushed.graphs_refused.push((home.clone(), id.clone(), why));
+        }
+        Ok(None)
     }
 
     /// Nodes whose task is already in use: waiting, dead-lettered, or a group's

@@ -62,7 +62,7 @@
 //! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
 //! - `reply.rs`: reading replies.
 
-pub use hourglass_task::{group, task, task_type};
+pub use hourglass_task::{graph, group, task, task_type};
 pub mod redis_server;
 pub mod target;
 

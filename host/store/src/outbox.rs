@@ -23,6 +23,11 @@ pub struct OutboxFlush {
     pub groups: GroupMoves,
     /// Workflow graphs whose last node ended: (home type, graph id).
     pub graphs_done: Vec<(TaskType, crate::group::GroupId)>,
+    /// Workflow graphs runs declared, declared now: (home type, graph id).
+    pub graphs_declared: Vec<(TaskType, crate::group::GroupId)>,
+    /// Workflow graphs runs declared that were refused (the id or a node's
+    /// task in use): (home type, graph id, why); dropped, not retried.
+    pub graphs_refused: Vec<(TaskType, crate::group::GroupId, String)>,
 }
 impl Store {
     /// Moves every follow-up in `t`'s outbox into its target type's due set
@@ -47,6 +52,8 @@ impl Store {
             // graph nodes' schedules too, a batch per type.
             let mut reports = Vec::new();
             let mut nodes = Vec::new();
+            // Home types whose graphs were declared here: their roots are scheduled after the page.
+            let mut homes: Vec<TaskType> = Vec::new();
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
                 // What can never be delivered (corrupt) is logged and dropped, to keep the outbox moving.
@@ -61,6 +68,19 @@ impl Store {
                 } else if entry_id.ends_with(super::graphs::NODE) {
                     nodes.push((entry_id.clone(), encoded.clone()));
                     continue;
+                } else if entry_id.ends_with(super::graphs::GRAPH) {
+                    match self.deliver_graph_work(entry_id, encoded, &mut flushed).await {
+                        Ok(home) => {
+                            homes.extend(home);
+                            None
+                        }
+                        Err(GroupDelivery::Bad(e)) => Some(e),
+                        Err(GroupDelivery::Waits(target, e)) => {
+                            flushed.failed.push((target, e));
+                            continue;
+                        }
+                        Err(GroupDelivery::Outage(e)) => return Err(e),
+                    }
                 } else if entry_id.ends_with(super::groups::WORK) {
                     match self.deliver_work(entry_id, encoded, &mut flushed.groups).await {
                         Ok(()) => None,
@@ -96,7 +116,7 @@ impl Store {
             self.deliver_graph_nodes(t, nodes, &mut flushed).await?;
             // A node's end goes to its graph, a child's to its group.
             let (graph_reports, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|(_, r)| r.graph);
-            let mut homes: Vec<TaskType> = graph_reports.iter().map(|(_, r)| r.group.callback_type.clone()).collect();
+            homes.extend(graph_reports.iter().map(|(_, r)| r.group.callback_type.clone()));
             homes.sort_by(|a, b| a.as_str().cmp(b.as_str()));
             homes.dedup();
             self.deliver_graph_reports(t, graph_reports, &mut flushed).await?;

@@ -16,8 +16,15 @@ use crate::task_type::TaskType;
 ///
 /// It is part of key names and of the callback's JSON summary, so it must
 /// be text; it names the group within its callback type.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct GroupId(String);
+
+impl From<GroupId> for String {
+    fn from(id: GroupId) -> String {
+        id.0
+    }
+}
 
 impl GroupId {
     /// The longest allowed id, in bytes.

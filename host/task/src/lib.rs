@@ -1,4 +1,4 @@
-//! Hourglass's vocabulary: what a task type, a task, its outcome and a workflow group are.
+//! Hourglass's vocabulary: what a task type, a task, its outcome, a workflow group and a graph are.
 //!
 //! Every other crate speaks these words: `hourglass-store` writes them to
 //! Redis, `hourglass-runtime` hands them to plugins, and the host moves them
@@ -10,10 +10,12 @@
 //! - [`task_type`]: the validated type name, its shards and their hash tags;
 //! - [`task`]: a task's life: claimed, run, its outcome, how it ended once settled;
 //! - [`group`]: workflow group ids, callbacks and when they fire;
+//! - [`graph`]: workflow graphs as data: a node, the graph file, the checks of its shape;
 //! - [`clean`]: text from outside (ids, guest lines) escaped for one log line;
 //! - [`sync`]: a poisoned lock's recovery, written once.
 
 pub mod clean;
+pub mod graph;
 pub mod group;
 pub mod sync;
 pub mod task;

@@ -72,6 +72,18 @@ pub struct GroupWork {
     pub seal: bool,
 }
 
+/// A workflow graph one run declares; committed with its ack, like a follow-up,
+/// and declared (graph_open.lua) when its outbox entry is delivered.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GraphWork {
+    /// The type whose keys hold the graph.
+    pub home: crate::task_type::TaskType,
+    /// The graph id, used once within the home type.
+    pub id: crate::group::GroupId,
+    /// Its nodes, their shape checked ([`crate::graph::check`]).
+    pub nodes: Vec<crate::graph::NodeSpec>,
+}
+
 /// The result of one claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
@@ -138,6 +150,8 @@ pub enum Outcome {
         followups: Vec<FollowUp>,
         /// Workflow groups it opens, adds children to or seals (delivered through the outbox).
         groups: Vec<GroupWork>,
+        /// Workflow graphs it declares (delivered through the outbox).
+        graphs: Vec<GraphWork>,
     },
     /// Failure; run again after `delay`.
     Retry {

@@ -21,6 +21,9 @@
 // - A JSON payload `{"fanout": {"callback": C, "group": G, "type": T, "ids": [...]}}`
 //   also opens workflow group G with callback task G of type C, adds one child
 //   of type T per id (payload `{}`, due now) and seals it.
+// - A JSON payload `{"graph": {"home": C, "id": G, "nodes": [...]}}` also
+//   declares workflow graph G of home type C (the nodes as a graph file has
+//   them), committed with this run's success.
 //
 // Build: `bash plugins/build-polyglot.sh` (installs to plugins/js.echo.wasm).
 //
@@ -33,7 +36,7 @@
 import { log } from "hourglass:plugin/log@0.1.0";
 import { schedule } from "hourglass:plugin/schedule@0.1.0";
 import { get as config } from "hourglass:plugin/config@0.1.0";
-import { open, add, seal } from "hourglass:plugin/workflow@0.1.0";
+import { open, add, seal, graph } from "hourglass:plugin/workflow@0.1.0";
 import { report } from "hourglass:plugin/progress@0.1.0";
 
 // The payload as a JSON object, or {} when it is anything else (binary, text, ...).
@@ -101,6 +104,14 @@ export function handle(task) {
 
   if (c.fanout !== null && typeof c.fanout === "object") {
     fanOut(c.fanout, task.dueMs);
+  }
+  if (c.graph !== null && typeof c.graph === "object") {
+    try {
+      graph(String(c.graph.home ?? ""), String(c.graph.id ?? ""), JSON.stringify({ nodes: c.graph.nodes ?? [] }));
+    } catch (e) {
+      // A cycle, an unknown parent, a type not granted: retrying would not help.
+      throw { tag: "permanent", val: `cannot declare the graph: ${e?.payload ?? e}` };
+    }
   }
 
   const replyTo = config("reply_to") ?? `${task.taskType}.out`;

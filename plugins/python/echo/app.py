@@ -15,6 +15,9 @@
   `instance_reuse = 0` every task starts in a fresh instance, so a recall
   never finds anything (tests/sandbox/polyglot.rs checks it, and that it
   does under reuse).
+- A JSON payload `{"graph": {"home": C, "id": G, "nodes": [...]}}` also
+  declares workflow graph G of home type C (the nodes as a graph file has
+  them), committed with this run's success.
 - A JSON payload `{"progress": N}` reports N % done (detail `{"echo": N}`)
   before anything else, so `hourglass show` has it while the task lives
   (with `fail_times`, it is kept across the retries).
@@ -62,6 +65,15 @@ def _fan_out(fanout: dict, due_ms: int) -> None:
         raise Err(types.Failure_Permanent(f"cannot fan out: {e.value}"))
 
 
+def _declare_graph(spec: dict) -> None:
+    """Declares the graph: committed with this run's success."""
+    try:
+        workflow.graph(str(spec.get("home", "")), str(spec.get("id", "")), json.dumps({"nodes": spec.get("nodes", [])}))
+    except Err as e:
+        # A cycle, an unknown parent, a type not granted: retrying would not help.
+        raise Err(types.Failure_Permanent(f"cannot declare the graph: {e.value}"))
+
+
 #: What a task asked to remember: module state, which a fresh instance starts without.
 _remembered = None
 
@@ -97,6 +109,9 @@ class WitWorld(wit_world.WitWorld):
         fanout = controls.get("fanout")
         if isinstance(fanout, dict):
             _fan_out(fanout, task.due_ms)
+        graph = controls.get("graph")
+        if isinstance(graph, dict):
+            _declare_graph(graph)
 
         digest = hashlib.sha256(task.payload).hexdigest()
         reply_to = config.get("reply_to") or f"{task.task_type}.out"

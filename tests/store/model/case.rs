@@ -188,7 +188,7 @@ impl Case<'_> {
                     .map(|(run, end)| Settlement {
                         lease: run.lease.clone(),
                         outcome: match end {
-                            End::Ack => Outcome::Ack { followups: Vec::new(), groups: Vec::new() },
+                            End::Ack => Outcome::Ack { followups: Vec::new(), groups: Vec::new(), graphs: Vec::new() },
                             End::Retry { delay_ms } => Outcome::Retry {
                                 delay: Duration::from_millis(*delay_ms),
                                 error: "retry".into(),

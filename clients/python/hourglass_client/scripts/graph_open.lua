@@ -1,10 +1,11 @@
 -- graph_open: declare a workflow graph in its home type C's slot, whole or not at all, and schedule its roots through C's outbox.
 --
 -- KEYS: 1 graph (HASH), 2 nodes (HASH node index → JSON), 3 graphs (ZSET of C), 4 outbox (of C),
---       5 seq (of C), 6 stats (of C)
+--       5 seq (of C), 6 stats (of C), 7 (optional) the marker of the outbox entry that
+--       asked for it (STRING, in C's slot: a graph a handler declared, declared once)
 -- ARGV: 1 graph id, 2 C's name, 3 the nodes as JSON: [{"name","type","id","payload","when","parents":[names]}],
 --       4 most nodes, 5 most edges
--- Returns: { nodes, edges, roots }.
+-- Returns: { nodes, edges, roots }; {} when the marker says it was declared before.
 -- Errors (HGGRAPH, nothing written): the graph exists (running, or done less
 -- than 7 days ago); the JSON is not a list of nodes; a node without a name,
 -- type or id, or with a name used twice; a task (type and id) used by two
@@ -21,9 +22,12 @@
 local graph, nodes_key, graphs, outbox, seq, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local gid, home = ARGV[1], ARGV[2]
 local max_nodes, max_edges = tonumber(ARGV[4]), tonumber(ARGV[5])
+local marker = KEYS[7]
 local bad = check_keys({ { graph, 'hash' }, { nodes_key, 'hash' }, { graphs, 'zset' }, { outbox, 'hash' } })
   or check_integer(seq) or check_counters(stats, { 'graphs_opened' })
+  or (marker and check_rare({ { marker, 'string' } }, {}))
 if bad then return bad end
+if marker and redis.call('EXISTS', marker) == 1 then return {} end
 local function refuse(text, ...)
   return redis.error_reply('HGGRAPH ' .. string.format(text, ...))
 end
@@ -148,4 +152,5 @@ redis.call('HSET', graph, 'state', 'running', 'nodes', #spec, 'edges', edges, 'w
   'scheduled', roots, 'succeeded', 0, 'dead', 0, 'cancelled', 0, 'skipped', 0, 'opened_ms', now)
 redis.call('ZADD', graphs, now, gid)
 redis.call('HINCRBY', stats, 'graphs_opened', 1)
+if marker then redis.call('SET', marker, '1', 'PX', 86400000) end
 return { #spec, edges, roots }

@@ -170,7 +170,7 @@ impl Handler {
                             state.limiter.exceeded,
                             state.held.exceeded,
                             Vec::new(),
-                            Vec::new(),
+                            (Vec::new(), Vec::new()),
                             None,
                             None,
                         );
@@ -181,16 +181,16 @@ impl Handler {
             let state = w.store.data_mut();
             let (exceeded, held) = (state.limiter.exceeded, state.held.exceeded.take());
             let followups = std::mem::take(&mut state.followups);
-            let groups = state.take_groups();
+            let work = state.take_work();
             let progress = state.end_progress();
-            (outcome, exceeded, held, followups, groups, progress, Some(w))
+            (outcome, exceeded, held, followups, work, progress, Some(w))
         };
         let finished = tokio::time::timeout(self.hard_limit(), call).await;
         let (out, out_dropped) = out_pipe.take();
         let (err, err_dropped) = err_pipe.take();
         meta.emit_output("stdout", &out, out_dropped);
         meta.emit_output("stderr", &err, err_dropped);
-        let Ok((outcome, memory_wanted, held, followups, groups, progress, warm)) = finished else {
+        let Ok((outcome, memory_wanted, held, followups, work, progress, warm)) = finished else {
             return TaskRun::failed(self.deadline_failure());
         };
         // Whether the guest returned (success or a failure it reported) within
@@ -207,7 +207,7 @@ impl Handler {
                 self.keep_warm(w);
             }
         }
-        TaskRun::of(result, followups, groups, progress)
+        TaskRun::of(result, followups, work, progress)
     }
 
     /// A new instance that has handled the warm-up task, with its checkpoint

@@ -33,7 +33,7 @@ fn success_is_an_ack_with_its_follow_ups() {
     };
     let run = TaskRun { followups: vec![followup.clone()], ..TaskRun::ended(Ok(())) };
     let outcome = decide(&policy(3), &task(1), run, 0);
-    assert_eq!(outcome, Outcome::Ack { followups: vec![followup], groups: Vec::new() });
+    assert_eq!(outcome, Outcome::Ack { followups: vec![followup], groups: Vec::new(), graphs: Vec::new() });
 }
 
 #[test]
@@ -165,7 +165,10 @@ async fn each_outcome_is_decided_and_queued_for_the_settler_with_the_slots_it_ho
     assert_eq!(queued.iter().map(id).collect::<Vec<_>>(), ["bad", "fail", "ok"]);
     assert_eq!(queued[0].settlement.outcome, Outcome::Dead { error: "permanent: bad input".into() });
     assert!(matches!(&queued[1].settlement.outcome, Outcome::Retry { error, .. } if error == "boom"));
-    assert_eq!(queued[2].settlement.outcome, Outcome::Ack { followups: Vec::new(), groups: Vec::new() });
+    assert_eq!(
+        queued[2].settlement.outcome,
+        Outcome::Ack { followups: Vec::new(), groups: Vec::new(), graphs: Vec::new() }
+    );
     assert_eq!(queued[2].settlement.lease, leases[0], "an outcome names the lease it was run under");
     assert_eq!(queued[0].claim_unreported.load(Ordering::Acquire), 0, "the claim reported every outcome");
     // Its last run woke the settler, which has not taken the wake-up yet.

@@ -12,7 +12,8 @@
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
 --         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
 --         'c' (create-only) or 'r' (may replace) and then the encoded follow-up, or 'g'
---         and then a run's encoded work on one workflow group (entry id ends ":group");
+--         and then a run's encoded work on one workflow group (entry id ends ":group"), or 'G'
+--         and then a workflow graph the run declares, as JSON (entry id ends ":graph");
 --         a retry's only item may be 'p' and then the run's last progress, as stored (JSON)
 -- Returns: per entry, in order: for plain acks the mask of those settled (the
 --          others were fenced); for a task in full 1 = settled | 2 = settled as
@@ -214,7 +215,13 @@ for e, at in ipairs(starts) do
           local follow = ARGV[at + 11 + n]
           local entry = entry_prefix .. ':' .. token .. ':' .. n
           local how = string.sub(follow, 1, 1)
-          if how == 'c' then entry = entry .. ':create' elseif how == 'g' then entry = entry .. ':group' end
+          if how == 'c' then
+            entry = entry .. ':create'
+          elseif how == 'g' then
+            entry = entry .. ':group'
+          elseif how == 'G' then
+            entry = entry .. ':graph'
+          end
           outbox_pairs[#outbox_pairs + 1] = entry
           outbox_pairs[#outbox_pairs + 1] = string.sub(follow, 2)
         end

@@ -101,6 +101,24 @@ fn handle(task: Task) -> Result<(), Failure> {
             group.seal()?;
             Ok(())
         }
+        "graph" | "graph-cycle" => {
+            // graph:<home>:<graph>:<node type>: a diamond (a, b; c after both; d after c if it succeeded).
+            // graph-cycle: the same with an edge d -> a, which the host refuses at once.
+            use hourglass_sdk::workflow::{FireWhen, Node, graph};
+            let mut parts = arg.splitn(3, ':');
+            let (home, g, t) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let mut nodes = vec![
+                Node::new("a", t, &[]),
+                Node::new("b", t, &[]),
+                Node::new("c", t, &["a", "b"]),
+                Node { when: FireWhen::AllSucceeded, ..Node::new("d", t, &["c"]) },
+            ];
+            if verb == "graph-cycle" {
+                nodes[0].parents.push("d".into());
+            }
+            graph(home, g, &nodes).map_err(|e| Failure::permanent(e.0))?;
+            Ok(())
+        }
         "join" => {
             // join:<callback type>:<group>:<child type>:<id>:<child payload>: add one child to an open group.
             let mut parts = arg.splitn(5, ':');
