@@ -229,16 +229,12 @@ impl Store {
             serde_json::from_slice(data).map_err(|e| GroupDelivery::Bad(anyhow!("graph entry is not a graph: {e}")))?;
         let (home, id) = (&work.home, &work.id);
         let marker = self.keys(home).delivered(entry_id);
-        let mut conn = self.conn.clone();
         let classified = |e: anyhow::Error| match crate::classify(&e) {
             crate::Trouble::Outage => GroupDelivery::Outage(e),
             _ => GroupDelivery::Waits(home.clone(), e),
         };
-        let delivered: bool = redis::cmd("EXISTS")
-            .arg(&marker)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| classified(anyhow::Error::new(e).context(format!("graph {home}/{id}"))))?;
+        let delivered =
+            self.marker_set(&marker).await.map_err(|e| classified(e.context(format!("graph {home}/{id}"))))?;
         if delivered {
             return Ok(None);
         }
@@ -255,15 +251,18 @@ impl Store {
             },
         };
         // Another host delivering the same entry may have declared it (and scheduled its roots) meanwhile.
-        let delivered: bool = redis::cmd("EXISTS")
-            .arg(&marker)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| classified(anyhow::Error::new(e).context(format!("graph {home}/{id}"))))?;
+        let delivered =
+            self.marker_set(&marker).await.map_err(|e| classified(e.context(format!("graph {home}/{id}"))))?;
         if !delivered {
             flushed.graphs_refused.push((home.clone(), id.clone(), why));
         }
         Ok(None)
+    }
+
+    /// Whether outbox marker `marker` is set: its entry was delivered before.
+    async fn marker_set(&self, marker: &[u8]) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("EXISTS").arg(marker).query_async(&mut conn).await?)
     }
 
     /// Nodes whose task is already in use: waiting, dead-lettered, or a group's
