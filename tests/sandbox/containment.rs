@@ -3,11 +3,12 @@
 //! Each test is written the way a careless or malicious plugin author would
 //! try to get out of the sandbox through what the host holds on the guest's
 //! behalf: blocked host calls, host memory outside `memory_limit`, log
-//! floods and forged log lines, oversized errors, allow-list bypasses, and
-//! shutdown while handlers hang. Every test asserts that the ordinary
-//! `noop` tasks running beside all succeed, and the memory tests that the
-//! host's memory stays under the bound docs/sandbox.md documents, during a
-//! hostile run and after compiling an interpreter-sized plugin.
+//! floods and forged log lines, oversized errors, workflow graphs shaped to
+//! swell when parsed, allow-list bypasses, and shutdown while handlers hang.
+//! Every test asserts that the ordinary `noop` tasks running beside all
+//! succeed, and the memory tests that the host's memory stays under the
+//! bound docs/sandbox.md documents, during a hostile run and after compiling
+//! an interpreter-sized plugin.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -198,6 +199,64 @@ fn host_memory_a_plugin_asks_for_is_bounded_and_charged_to_its_run() {
     // own linear memory): 8 × (16 + 4 + 16) MiB.
     let peak = host.proc_status("VmHWM:");
     let bound_kb = 8 * (16 + 4 + 16) * 1024;
+    assert!(
+        peak < rss_before + bound_kb,
+        "peak RSS {peak} kB, {rss_before} kB before: over the bound of {bound_kb} kB"
+    );
+    eprintln!("RSS before {rss_before} kB, peak {peak} kB, now {} kB", host.proc_status("VmRSS:"));
+}
+
+/// Graphs declared by a handler are parsed within its run's budget: 24 MB
+/// of JSON of 2-byte parents, thousands of tiny nodes, and long payloads, 20
+/// calls a run, four runs at once, beside ordinary tasks. (A host that parsed
+/// the text into a `serde_json::Value` first went over the bound here:
+/// 762 MiB above its idle size, against 656.)
+#[test]
+fn graphs_a_plugin_floods_the_host_with_are_parsed_within_its_budget() {
+    let redis = RedisServer::start();
+    let host = Host::start(
+        &redis,
+        &[("noop", plugin("noop")), ("chaos", test_plugin("chaos"))],
+        "[runner]\nconcurrency = 8\n[defaults]\nconcurrency = 4\nmemory_limit = \"16MiB\"\nhost_memory_limit = \"4MiB\"\n\
+         [types.chaos]\nmemory_limit = \"32MiB\"\nhost_memory_limit = \"64MiB\"\ntimeout = \"60s\"\nmax_attempts = 1\n\
+         may_schedule = [\"noop\", \"chaos\"]\n",
+    );
+    let mut conn = redis.client();
+    noop_stream(&mut conn, 200, 0);
+    wait_all_settled(&mut conn, 200, 0);
+    let rss_before = host.proc_status("VmRSS:");
+
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        tasks.push((format!("parents-{i}"), "graph-flood:parents:24000000".to_owned()));
+        tasks.push((format!("nodes-{i}"), "graph-flood:nodes:0".to_owned()));
+        tasks.push((format!("payloads-{i}"), "graph-flood:payloads:20000000".to_owned()));
+    }
+    hostile(&mut conn, &tasks);
+    noop_stream(&mut conn, 2000, 3000);
+    wait_for("the hostile tasks", LONG, || {
+        let dead = crate::support::zcard(&mut conn, "hourglass:{chaos}:dead");
+        let ok = stat(&mut conn, "chaos", "succeeded");
+        (dead + ok as usize >= tasks.len()).then_some(())
+    });
+    wait_all_settled(&mut conn, 2200, 0);
+
+    // The parents stop being read at the edge limit: every call refused, the run's own success stands.
+    assert_eq!(stat(&mut conn, "chaos", "succeeded"), 4, "only the 2-byte parents' runs succeed");
+    for i in 0..4 {
+        for shape in ["nodes", "payloads"] {
+            let error = error_of(&mut conn, &format!("{shape}-{i}"));
+            assert!(error.starts_with("host memory budget exceeded: graphs would hold"), "{shape}-{i}: {error}");
+        }
+    }
+    // A run over its budget declared nothing.
+    assert_eq!(crate::support::zcard(&mut conn, "hourglass:{chaos}:graphs"), 0);
+    let outbox: usize = conn.hlen("hourglass:{chaos}:outbox").unwrap();
+    assert_eq!(outbox, 0, "a run over its budget committed a graph");
+
+    // The documented bound, as above: for each run at once, 2 × memory_limit + host_memory_limit.
+    let peak = host.proc_status("VmHWM:");
+    let bound_kb = (4 * (2 * 32 + 64) + 4 * (2 * 16 + 4)) * 1024;
     assert!(
         peak < rss_before + bound_kb,
         "peak RSS {peak} kB, {rss_before} kB before: over the bound of {bound_kb} kB"

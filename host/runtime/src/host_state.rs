@@ -24,7 +24,8 @@ use super::pipe::CappedPipe;
 use super::progress::ProgressTo;
 use super::run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, RunMeta};
 use super::wasi_http::OutboundHooks;
-use hourglass_task::group::{Callback, FireWhen, GroupId, GroupRef};
+
+mod workflow;
 use hourglass_task::task::{FollowUp, GraphWork, GroupWork, Progress};
 use hourglass_task::task_type::TaskType;
 
@@ -58,19 +59,35 @@ impl Held {
 
     /// Charges `bytes` for `what`; an error (the same text the run fails with) once over the limit.
     fn charge(&mut self, bytes: usize, what: &str, budget: HostBudget) -> Result<(), String> {
-        let wanted = self.used.saturating_add(bytes as u64);
-        if wanted > self.limit {
-            let why = format!(
-                "host memory budget exceeded: {what} would hold {} of the {} that host_memory_limit = {} leaves them",
-                ByteSize::b(wanted),
-                ByteSize::b(self.limit),
-                ByteSize::b(budget.limit())
-            );
-            self.exceeded.get_or_insert_with(|| why.clone());
-            return Err(why);
-        }
-        self.used = wanted;
+        self.fits(bytes, what, budget)?;
+        self.used = self.used.saturating_add(bytes as u64);
         Ok(())
+    }
+
+    /// Whether `bytes` more may be held for a moment (they are not charged):
+    /// past the limit, the same error as [`Held::charge`].
+    fn fits(&mut self, bytes: usize, what: &str, budget: HostBudget) -> Result<(), String> {
+        if self.used.saturating_add(bytes as u64) > self.limit {
+            return Err(self.refuse(bytes, what, budget));
+        }
+        Ok(())
+    }
+
+    /// Bytes that may still be held.
+    fn left(&self) -> usize {
+        usize::try_from(self.limit.saturating_sub(self.used)).unwrap_or(usize::MAX)
+    }
+
+    /// The error for `what` wanting `bytes` more than fit; the run fails with it.
+    fn refuse(&mut self, bytes: usize, what: &str, budget: HostBudget) -> String {
+        let why = format!(
+            "host memory budget exceeded: {what} would hold {} of the {} that host_memory_limit = {} leaves them",
+            ByteSize::b(self.used.saturating_add(bytes as u64)),
+            ByteSize::b(self.limit),
+            ByteSize::b(budget.limit())
+        );
+        self.exceeded.get_or_insert_with(|| why.clone());
+        why
     }
 }
 
@@ -361,34 +378,7 @@ impl HostState {
         let due_ms = i64::try_from(due_ms).unwrap_or(i64::MAX);
         Ok(FollowUp { task_type, id, payload, due_ms, replace })
     }
-
-    /// The run's work on group (`callback_type`, `group`), created on first use;
-    /// the callback type must be granted.
-    fn group_work(&mut self, callback_type: String, group: String) -> Result<&mut GroupWork, String> {
-        if let Some(why) = &self.held.exceeded {
-            return Err(why.clone());
-        }
-        let callback_type: TaskType = callback_type.parse().map_err(|e| format!("{e}"))?;
-        let id: GroupId = group.parse().map_err(|e| format!("{e}"))?;
-        let group = GroupRef { callback_type, id };
-        let at = match self.groups.iter().position(|g| g.group == group) {
-            Some(at) => at,
-            None => {
-                if self.groups.len() >= MAX_GROUPS {
-                    return Err(format!("at most {MAX_GROUPS} groups per run"));
-                }
-                self.granted(&group.callback_type)?;
-                self.held.charge(group.id.as_str().len() + FOLLOWUP_OVERHEAD, "groups", self.budget)?;
-                self.groups.push(GroupWork { group, open: None, children: Vec::new(), seal: false });
-                self.groups.len() - 1
-            }
-        };
-        Ok(&mut self.groups[at])
-    }
 }
-
-/// Groups one run may work on.
-const MAX_GROUPS: usize = 100;
 
 impl wit_schedule::Host for HostState {
     fn schedule(&mut self, task_type: String, id: Vec<u8>, payload: Vec<u8>, due_ms: u64) -> Result<(), String> {
@@ -397,102 +387,6 @@ impl wit_schedule::Host for HostState {
         Ok(())
     }
 }
-
-impl wit_workflow::Host for HostState {
-    fn open(
-        &mut self,
-        callback_type: String,
-        group: String,
-        callback_id: String,
-        callback_payload: String,
-        when: wit_workflow::FireWhen,
-    ) -> Result<(), String> {
-        if callback_id.is_empty() || callback_id.len() > MAX_FOLLOWUP_ID {
-            return Err(format!("callback id of {} bytes: it must be 1 to {MAX_FOLLOWUP_ID}", callback_id.len()));
-        }
-        if callback_payload.len() > MAX_FOLLOWUP_PAYLOAD / 2 {
-            return Err(format!("callback payload of {} bytes is over the limit of 512 KiB", callback_payload.len()));
-        }
-        let replace = self.grants.check(&self.meta.task_type, &callback_type.parse().map_err(|e| format!("{e}"))?);
-        let bytes = callback_id.len() + callback_payload.len();
-        let budget = self.budget;
-        self.held.charge(bytes, "groups", budget)?;
-        let work = self.group_work(callback_type, group)?;
-        let when = match when {
-            wit_workflow::FireWhen::AllEnded => FireWhen::AllEnded,
-            wit_workflow::FireWhen::AllSucceeded => FireWhen::AllSucceeded,
-        };
-        let callback = Callback { id: callback_id, payload: callback_payload, when, replace: replace.unwrap_or(false) };
-        match &work.open {
-            Some(open) if *open != callback => {
-                Err(format!("group {} was opened with another callback in this run", work.group))
-            }
-            _ => {
-                work.open = Some(callback);
-                Ok(())
-            }
-        }
-    }
-
-    fn add(
-        &mut self,
-        callback_type: String,
-        group: String,
-        task_type: String,
-        id: String,
-        payload: Vec<u8>,
-        due_ms: u64,
-    ) -> Result<(), String> {
-        if id.chars().any(char::is_control) {
-            return Err("a group child's id may not contain control characters".into());
-        }
-        let child = self.followup(task_type, id.into_bytes(), payload, due_ms)?;
-        let work = self.group_work(callback_type, group)?;
-        if work.seal {
-            return Err(format!("group {} was sealed in this run", work.group));
-        }
-        work.children.push(child);
-        Ok(())
-    }
-
-    fn seal(&mut self, callback_type: String, group: String) -> Result<(), String> {
-        self.group_work(callback_type, group)?.seal = true;
-        Ok(())
-    }
-
-    fn graph(&mut self, home_type: String, graph: String, nodes_json: String) -> Result<(), String> {
-        if let Some(why) = &self.held.exceeded {
-            return Err(why.clone());
-        }
-        if self.graphs.len() >= MAX_GRAPHS {
-            return Err(format!("at most {MAX_GRAPHS} graphs per run"));
-        }
-        let home: TaskType = home_type.parse().map_err(|e| format!("{e}"))?;
-        let id: GroupId = graph.parse().map_err(|_| format!("invalid graph id {graph:?}: 1 to 200 bytes of text"))?;
-        if self.graphs.iter().any(|g| g.home == home && g.id == id) {
-            return Err(format!("graph {home}/{id} was declared in this run"));
-        }
-        // Charged before it is parsed: the JSON's size bounds what parsing it holds.
-        let budget = self.budget;
-        self.held.charge(nodes_json.len() + FOLLOWUP_OVERHEAD, "graphs", budget)?;
-        let nodes =
-            hourglass_task::graph::parse_nodes(&nodes_json, &id).map_err(|e| format!("graph {home}/{id}: {e:#}"))?;
-        hourglass_task::graph::check(&id, &nodes)?;
-        // The home type and every node's type must be granted, as a follow-up's would.
-        self.granted(&home)?;
-        let mut types: Vec<&TaskType> = nodes.iter().map(|n| &n.task_type).collect();
-        types.sort();
-        types.dedup();
-        for t in types.into_iter().cloned().collect::<Vec<_>>() {
-            self.granted(&t)?;
-        }
-        self.graphs.push(GraphWork { home, id, nodes });
-        Ok(())
-    }
-}
-
-/// Graphs one run may declare.
-const MAX_GRAPHS: usize = 10;
 
 impl wit_progress::Host for HostState {
     fn report(&mut self, percent: u8, detail: String) -> Result<(), String> {

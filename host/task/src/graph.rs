@@ -49,57 +49,394 @@ mod when_word {
     }
 }
 
-/// A graph file: `{"nodes": [...]}`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GraphFile {
-    /// The nodes, in any order.
-    nodes: Vec<NodeFile>,
-}
-
-/// A node of a graph file.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NodeFile {
-    /// Its name in the graph, which its children's `parents` use.
-    name: String,
-    /// The task type it runs as.
-    #[serde(rename = "type")]
-    task_type: String,
-    /// The task id [default: `<graph id>/<name>`].
-    id: Option<String>,
-    /// The payload: a string as it is, any other JSON value as its JSON text [default: none].
-    payload: Option<serde_json::Value>,
-    /// `all` (default): run once every parent ended, however; `success`: only if all succeeded, else skipped.
-    when: Option<String>,
-    /// The names of the nodes it waits for [default: none, it runs at once].
-    #[serde(default)]
-    parents: Vec<String>,
-}
-
 /// The nodes of a graph file's text (`{"nodes": [{"name", "type", "id", "payload", "when", "parents"}]}`),
 /// each node's type and rule checked; a node's id defaults to `<graph>/<name>`.
 pub fn parse_nodes(text: &str, graph: &GroupId) -> anyhow::Result<Vec<NodeSpec>> {
-    use anyhow::Context as _;
-    let parsed: GraphFile = serde_json::from_str(text).context("not a graph file")?;
-    parsed
-        .nodes
-        .into_iter()
-        .map(|n| {
-            let task_type: TaskType = n.task_type.parse().with_context(|| format!("node {:?}", n.name))?;
-            let when = match n.when.as_deref() {
+    match parse_nodes_within(text, graph, usize::MAX) {
+        Ok((nodes, _)) => Ok(nodes),
+        Err(GraphParseError::Invalid(e)) => Err(e),
+        Err(GraphParseError::OverBudget { wanted }) => anyhow::bail!("a graph file would hold {wanted} bytes"),
+    }
+}
+
+/// Why [`parse_nodes_within`] returned no nodes.
+#[derive(Debug)]
+pub enum GraphParseError {
+    /// The text is not a graph file, or names a bad type or rule, or has more than
+    /// [`MAX_NODES`] nodes or [`MAX_EDGES`] edges (the parse stops there).
+    Invalid(anyhow::Error),
+    /// What it builds would hold more than the budget: `wanted` bytes, counted
+    /// up to the allocation that did not fit (which was not made).
+    OverBudget { wanted: usize },
+}
+
+/// What a parse held, counted as [`parse_nodes_within`] counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseCost {
+    /// Bytes the nodes it returned hold.
+    pub held: usize,
+    /// The most it held at once, at most its budget.
+    pub peak: usize,
+}
+
+/// [`parse_nodes`] within `budget` bytes: each allocation it makes (strings,
+/// the growth of its vectors, with the allocator's rounding) is counted
+/// before it is made, and the parse stops at the first that would not fit,
+/// or past the node and edge limits. So a handler's `workflow.graph` call
+/// holds no more than its run's budget leaves, whatever the text's shape
+/// (2-byte parents, empty nodes, deep payloads). Returns the nodes and what
+/// they cost. The text itself, and serde_json's scratch buffer for an
+/// escaped string (at most the text's length), are the caller's.
+pub fn parse_nodes_within(
+    text: &str,
+    graph: &GroupId,
+    budget: usize,
+) -> Result<(Vec<NodeSpec>, ParseCost), GraphParseError> {
+    use serde::de::DeserializeSeed as _;
+    let meter = parse::Meter::new(budget);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed =
+        parse::FileSeed { meter: &meter, graph }.deserialize(&mut de).and_then(|nodes| de.end().map(|()| nodes));
+    match parsed {
+        Ok(nodes) => Ok((nodes, ParseCost { held: meter.used(), peak: meter.peak() })),
+        Err(_) if meter.over() => Err(GraphParseError::OverBudget { wanted: meter.peak() }),
+        Err(e) => Err(GraphParseError::Invalid(anyhow::Error::new(e).context("not a graph file"))),
+    }
+}
+
+/// The graph file's parser: serde visitors that count what they allocate.
+mod parse {
+    use std::cell::Cell;
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserialize, Deserializer};
+    use serde_json::value::RawValue;
+
+    use super::{MAX_EDGES, MAX_NODES, NodeSpec};
+    use crate::group::{FireWhen, GroupId};
+    use crate::task_type::TaskType;
+
+    /// What a parse may allocate, what it holds, and the most it held at once.
+    pub(super) struct Meter {
+        budget: usize,
+        used: Cell<usize>,
+        peak: Cell<usize>,
+        over: Cell<bool>,
+        edges: Cell<usize>,
+    }
+
+    /// What an allocation of `bytes` takes from the allocator: its size rounded
+    /// up (jemalloc's classes are at most 25% apart; glibc adds a header and
+    /// has a 32-byte minimum).
+    fn allocated(bytes: usize) -> usize {
+        if bytes == 0 { 0 } else { bytes.saturating_add(bytes / 4).saturating_add(32) }
+    }
+
+    impl Meter {
+        pub(super) fn new(budget: usize) -> Meter {
+            Meter { budget, used: Cell::new(0), peak: Cell::new(0), over: Cell::new(false), edges: Cell::new(0) }
+        }
+
+        /// Bytes the parse holds now.
+        pub(super) fn used(&self) -> usize {
+            self.used.get()
+        }
+
+        /// The most bytes the parse held at once (what would have been, for one over budget).
+        pub(super) fn peak(&self) -> usize {
+            self.peak.get()
+        }
+
+        pub(super) fn over(&self) -> bool {
+            self.over.get()
+        }
+
+        /// Counts an allocation of `bytes` before it is made.
+        fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+            let wanted = self.used.get().saturating_add(allocated(bytes));
+            self.peak.set(self.peak.get().max(wanted));
+            if wanted > self.budget {
+                self.over.set(true);
+                return Err(E::custom(format_args!("the graph would hold more than {} bytes", self.budget)));
+            }
+            self.used.set(wanted);
+            Ok(())
+        }
+
+        /// `text` as a counted `String`.
+        fn string<E: de::Error>(&self, text: &str) -> Result<String, E> {
+            self.charge(text.len())?;
+            Ok(text.to_owned())
+        }
+
+        /// Pushes `item`; a vector's new buffer is counted before it is made
+        /// (the old one is held too while the items move), the old one released after.
+        fn push<T, E: de::Error>(&self, items: &mut Vec<T>, item: T) -> Result<(), E> {
+            if items.len() == items.capacity() {
+                let old = items.capacity();
+                let grown = (old * 2).max(4);
+                self.charge(grown.saturating_mul(size_of::<T>()))?;
+                items.reserve_exact(grown - items.len());
+                self.used.set(self.used.get() - allocated(old * size_of::<T>()));
+            }
+            items.push(item);
+            Ok(())
+        }
+    }
+
+    /// `{"nodes": [...]}`.
+    pub(super) struct FileSeed<'m> {
+        pub(super) meter: &'m Meter,
+        pub(super) graph: &'m GroupId,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "lowercase")]
+    enum FileField {
+        Nodes,
+    }
+
+    impl<'de> DeserializeSeed<'de> for FileSeed<'_> {
+        type Value = Vec<NodeSpec>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<NodeSpec>, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for FileSeed<'_> {
+        type Value = Vec<NodeSpec>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(r#"a graph file, {"nodes": [...]}"#)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<NodeSpec>, A::Error> {
+            let mut nodes = None;
+            while let Some(FileField::Nodes) = map.next_key()? {
+                if nodes.is_some() {
+                    return Err(de::Error::duplicate_field("nodes"));
+                }
+                nodes = Some(map.next_value_seed(NodesSeed { meter: self.meter, graph: self.graph })?);
+            }
+            nodes.ok_or_else(|| de::Error::missing_field("nodes"))
+        }
+    }
+
+    struct NodesSeed<'m> {
+        meter: &'m Meter,
+        graph: &'m GroupId,
+    }
+
+    impl<'de> DeserializeSeed<'de> for NodesSeed<'_> {
+        type Value = Vec<NodeSpec>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<NodeSpec>, D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for NodesSeed<'_> {
+        type Value = Vec<NodeSpec>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of nodes")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<NodeSpec>, A::Error> {
+            let mut nodes = Vec::new();
+            while let Some(node) = seq.next_element_seed(NodeSeed { meter: self.meter, graph: self.graph })? {
+                if nodes.len() == MAX_NODES {
+                    return Err(de::Error::custom(format_args!(
+                        "graph {:?} has more than the limit of {MAX_NODES} nodes",
+                        self.graph.as_str()
+                    )));
+                }
+                self.meter.push(&mut nodes, node)?;
+            }
+            Ok(nodes)
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "lowercase")]
+    enum NodeField {
+        Name,
+        Type,
+        Id,
+        Payload,
+        When,
+        Parents,
+    }
+
+    struct NodeSeed<'m> {
+        meter: &'m Meter,
+        graph: &'m GroupId,
+    }
+
+    impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
+        type Value = NodeSpec;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<NodeSpec, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for NodeSeed<'_> {
+        type Value = NodeSpec;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(r#"a node, {"name", "type", "id", "payload", "when", "parents"}"#)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeSpec, A::Error> {
+            let meter = self.meter;
+            let (mut name, mut task_type, mut id, mut payload, mut when, mut parents) =
+                (None, None, None, None, None, None);
+            fn once<T, E: de::Error>(slot: &mut Option<T>, field: &'static str, value: T) -> Result<(), E> {
+                match slot.replace(value) {
+                    Some(_) => Err(E::duplicate_field(field)),
+                    None => Ok(()),
+                }
+            }
+            while let Some(field) = map.next_key()? {
+                match field {
+                    NodeField::Name => once(&mut name, "name", map.next_value_seed(Text(meter))?)?,
+                    NodeField::Type => once(&mut task_type, "type", map.next_value_seed(Text(meter))?)?,
+                    NodeField::Id => once(&mut id, "id", map.next_value_seed(MaybeText(meter))?)?,
+                    NodeField::Payload => {
+                        let raw: &'de RawValue = map.next_value()?;
+                        once(&mut payload, "payload", payload_text(meter, raw)?)?
+                    }
+                    NodeField::When => once(&mut when, "when", map.next_value_seed(MaybeText(meter))?)?,
+                    NodeField::Parents => once(&mut parents, "parents", map.next_value_seed(Parents(meter))?)?,
+                }
+            }
+            let name: String = name.ok_or_else(|| de::Error::missing_field("name"))?;
+            let task_type: String = task_type.ok_or_else(|| de::Error::missing_field("type"))?;
+            let task_type =
+                TaskType::try_from(task_type).map_err(|e| de::Error::custom(format_args!("node {name:?}: {e}")))?;
+            let when = match when.flatten() {
                 None => FireWhen::AllEnded,
-                Some(w) => w.parse::<FireWhen>().with_context(|| format!("node {:?}", n.name))?,
+                Some(w) => w.parse::<FireWhen>().map_err(|e| de::Error::custom(format_args!("node {name:?}: {e}")))?,
             };
-            let payload = match n.payload {
-                None => String::new(),
-                Some(serde_json::Value::String(s)) => s,
-                Some(other) => other.to_string(),
+            let id = match id.flatten() {
+                Some(id) => id,
+                None => meter.string(&format!("{}/{name}", self.graph))?,
             };
-            let id = n.id.unwrap_or_else(|| format!("{graph}/{}", n.name));
-            Ok(NodeSpec { name: n.name, task_type, id, payload, when, parents: n.parents })
-        })
-        .collect()
+            Ok(NodeSpec {
+                name,
+                task_type,
+                id,
+                payload: payload.unwrap_or_default(),
+                when,
+                parents: parents.unwrap_or_default(),
+            })
+        }
+    }
+
+    /// A node's payload: a string as it is, any other JSON value as its text.
+    fn payload_text<E: de::Error>(meter: &Meter, raw: &RawValue) -> Result<String, E> {
+        let raw = raw.get();
+        if raw == "null" {
+            return Ok(String::new());
+        }
+        if !raw.starts_with('"') {
+            return meter.string(raw);
+        }
+        let mut de = serde_json::Deserializer::from_str(raw);
+        // An escaped string is built in the deserializer's scratch buffer first.
+        if raw.contains('\\') {
+            meter.charge(raw.len())?;
+        }
+        Text(meter).deserialize(&mut de).map_err(E::custom)
+    }
+
+    /// A string, counted.
+    struct Text<'m>(&'m Meter);
+
+    impl<'de> DeserializeSeed<'de> for Text<'_> {
+        type Value = String;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl Visitor<'_> for Text<'_> {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<String, E> {
+            self.0.string(text)
+        }
+    }
+
+    /// A string or null (its default), counted.
+    struct MaybeText<'m>(&'m Meter);
+
+    impl<'de> DeserializeSeed<'de> for MaybeText<'_> {
+        type Value = Option<String>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+            d.deserialize_option(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for MaybeText<'_> {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+            Text(self.0).deserialize(d).map(Some)
+        }
+    }
+
+    /// A node's parents, counted against [`MAX_EDGES`] over the whole graph.
+    struct Parents<'m>(&'m Meter);
+
+    impl<'de> DeserializeSeed<'de> for Parents<'_> {
+        type Value = Vec<String>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Parents<'_> {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of node names")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut parents = Vec::new();
+            while let Some(parent) = seq.next_element_seed(Text(self.0))? {
+                let edges = self.0.edges.get() + 1;
+                if edges > MAX_EDGES {
+                    return Err(de::Error::custom(format_args!(
+                        "the graph has more than the limit of {MAX_EDGES} edges"
+                    )));
+                }
+                self.0.edges.set(edges);
+                self.0.push(&mut parents, parent)?;
+            }
+            Ok(parents)
+        }
+    }
+}
+
+/// The most bytes [`check`] holds while it checks `nodes` (its indexes, in
+/// hash tables at most half empty, and its lists of parents and children),
+/// with the allocator's rounding: what a handler's run is charged for it.
+pub fn check_cost(nodes: &[NodeSpec]) -> usize {
+    let n = nodes.len();
+    let edges: usize = nodes.iter().map(|node| node.parents.len()).sum();
+    let widest = nodes.iter().map(|node| node.parents.len()).max().unwrap_or(0);
+    // Per node: two hash-table slots (name; type and id) with their control
+    // bytes, two list headers, two counters; per edge: an index in each of
+    // two lists, the children's grown by doubling; the widest node's set of seen parents.
+    let bytes = n
+        .saturating_mul(2 * (24 + 48 + 2) + 2 * 24 + 2 * 8)
+        .saturating_add(edges.saturating_mul(8 + 16))
+        .saturating_add(widest.saturating_mul(2 * (8 + 1)));
+    bytes.saturating_add(bytes / 4).saturating_add(n.saturating_mul(64))
 }
 
 /// What `graph_open.lua` would refuse of `nodes` for their shape alone (it
@@ -206,12 +543,23 @@ mod tests {
             &gid(),
         )
         .unwrap();
-        assert_eq!((nodes[0].id.as_str(), nodes[0].payload.as_str()), ("g/a", r#"{"n":1}"#));
+        // A payload other than a string is kept as written.
+        assert_eq!((nodes[0].id.as_str(), nodes[0].payload.as_str()), ("g/a", r#"{"n": 1}"#));
         assert_eq!((nodes[1].when, nodes[1].parents.clone()), (FireWhen::AllSucceeded, vec!["a".to_owned()]));
+        let escaped =
+            parse_nodes(r#"{"nodes": [{"name": "\u0061", "type": "work", "payload": "x\ny", "when": null}]}"#, &gid());
+        let escaped = escaped.unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((escaped[0].name.as_str(), escaped[0].payload.as_str()), ("a", "x\ny"));
         for (bad, says) in [
             (r#"{"nodes": [{"name": "a", "type": "work", "colour": 1}]}"#, "unknown field `colour`"),
             (r#"{"nodes": [{"name": "a", "type": "No"}]}"#, "node \"a\""),
             (r#"{"nodes": [{"name": "a", "type": "work", "when": "later"}]}"#, "node \"a\""),
+            (r#"{"nodes": [{"name": "a", "name": "b", "type": "work"}]}"#, "duplicate field `name`"),
+            (r#"{"nodes": [{"type": "work"}]}"#, "missing field `name`"),
+            (r#"{"nodes": [{"name": "a", "type": "work", "parents": "b"}]}"#, "a list of node names"),
+            (r#"{"nodes": []} x"#, "trailing characters"),
+            (r#"{"edges": []}"#, "unknown field `edges`"),
+            (r#"{}"#, "missing field `nodes`"),
         ] {
             let e = format!("{:#}", parse_nodes(bad, &gid()).unwrap_err());
             assert!(e.contains(says), "{bad}: {e}");

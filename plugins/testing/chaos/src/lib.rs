@@ -198,6 +198,43 @@ fn handle(task: Task) -> Result<(), Failure> {
             }
             Err(Failure::Error(format!("bodies: kept {}, {buffered} bytes buffered", kept.len())))
         }
+        "graph-flood" => {
+            // graph-flood:<shape>:<bytes>: graphs whose JSON, about <bytes> long, makes a naive
+            // parse hold the most, declared 20 times, ignoring refusals; the host must stay in
+            // its budget. parents: one node with 2-byte parents; nodes: the most nodes, tiny;
+            // payloads: nodes with long payloads.
+            use hourglass_sdk::bindings::hourglass::plugin::workflow::graph;
+            let (shape, bytes) = arg.split_once(':').unwrap_or((arg, ""));
+            let bytes: usize = bytes.parse().map_err(Failure::permanent)?;
+            let mut json = String::with_capacity(bytes + bytes / 8 + 4096);
+            json.push_str(r#"{"nodes":["#);
+            match shape {
+                "parents" => {
+                    json.push_str("{\"name\":\"a\",\"type\":\"noop\",\"parents\":[\"\"");
+                    while json.len() < bytes {
+                        json.push_str(",\"\"");
+                    }
+                    json.push_str("]}");
+                }
+                "nodes" | "payloads" => {
+                    let payload = if shape == "payloads" { "p".repeat(bytes / 10_000) } else { String::new() };
+                    for i in 0..10_000 {
+                        let sep = if i == 0 { "" } else { "," };
+                        json.push_str(&format!(r#"{sep}{{"name":"{i}","type":"noop","payload":"{payload}"}}"#));
+                    }
+                }
+                other => return Err(Failure::permanent(format!("unknown shape {other}"))),
+            }
+            json.push_str("]}");
+            let mut refused = 0;
+            for i in 0..20 {
+                if graph("chaos", &format!("flood-{}-{i}", task.id_str()), &json).is_err() {
+                    refused += 1;
+                }
+            }
+            log(Level::Info, &format!("graph-flood: {refused} of 20 refused"));
+            Ok(())
+        }
         "followups-big" => {
             // Follow-ups of 1 MiB each, ignoring refusals: the host must still fail the run.
             let n: usize = arg.parse().map_err(Failure::permanent)?;
