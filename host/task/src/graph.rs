@@ -327,14 +327,15 @@ mod parse {
         }
     }
 
-    /// A node's payload: a string as it is, any other JSON value as its text.
+    /// A node's payload: a string as it is, any other JSON value as its compact text.
     fn payload_text<E: de::Error>(meter: &Meter, raw: &RawValue) -> Result<String, E> {
         let raw = raw.get();
         if raw == "null" {
             return Ok(String::new());
         }
         if !raw.starts_with('"') {
-            return meter.string(raw);
+            meter.charge(raw.len())?;
+            return Ok(compact(raw));
         }
         let mut de = serde_json::Deserializer::from_str(raw);
         // An escaped string is built in the deserializer's scratch buffer first.
@@ -342,6 +343,24 @@ mod parse {
             meter.charge(raw.len())?;
         }
         Text(meter).deserialize(&mut de).map_err(E::custom)
+    }
+
+    /// Valid JSON text without the whitespace between its tokens: a payload
+    /// as the other clients send it, its keys in the order written.
+    fn compact(json: &str) -> String {
+        let mut out = String::with_capacity(json.len());
+        let (mut in_string, mut escaped) = (false, false);
+        for c in json.chars() {
+            if in_string {
+                (in_string, escaped) = (escaped || c != '"', !escaped && c == '\\');
+            } else if c == '"' {
+                in_string = true;
+            } else if matches!(c, ' ' | '\n' | '\r' | '\t') {
+                continue;
+            }
+            out.push(c);
+        }
+        out
     }
 
     /// A string, counted.
@@ -538,17 +557,20 @@ mod tests {
     #[test]
     fn a_graph_file_parses_with_its_defaults_and_a_bad_one_names_the_culprit() {
         let nodes = parse_nodes(
-            r#"{"nodes": [{"name": "a", "type": "work", "payload": {"n": 1}},
+            r#"{"nodes": [{"name": "a", "type": "work", "payload": {"n": 1,
+                          "a": " x \" y "}},
                           {"name": "b", "type": "work", "id": "b-1", "when": "success", "parents": ["a"]}]}"#,
             &gid(),
         )
         .unwrap();
-        // A payload other than a string is kept as written.
-        assert_eq!((nodes[0].id.as_str(), nodes[0].payload.as_str()), ("g/a", r#"{"n": 1}"#));
+        // A payload other than a string is its JSON text, compact, its keys as written.
+        assert_eq!((nodes[0].id.as_str(), nodes[0].payload.as_str()), ("g/a", r#"{"n":1,"a":" x \" y "}"#));
         assert_eq!((nodes[1].when, nodes[1].parents.clone()), (FireWhen::AllSucceeded, vec!["a".to_owned()]));
         let escaped =
             parse_nodes(r#"{"nodes": [{"name": "\u0061", "type": "work", "payload": "x\ny", "when": null}]}"#, &gid());
         let escaped = escaped.unwrap_or_else(|e| panic!("{e:#}"));
+        let ended = parse_nodes(r#"{"nodes": [{"name": "a", "type": "work", "payload": [ "x\\", "y z" ] }]}"#, &gid());
+        assert_eq!(ended.unwrap()[0].payload, r#"["x\\","y z"]"#, "a string ending in a backslash ends there");
         assert_eq!((escaped[0].name.as_str(), escaped[0].payload.as_str()), ("a", "x\ny"));
         for (bad, says) in [
             (r#"{"nodes": [{"name": "a", "type": "work", "colour": 1}]}"#, "unknown field `colour`"),
