@@ -10,7 +10,8 @@
 //! - [`task_type`]: the validated type name, its shards and their hash tags;
 //! - [`task`]: a task's life: claimed, run, its outcome, how it ended once settled;
 //! - [`group`]: workflow group ids, callbacks and when they fire;
-//! - [`graph`]: workflow graphs as data: a node, the graph file, the checks of its shape;
+//! - [`graph`]: workflow graphs as data: a node, the graph file (read within a memory budget,
+//!   `graph/parse.rs`), the checks of its shape;
 //! - [`clean`]: text from outside (ids, guest lines) escaped for one log line;
 //! - [`sync`]: a poisoned lock's recovery, written once.
 
