@@ -24,10 +24,10 @@ use super::pipe::CappedPipe;
 use super::progress::ProgressTo;
 use super::run::{HostBudget, MAX_ERROR_TEXT, MAX_RESOURCES, RunMeta};
 use super::wasi_http::OutboundHooks;
-
-mod workflow;
 use hourglass_task::task::{FollowUp, GraphWork, GroupWork, Progress};
 use hourglass_task::task_type::TaskType;
+
+mod workflow;
 
 /// Bytes of `log` text one run may emit; later lines are dropped (one warning says so).
 pub const LOG_CAP: usize = 64 * 1024;

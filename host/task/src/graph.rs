@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::group::{FireWhen, GroupId};
 use crate::task_type::TaskType;
 
+mod parse;
+
 /// Most nodes in one graph: its declaration is one script call, which Redis runs alone.
 pub const MAX_NODES: usize = 10_000;
 /// Most edges (parent links) in one graph.
@@ -103,8 +105,6 @@ pub fn parse_nodes_within(
         Err(e) => Err(GraphParseError::Invalid(anyhow::Error::new(e).context("not a graph file"))),
     }
 }
-
-mod parse;
 
 /// The most bytes [`check`] holds while it checks `nodes` (its indexes, in
 /// hash tables at most half empty, and its lists of parents and children),

@@ -16,7 +16,6 @@ pub(super) struct Meter {
     budget: usize,
     used: Cell<usize>,
     peak: Cell<usize>,
-    over: Cell<bool>,
     edges: Cell<usize>,
 }
 
@@ -29,7 +28,7 @@ fn allocated(bytes: usize) -> usize {
 
 impl Meter {
     pub(super) fn new(budget: usize) -> Meter {
-        Meter { budget, used: Cell::new(0), peak: Cell::new(0), over: Cell::new(false), edges: Cell::new(0) }
+        Meter { budget, used: Cell::new(0), peak: Cell::new(0), edges: Cell::new(0) }
     }
 
     /// Bytes the parse holds now.
@@ -42,8 +41,9 @@ impl Meter {
         self.peak.get()
     }
 
+    /// Whether an allocation was refused: the peak counts what it would have made.
     pub(super) fn over(&self) -> bool {
-        self.over.get()
+        self.peak.get() > self.budget
     }
 
     /// Counts an allocation of `bytes` before it is made.
@@ -51,7 +51,6 @@ impl Meter {
         let wanted = self.used.get().saturating_add(allocated(bytes));
         self.peak.set(self.peak.get().max(wanted));
         if wanted > self.budget {
-            self.over.set(true);
             return Err(E::custom(format_args!("the graph would hold more than {} bytes", self.budget)));
         }
         self.used.set(wanted);
