@@ -237,11 +237,14 @@ async fn readyz(State(state): State<AdminState>) -> Response {
         problems.push("every type is faulted".to_owned());
     }
     let faulted: String = faults.iter().map(|(t, why)| format!("faulted: {t}: {why}\n")).collect();
+    let config = format!("config: applied {}\n", crate::clock::format_ms(state.registry.config_applied_ms()));
     if problems.is_empty() {
         let names: Vec<&str> = types.iter().map(TaskType::as_str).collect();
-        (StatusCode::OK, format!("ready\nredis: ok\nplugins: {}\n{faulted}", names.join(", "))).into_response()
+        let body = format!("ready\nredis: ok\nplugins: {}\n{config}{faulted}", names.join(", "));
+        (StatusCode::OK, body).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready\n{}\n{faulted}", problems.join("\n"))).into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready\n{}\n{config}{faulted}", problems.join("\n")))
+            .into_response()
     }
 }
 

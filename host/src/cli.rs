@@ -205,7 +205,11 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let target = crate::target::Target::resolve(&config.redis, redis_override.as_deref())?;
-            let overrides = crate::config::Overrides { plugins_dir: args.plugins, admin_listen: args.admin_listen };
+            let overrides = crate::config::Overrides {
+                plugins_dir: args.plugins,
+                admin_listen: args.admin_listen,
+                redis_url: redis_override.clone(),
+            };
             crate::host::run_from_cli(config, target, overrides, config_path).await?;
             Ok(ExitCode::SUCCESS)
         }

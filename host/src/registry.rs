@@ -48,6 +48,8 @@ pub struct Registry {
     refused: Arc<std::sync::Mutex<HashMap<PathBuf, Stamp>>>,
     /// While the first load runs: plugin files done and in all.
     loading: Arc<std::sync::Mutex<Option<(usize, usize)>>>,
+    /// When the config in force took effect (ms since the epoch): the start, or the last reload applied.
+    config_applied_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Registry {
@@ -80,6 +82,7 @@ impl Registry {
             load_errors: Arc::default(),
             refused: Arc::default(),
             loading: Arc::new(std::sync::Mutex::new(Some((0, pending)))),
+            config_applied_ms: Arc::new(std::sync::atomic::AtomicI64::new(crate::clock::now_ms())),
         })
     }
 
@@ -109,6 +112,12 @@ impl Registry {
     /// The config in force (it changes when `runner.toml` is edited).
     pub fn config(&self) -> Arc<Config> {
         self.config.load_full()
+    }
+
+    /// When the config in force took effect, in ms since the epoch: the host's
+    /// start, or the end of the last `runner.toml` reload that was applied.
+    pub fn config_applied_ms(&self) -> i64 {
+        self.config_applied_ms.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The last load error of each plugin file whose latest version failed to load.
@@ -263,32 +272,33 @@ impl Registry {
 
     /// Applies an edited `runner.toml`: policies, limits and type mappings
     /// take effect now; settings that shape the running host need a restart.
+    ///
+    /// `runner.toml reloaded` is logged once the new handlers serve, naming
+    /// what changed: a task claimed after that line runs under the new policy.
     pub fn apply_config(&self, new: Config) {
         if let Err(e) = crate::secrets::resolve_all(new.config_values()) {
             error!("runner.toml not reloaded, the running config stays: {e:#}");
             return;
         }
         let old = self.config.load_full();
-        for (what, changed) in [
-            ("[redis]", format!("{:?}", old.redis) != format!("{:?}", new.redis)),
-            ("[admin]", old.admin != new.admin),
-            ("runner.plugins_dir", old.runner.plugins_dir != new.runner.plugins_dir),
-            ("runner.concurrency", old.runner.concurrency != new.runner.concurrency),
-            ("runner.wakeup", old.runner.wakeup != new.runner.wakeup),
-            ("a type's concurrency", concurrencies(&old) != concurrencies(&new)),
-            ("a type's shards", new.types.keys().chain(old.types.keys()).any(|t| old.shards(t) != new.shards(t))),
-        ] {
-            if changed {
-                warn!("runner.toml: the change to {what} takes effect after a restart");
-            }
+        for what in needs_restart(&old, &new) {
+            warn!("runner.toml: the change to {what} takes effect after a restart");
         }
         for line in new.ineffective_keys() {
             warn!("{line}");
         }
+        let before = self.entries.load_full();
         self.runtime.set_compile_limits(new.runner.compile_limits());
         self.config.store(Arc::new(new));
-        info!("runner.toml reloaded");
         self.reload();
+        self.config_applied_ms.store(crate::clock::now_ms(), std::sync::atomic::Ordering::Relaxed);
+        let change = ReloadChange::between(&before, &self.entries.load());
+        info!(
+            policy_changed = ?change.policy_changed,
+            types_added = ?change.added,
+            types_removed = ?change.removed,
+            "runner.toml reloaded"
+        );
     }
 
     /// Watches the plugins folder (and `config_file`, if any) and reloads on
@@ -377,6 +387,56 @@ impl Stamp {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(file).ok()?;
         Some(Stamp { len: meta.len(), modified: meta.modified().ok(), inode: meta.ino(), limits })
+    }
+}
+
+/// The settings that differ between `old` and `new` but apply only at a
+/// restart. Both sides carry the same overrides (`hourglass run`'s flags)
+/// and paths resolved against the same folder, so only an edit shows here.
+fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+    [
+        ("[redis]", format!("{:?}", old.redis) != format!("{:?}", new.redis)),
+        ("[admin]", old.admin != new.admin),
+        ("runner.plugins_dir", old.runner.plugins_dir != new.runner.plugins_dir),
+        ("runner.concurrency", old.runner.concurrency != new.runner.concurrency),
+        ("runner.wakeup", old.runner.wakeup != new.runner.wakeup),
+        ("a type's concurrency", concurrencies(old) != concurrencies(new)),
+        ("a type's shards", new.types.keys().chain(old.types.keys()).any(|t| old.shards(t) != new.shards(t))),
+    ]
+    .into_iter()
+    .filter_map(|(what, changed)| changed.then_some(what))
+    .collect()
+}
+
+/// What a reload changed of the types served: the line an operator reads to
+/// know the edit took, and what it took.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ReloadChange {
+    /// Types served before and after whose policy (retries, timeouts, limits) differs.
+    policy_changed: Vec<String>,
+    /// Types served now that were not before.
+    added: Vec<String>,
+    /// Types served before that are not now.
+    removed: Vec<String>,
+}
+
+impl ReloadChange {
+    fn between<E>(before: &HashMap<TaskType, Arc<Entry<E>>>, after: &HashMap<TaskType, Arc<Entry<E>>>) -> ReloadChange {
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        ReloadChange {
+            policy_changed: sorted(
+                after
+                    .iter()
+                    .filter(|(t, e)| before.get(*t).is_some_and(|old| old.policy != e.policy))
+                    .map(|(t, _)| t.to_string())
+                    .collect(),
+            ),
+            added: sorted(after.keys().filter(|t| !before.contains_key(*t)).map(|t| t.to_string()).collect()),
+            removed: sorted(before.keys().filter(|t| !after.contains_key(*t)).map(|t| t.to_string()).collect()),
+        }
     }
 }
 

@@ -36,6 +36,8 @@ fn endpoints_answer_with_the_right_content_and_status() {
     let r = get(&addr, "/readyz");
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("redis: ok") && r.body.contains("mail, noop"), "{}", r.body);
+    let applied = |body: &str| body.lines().find_map(|l| l.strip_prefix("config: applied ")).map(str::to_owned);
+    let started_with = applied(&r.body).unwrap_or_else(|| panic!("no config line: {}", r.body));
     let r = get(&addr, "/metrics");
     assert_eq!(r.status, 200);
     assert!(r.headers["content-type"].starts_with("text/plain"), "{:?}", r.headers);
@@ -72,6 +74,17 @@ fn endpoints_answer_with_the_right_content_and_status() {
         assert!(page.body.contains(needle), "dashboard lacks {needle:?}:\n{}", page.body);
     }
     assert!(!page.body.contains("http://") && !page.body.contains("https://"), "the page loads outside resources");
+    assert!(page.body.contains(&format!("config applied {started_with}")), "{}", page.body);
+
+    // An edit of runner.toml moves the time both show, once it applies.
+    let path = host.dir.path().join("runner.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5)); // a later millisecond than the start's
+    std::fs::write(&path, text.replace("max_attempts = 1", "max_attempts = 1\ntimeout = \"20s\"")).unwrap();
+    host.wait_log("runner.toml reloaded", LONG);
+    let after = applied(&get(&addr, "/readyz").body).unwrap();
+    assert_ne!(after, started_with, "the config time did not move");
+    assert!(get(&addr, "/").body.contains(&format!("config applied {after}")));
 
     // Nothing changes on a GET: the action URLs refuse the method, the page is read-only.
     let m1 = hex("m-1");

@@ -365,14 +365,31 @@ fn edited_runner_toml_changes_policy_without_restart() {
     wait_for("dead after one attempt", LONG, || (stat(&mut conn, "policy", "dead") == 1).then_some(()));
     assert_eq!(stat(&mut conn, "policy", "retried"), 0);
 
+    // The same edit maps new types to plugins never compiled before, whose
+    // files sort ahead of policy.wasm: the reload compiles them (seconds)
+    // before it reaches the edited type. The log line must wait for all of it.
+    let staged = host.plugins().join("a-staged");
+    std::fs::create_dir(&staged).unwrap();
+    let chaos = std::fs::read(test_plugin("chaos")).unwrap();
+    let mut slow_types = String::new();
+    for n in 0..3 {
+        let unique = with_custom_section(&chaos, "hourglass-test-nonce", format!("{n}:{}", now_ms()).as_bytes());
+        std::fs::write(staged.join(format!("slow-{n}.wasm")), unique).unwrap();
+        slow_types.push_str(&format!("[types.slow{n}]\nplugin = \"a-staged/slow-{n}.wasm\"\n"));
+    }
     let path = host.dir.path().join("runner.toml");
     let text = std::fs::read_to_string(&path).unwrap().replace("max_attempts = 1", "max_attempts = 3");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, format!("{text}{slow_types}")).unwrap();
     host.wait_log("runner.toml reloaded", LONG);
     payload(&mut conn, "policy", "after", "error:nope");
     zadd(&mut conn, "policy", "after", now_ms());
     wait_for("dead after three attempts", LONG, || (stat(&mut conn, "policy", "dead") == 2).then_some(()));
     assert_eq!(stat(&mut conn, "policy", "retried"), 2, "the new max_attempts did not apply");
+    // The line says what the reload changed.
+    let line = host.log().lines().find(|l| l.contains("runner.toml reloaded")).unwrap().to_owned();
+    assert!(line.contains(r#"policy_changed=["policy"]"#), "{line}");
+    assert!(line.contains(r#"types_added=["slow0", "slow1", "slow2"]"#), "{line}");
+    assert!(line.contains("types_removed=[]"), "{line}");
 
     // A broken edit is refused and the running config stays.
     std::fs::write(&path, "[runner]\nconcurency = 1\n").unwrap();
@@ -380,4 +397,54 @@ fn edited_runner_toml_changes_policy_without_restart() {
     payload(&mut conn, "policy", "still", "ok");
     zadd(&mut conn, "policy", "still", now_ms());
     wait_for("still serving", LONG, || (stat(&mut conn, "policy", "succeeded") == 1).then_some(()));
+}
+
+/// `wasm` (a module or component) with a custom section appended: the same
+/// code under other bytes, so neither the host nor its compile cache knows it.
+fn with_custom_section(wasm: &[u8], name: &str, data: &[u8]) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(data);
+    let mut out = wasm.to_vec();
+    out.push(0); // custom section id
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
+#[test]
+fn an_edit_that_leaves_redis_alone_asks_for_no_restart() {
+    // Started as an operator does: from its folder, `--config runner.toml`
+    // (relative), `--redis` and `--plugins` given by flag.
+    let redis = RedisServer::start();
+    let host =
+        Host::start_from_folder(&redis, &[("policy", test_plugin("chaos"))], "[types.policy]\nmax_attempts = 1\n");
+    let path = host.dir.path().join("runner.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("max_attempts = 1", "max_attempts = 2")).unwrap();
+    host.wait_log("runner.toml reloaded", LONG);
+    assert!(!host.log().contains("after a restart"), "a restart was asked for:\n{}", host.log());
+
+    // A real change of what needs a restart is still named, and only it.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("[runner]\n", "[runner]\nconcurrency = 3\n")).unwrap();
+    host.wait_log("the change to runner.concurrency takes effect after a restart", LONG);
+    let restarts: Vec<_> = host.log().lines().filter(|l| l.contains("after a restart")).map(str::to_owned).collect();
+    assert_eq!(restarts.len(), 1, "{restarts:#?}");
+    // Tasks are served all along.
+    let mut conn = redis.client();
+    payload(&mut conn, "policy", "served", "ok");
+    zadd(&mut conn, "policy", "served", now_ms());
+    wait_for("served", LONG, || (stat(&mut conn, "policy", "succeeded") == 1).then_some(()));
 }

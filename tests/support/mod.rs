@@ -100,6 +100,9 @@ pub struct Host {
     pub log: PathBuf,
     /// Environment variables the process gets beside the test's own.
     env: Vec<(String, String)>,
+    /// Started as a user would from the host's folder: `--config runner.toml`
+    /// (relative), `--redis` this URL and `--plugins plugins`, no `[redis]` table.
+    from_folder: Option<String>,
 }
 
 impl Host {
@@ -113,7 +116,7 @@ impl Host {
     /// [`Host::start`] against any Redis URL (e.g. `redis+cluster://...`). Lines of
     /// `config` before its `[runner]` header land in the `[redis]` table.
     pub fn start_at(url: &str, plugins: &[(&str, PathBuf)], config: &str) -> Host {
-        Host::start_with_cache(url, plugins, config, None, &[])
+        Host::start_with_cache(url, plugins, config, None, &[], false)
     }
 
     /// [`Host::start`] with environment variables set for the process (e.g. `HOURGLASS_ADMIN_LISTEN`).
@@ -123,13 +126,13 @@ impl Host {
         config: &str,
         env: &[(&str, &str)],
     ) -> Host {
-        Host::start_with_cache(&redis.url(), plugins, config, None, env)
+        Host::start_with_cache(&redis.url(), plugins, config, None, env, false)
     }
 
     /// [`Host::start`] with a compile cache of its own, empty at first (a first start).
     pub fn start_cold(redis: &RedisServer, plugins: &[(&str, PathBuf)], config: &str) -> Host {
         let cache = tempfile::tempdir().unwrap().keep();
-        Host::start_with_cache(&redis.url(), plugins, config, Some(cache), &[])
+        Host::start_with_cache(&redis.url(), plugins, config, Some(cache), &[], false)
     }
 
     fn start_with_cache(
@@ -138,6 +141,7 @@ impl Host {
         config: &str,
         cache: Option<PathBuf>,
         env: &[(&str, &str)],
+        from_folder: bool,
     ) -> Host {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("plugins")).unwrap();
@@ -152,20 +156,34 @@ impl Host {
         } else {
             format!("[runner]\n{cache_line}{config}")
         };
-        std::fs::write(dir.path().join("runner.toml"), format!("[redis]\nurl = \"{url}\"\n{config}\n")).unwrap();
+        let redis_table = if from_folder { String::new() } else { format!("[redis]\nurl = \"{url}\"\n") };
+        std::fs::write(dir.path().join("runner.toml"), format!("{redis_table}{config}\n")).unwrap();
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut host = Host { child: None, log: dir.path().join("host.log"), dir, env };
+        let from_folder = from_folder.then(|| url.to_owned());
+        let mut host = Host { child: None, log: dir.path().join("host.log"), dir, env, from_folder };
         host.spawn();
         host
+    }
+
+    /// [`Host::start`] as an operator starts a host from its folder:
+    /// `hourglass --config runner.toml --redis URL run --plugins plugins`,
+    /// relative paths, the URL given by flag and `runner.toml` holding only `config`.
+    pub fn start_from_folder(redis: &RedisServer, plugins: &[(&str, PathBuf)], config: &str) -> Host {
+        Host::start_with_cache(&redis.url(), plugins, config, None, &[], true)
     }
 
     /// Starts the process (again) on the same folder; the log is appended to.
     pub fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(hourglass_bin())
-            .arg("--config")
-            .arg(self.dir.path().join("runner.toml"))
-            .arg("run")
+        let mut command = Command::new(hourglass_bin());
+        match &self.from_folder {
+            Some(url) => {
+                command.current_dir(self.dir.path()).args(["--config", "runner.toml", "--redis", url]);
+                command.args(["run", "--plugins", "plugins"])
+            }
+            None => command.arg("--config").arg(self.dir.path().join("runner.toml")).arg("run"),
+        };
+        let child = command
             .env("HOURGLASS_LOG", "info,hourglass=debug")
             .env("NO_COLOR", "1")
             .env_remove("HOURGLASS_REDIS_URL")

@@ -34,7 +34,8 @@ pub(super) fn header(state: &AdminState, search_type: Option<&str>, search_id: &
         h,
         "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
          <title>Hourglass</title><style>{STYLE}</style></head><body data-token={}>\
-         <header><h1><a href=\"/\">Hourglass</a></h1><span>host <b>{}</b> · up {}h{:02}m · admin {}</span>\
+         <header><h1><a href=\"/\">Hourglass</a></h1><span>host <b>{}</b> · up {}h{:02}m · admin {} · \
+         <span id=config-applied>config applied {}</span></span>\
          <form method=get action=/task class=search role=search><input name=type required placeholder=type \
          aria-label=\"task type\" value=\"{}\"><input name=id required placeholder=\"task id\" aria-label=\"task id\" \
          value=\"{}\"><button>Find task</button></form>",
@@ -43,6 +44,7 @@ pub(super) fn header(state: &AdminState, search_type: Option<&str>, search_id: &
         uptime / 3600,
         uptime / 60 % 60,
         esc(&state.host.addr.to_string()),
+        esc(&crate::clock::format_ms(state.registry.config_applied_ms())),
         esc(search_type.unwrap_or_default()),
         esc(search_id),
     );

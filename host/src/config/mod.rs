@@ -93,6 +93,8 @@ pub struct Overrides {
     pub plugins_dir: Option<PathBuf>,
     /// `--admin-listen`: wins over `[admin] listen`, and turns the admin server on.
     pub admin_listen: Option<std::net::SocketAddr>,
+    /// `--redis` / `HOURGLASS_REDIS_URL`: wins over `[redis] url` and `cluster`.
+    pub redis_url: Option<String>,
 }
 
 impl Overrides {
@@ -101,6 +103,11 @@ impl Overrides {
     pub fn apply(&self, config: &mut Config) -> Result<()> {
         if let Some(dir) = &self.plugins_dir {
             config.runner.plugins_dir.clone_from(dir);
+        }
+        if let Some(url) = &self.redis_url {
+            // As `Target::resolve` reads it: the flag's URL replaces the file's url and cluster.
+            config.redis.url.clone_from(url);
+            config.redis.cluster.clear();
         }
         if let Some(listen) = self.admin_listen {
             config.admin.enabled = true;
@@ -294,8 +301,10 @@ impl Config {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
         let mut config = Config::parse(&text, &path.display().to_string())?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        config.resolve_paths(base);
+        // The file's absolute folder: `--config runner.toml` at start and the
+        // watcher's absolute path at a reload resolve to the same folders.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        config.resolve_paths(absolute.parent().unwrap_or(Path::new(".")));
         Ok(config)
     }
 

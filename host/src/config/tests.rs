@@ -179,9 +179,14 @@ fn outbound_http_keys() {
 fn run_flags_win_over_the_file_and_turn_the_admin_server_on() {
     let mut c = Config::parse("[runner]\nplugins_dir = \"p\"\n", "runner.toml").unwrap();
     assert!(!c.admin.enabled);
-    let flags = Overrides { plugins_dir: Some("q".into()), admin_listen: Some("127.0.0.1:9091".parse().unwrap()) };
+    let flags = Overrides {
+        plugins_dir: Some("q".into()),
+        admin_listen: Some("127.0.0.1:9091".parse().unwrap()),
+        redis_url: Some("redis://10.0.0.7:6380".into()),
+    };
     flags.apply(&mut c).unwrap();
     assert_eq!((c.runner.plugins_dir.as_path(), c.admin.enabled), (std::path::Path::new("q"), true));
+    assert_eq!(c.redis.url, "redis://10.0.0.7:6380");
     assert_eq!(c.admin.listen, "127.0.0.1:9091".parse().unwrap());
     // Nothing given, nothing changed.
     let before = c.clone();

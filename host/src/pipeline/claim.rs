@@ -107,11 +107,13 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Claimer<L, P> {
             if self.stop_claiming.is_cancelled() {
                 break;
             }
-            let Some(entry) = self.plugins.serving(&task_type) else {
-                info!(task_type = %task_type, "no plugin serves this type any more: claims stopped");
+            let Some(permits) = self.claim_slots(&state).await else {
                 break;
             };
-            let Some(permits) = self.claim_slots(&state).await else {
+            // Looked up once slots are free, just before the claim: a reload
+            // applied while this loop waited for slots governs what it claims.
+            let Some(entry) = self.plugins.serving(&task_type) else {
+                info!(task_type = %task_type, "no plugin serves this type any more: claims stopped");
                 break;
             };
             // Registered before the claim, so a notification during it is not lost.
