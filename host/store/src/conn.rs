@@ -1,28 +1,25 @@
-//! The connection: one server (auto-reconnecting) or a Redis Cluster, how a failed connect is explained, and cluster topology.
+//! The connection: one server (auto-reconnecting, following its master through failovers) or a Redis Cluster, cluster topology, and what a failed call means.
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
 use redis::Value;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::target::Target;
+use crate::follow::Master;
 
 /// How long `connect` waits for Redis to answer before giving up.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long the one attempt that explains a failed connect may take.
-const DIAGNOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Big claims and settles run for a while inside Redis; only a dead server should time out.
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// One shared connection: to a single server (auto-reconnecting) or to a Redis
-/// Cluster (follows MOVED/ASK and topology changes); cheap to clone.
+/// One shared connection: to a single server (auto-reconnecting, and moving
+/// to the new master after a failover) or to a Redis Cluster (follows
+/// MOVED/ASK and topology changes); cheap to clone.
 #[derive(Clone)]
 pub struct Conn(pub(super) ConnKind);
 
 #[derive(Clone)]
 pub(super) enum ConnKind {
-    Single(ConnectionManager),
+    Single(Master),
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
@@ -65,33 +62,6 @@ pub struct ClusterNode {
     pub master: bool,
     /// The slot ranges it serves (masters only; importing/migrating markers left out).
     pub slots: Vec<std::ops::RangeInclusive<u16>>,
-}
-
-/// Why connecting took longer than `waited`: the connection manager and the
-/// cluster client retry every failure, a refused TLS certificate or password
-/// too, until the timeout hides it. One more plain attempt names the cause.
-pub(super) async fn why_no_answer(client: &redis::Client, target: &Target, waited: Duration) -> String {
-    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(DIAGNOSE_TIMEOUT));
-    let attempt = client.get_multiplexed_async_connection_with_config(&config);
-    match tokio::time::timeout(DIAGNOSE_TIMEOUT, attempt).await {
-        Ok(Err(e)) => target.scrub(&e.to_string()),
-        _ => format!("no answer within {}s", waited.as_secs()),
-    }
-}
-
-/// A connection manager to one server: reconnects by itself after a fault.
-pub(super) async fn single(client: &redis::Client, shown: &str, target: &Target) -> Result<ConnectionManager> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT));
-    let conn = match tokio::time::timeout(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client.clone(), config))
-        .await
-    {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
-        Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(client, target, CONNECT_TIMEOUT).await),
-    };
-    Ok(conn)
 }
 
 /// `CLUSTER NODES` text → nodes that are up and have an address, with the

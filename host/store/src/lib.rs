@@ -49,7 +49,8 @@
 //!   (claimed, leased, its outcome, settled); [`group`]: workflow group ids, callbacks;
 //! - [`target`]: where Redis is (one server or a cluster, ACL credentials, TLS), and the `[redis]` table;
 //!   [`redis_server`]: the one spawner of a `redis-server` (the host's managed one, the bench, the tests);
-//! - [`conn`](self) (`store/conn.rs`): one server or a cluster, connect errors, `CLUSTER NODES`;
+//! - [`conn`](self) (`store/conn.rs`): one server or a cluster, `CLUSTER NODES`;
+//!   `follow.rs`: the one server's master, found again after a failover (Sentinel, or `READONLY`), connect errors;
 //! - `keys.rs`: the key layout; `scripts.rs` + `scripts/*.lua`: the scripts;
 //! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
 //!   extend, release (the path every task takes); `outbox.rs`: follow-ups moved on exactly once;
@@ -68,6 +69,7 @@ pub mod target;
 
 mod claims;
 mod conn;
+mod follow;
 mod graphs;
 mod groups;
 mod keys;
@@ -104,7 +106,9 @@ pub use target::{RedisConfig, Secret, Target, loopback_port};
 pub use tasks::{Cancelled, ScheduleMode};
 
 use crate::task_type::{TaskType, shard_tags};
-use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT, why_no_answer};
+use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT};
+pub use follow::MasterInfo;
+use follow::{Master, why_no_answer};
 use scripts::Scripts;
 pub use scripts::holders_source;
 
@@ -114,7 +118,6 @@ const BATCH: usize = 1000;
 /// A handle on the Redis that holds the tasks; cheap to clone (one shared, auto-reconnecting connection).
 #[derive(Clone)]
 pub struct Store {
-    client: redis::Client,
     conn: Conn,
     prefix: String,
     url: String,
@@ -142,8 +145,8 @@ impl Store {
     /// Connects to one server or a cluster, with the target's credentials and TLS.
     pub async fn connect_to(target: &Target, prefix: &KeyPrefix) -> Result<Store> {
         let shown = target.shown();
-        let client = target.client()?;
         let conn = if target.is_cluster() {
+            let client = target.client()?;
             let cluster = target.cluster_client(CONNECT_TIMEOUT, RESPONSE_TIMEOUT)?;
             match tokio::time::timeout(CONNECT_TIMEOUT * 2, cluster.get_async_connection()).await {
                 Ok(Ok(conn)) => Conn(ConnKind::Cluster(conn)),
@@ -154,10 +157,9 @@ impl Store {
                 ),
             }
         } else {
-            Conn(ConnKind::Single(conn::single(&client, &shown, target).await?))
+            Conn(ConnKind::Single(Master::connect(target, CONNECT_TIMEOUT, RESPONSE_TIMEOUT).await?))
         };
         let store = Store {
-            client,
             conn,
             prefix: prefix.as_str().to_owned(),
             url: shown,
@@ -306,9 +308,22 @@ impl Store {
         Ok(parse_cluster_nodes(&text))
     }
 
-    /// The underlying client, e.g. for pub/sub connections.
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    /// The master in use and when it last changed (`None` for a cluster,
+    /// whose client follows its masters by itself).
+    pub fn master(&self) -> Option<MasterInfo> {
+        match &self.conn.0 {
+            ConnKind::Single(master) => Some(master.info()),
+            ConnKind::Cluster(_) => None,
+        }
+    }
+
+    /// A receiver whose value changes each time the master in use changes
+    /// (never, for a cluster): listeners subscribe again, retries go at once.
+    pub fn master_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        match &self.conn.0 {
+            ConnKind::Single(master) => master.changes(),
+            ConnKind::Cluster(_) => tokio::sync::watch::Sender::new(0).subscribe(),
+        }
     }
 
     /// The key names of type `t`.

@@ -121,8 +121,8 @@ impl HolderCount {
 impl Store {
     /// The servers to talk to directly: this one, or every node of the cluster.
     pub async fn nodes(&self) -> Result<Vec<Node>> {
-        if !self.target.is_cluster() {
-            return Ok(vec![Node { addr: String::new(), client: self.client.clone(), master: true }]);
+        if let crate::conn::ConnKind::Single(master) = &self.conn.0 {
+            return Ok(vec![Node { addr: String::new(), client: master.client(), master: true }]);
         }
         let mut out = Vec::new();
         for node in self.cluster_nodes().await? {

@@ -94,6 +94,11 @@ impl RedisServer {
         self.spec.socket.as_ref().map(|s| self.spec.dir.join(s))
     }
 
+    /// Its process id, while it runs (to stop it with SIGSTOP, say).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Its exit status, once it exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())

@@ -5,8 +5,13 @@
 //!
 //! - `redis://host:port/db`, `rediss://host:port` (TLS), `redis+unix:///path.sock`
 //! - `redis+cluster://host1:port1,host2:port2` (or `rediss+cluster://`): Redis Cluster seed nodes
+//! - `redis+sentinel://[user:pass@]host1:26379,host2:26379/<master>[/<db>]` (or
+//!   `rediss+sentinel://`, TLS to the sentinels and the master): the master that
+//!   Redis Sentinel names, followed through failovers; the URL's credentials are
+//!   the sentinels', the master's come from `[redis] username` / `password`
 //!
-//! In `runner.toml`, `[redis] cluster = ["redis://h1:7000", "redis://h2:7001"]` does the same.
+//! In `runner.toml`, `[redis] cluster = ["redis://h1:7000", "redis://h2:7001"]` does the same,
+//! and `[redis] sentinel = { master = "mymaster", nodes = ["redis://h1:26379"] }` names a Sentinel setup.
 //! `[redis] username` / `password` (or `HOURGLASS_REDIS_USERNAME` / `HOURGLASS_REDIS_PASSWORD`,
 //! which win) log in as an ACL user; `[redis] ca_file` trusts a private CA for `rediss://`.
 
@@ -19,10 +24,16 @@ use serde::Deserialize;
 
 use crate::keys::KeyPrefix;
 
+mod sentinel;
+use sentinel::split_sentinel_url;
+pub use sentinel::{SentinelConfig, SentinelSpec};
+
 /// Environment variable that wins over `[redis] username`.
 pub const USERNAME_ENV: &str = "HOURGLASS_REDIS_USERNAME";
 /// Environment variable that wins over `[redis] password`.
 pub const PASSWORD_ENV: &str = "HOURGLASS_REDIS_PASSWORD";
+/// Environment variable that wins over `[redis] sentinel.password` (the sentinels' own).
+pub const SENTINEL_PASSWORD_ENV: &str = "HOURGLASS_SENTINEL_PASSWORD";
 
 /// One Redis server or a cluster, with credentials and TLS settings.
 #[derive(Clone)]
@@ -34,6 +45,8 @@ pub struct Target {
     password: Option<Secret>,
     /// PEM of the CA to trust for `rediss://`.
     ca: Option<Vec<u8>>,
+    /// Set when `nodes` are sentinels: the master they name is the server.
+    sentinel: Option<SentinelSpec>,
 }
 
 impl std::fmt::Debug for Target {
@@ -45,8 +58,14 @@ impl std::fmt::Debug for Target {
 impl Target {
     /// The target of `url` alone (credentials only from the URL, no CA file).
     pub fn parse(url: &str) -> Result<Target> {
+        if let Some((nodes, sentinel)) = split_sentinel_url(url)? {
+            let target =
+                Target { nodes, cluster: false, username: None, password: None, ca: None, sentinel: Some(sentinel) };
+            target.check_urls()?;
+            return Ok(target);
+        }
         let (nodes, cluster) = split_cluster_url(url)?;
-        let target = Target { nodes, cluster, username: None, password: None, ca: None };
+        let target = Target { nodes, cluster, username: None, password: None, ca: None, sentinel: None };
         target.check_urls()?;
         Ok(target)
     }
@@ -54,19 +73,39 @@ impl Target {
     /// The target of `[redis]`, where `url_override` (`--redis` / `HOURGLASS_REDIS_URL`) wins
     /// over `url` and `cluster`, and the environment's credentials win over the file's.
     pub fn resolve(config: &RedisConfig, url_override: Option<&str>) -> Result<Target> {
-        let (nodes, cluster) = match url_override {
-            Some(url) => split_cluster_url(url)?,
-            None if !config.cluster.is_empty() => {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        // One URL (the flag's, else the file's when it names no sentinel table or cluster list).
+        let from_url = |url: &str| -> Result<(Vec<String>, bool, Option<SentinelSpec>)> {
+            if let Some((nodes, spec)) = split_sentinel_url(url)? {
+                return Ok((nodes, false, Some(spec)));
+            }
+            let (nodes, cluster) = split_cluster_url(url)?;
+            Ok((nodes, cluster, None))
+        };
+        let (nodes, cluster, sentinel) = match (url_override, &config.sentinel) {
+            (Some(url), _) => from_url(url)?,
+            (None, Some(s)) => {
+                if !config.cluster.is_empty() {
+                    bail!("[redis] names both sentinel and cluster: a Sentinel setup has one master, a cluster many");
+                }
+                (s.nodes.clone(), false, Some(s.spec()?))
+            }
+            (None, None) if !config.cluster.is_empty() => {
                 for seed in &config.cluster {
                     if seed.contains("+cluster://") || seed.contains(',') {
                         bail!("redis.cluster lists one node URL per entry, not {}", redact_url(seed));
                     }
                 }
-                (config.cluster.clone(), true)
+                (config.cluster.clone(), true, None)
             }
-            None => split_cluster_url(&config.url)?,
+            (None, None) => from_url(&config.url)?,
         };
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let sentinel = sentinel.map(|mut spec| {
+            if let Some(password) = env(SENTINEL_PASSWORD_ENV) {
+                spec.password = Some(Secret::new(password));
+            }
+            spec
+        });
         let username = env(USERNAME_ENV).or_else(|| config.username.clone());
         let password = env(PASSWORD_ENV).map(Secret::new).or_else(|| config.password.clone());
         let ca = match &config.ca_file {
@@ -75,12 +114,19 @@ impl Target {
             }
             None => None,
         };
-        let target = Target { nodes, cluster, username, password, ca };
+        let target = Target { nodes, cluster, username, password, ca, sentinel };
         target.check_urls()?;
-        if target.ca.is_some() && !target.nodes.iter().all(|u| u.starts_with("rediss://")) {
+        let tls = target.nodes.iter().all(|u| u.starts_with("rediss://"))
+            || target.sentinel.as_ref().is_some_and(|s| s.master_tls);
+        if target.ca.is_some() && !tls {
             bail!("redis.ca_file is set, but the Redis URL is not rediss:// (TLS)");
         }
         Ok(target)
+    }
+
+    /// The Sentinel setup this target reaches its master through, if any.
+    pub fn sentinel(&self) -> Option<&SentinelSpec> {
+        self.sentinel.as_ref()
     }
 
     /// Whether this is a Redis Cluster.
@@ -88,15 +134,20 @@ impl Target {
         self.cluster
     }
 
-    /// The URL of a single server (None for a cluster).
+    /// The URL of a single server:
+    /// `None` for a cluster and for a Sentinel setup (whose URLs are the sentinels').
     pub fn single_url(&self) -> Option<&str> {
-        (!self.cluster).then(|| self.nodes[0].as_str())
+        (!self.cluster && self.sentinel.is_none()).then(|| self.nodes[0].as_str())
     }
 
     /// A description safe for logs and errors: no credentials, no query.
     pub fn shown(&self) -> String {
         let urls: Vec<String> = self.nodes.iter().map(|u| redact_url(u)).collect();
-        if self.cluster { format!("cluster {}", urls.join(",")) } else { urls.join(",") }
+        match &self.sentinel {
+            Some(s) => format!("master '{}' of Sentinel {}", s.master, urls.join(",")),
+            None if self.cluster => format!("cluster {}", urls.join(",")),
+            None => urls.join(","),
+        }
     }
 
     fn check_urls(&self) -> Result<()> {
@@ -184,10 +235,11 @@ impl Target {
         for url in &self.nodes {
             out = scrub(&out, url, &redact_url(url));
         }
-        if let Some(p) = &self.password
-            && !p.expose().is_empty()
-        {
-            out = out.replace(p.expose(), "<redacted>");
+        let sentinel_password = self.sentinel.as_ref().and_then(|s| s.password.as_ref());
+        for p in self.password.iter().chain(sentinel_password) {
+            if !p.expose().is_empty() {
+                out = out.replace(p.expose(), "<redacted>");
+            }
         }
         out
     }
@@ -279,6 +331,8 @@ pub struct RedisConfig {
     pub password: Option<Secret>,
     /// PEM file of the CA that signed the server's certificate, for `rediss://`; relative to the config file.
     pub ca_file: Option<PathBuf>,
+    /// Redis Sentinel: the master's name and the sentinels that name it; when set, `url` is not used.
+    pub sentinel: Option<SentinelConfig>,
 }
 
 impl Default for RedisConfig {
@@ -292,6 +346,7 @@ impl Default for RedisConfig {
             username: None,
             password: None,
             ca_file: None,
+            sentinel: None,
         }
     }
 }
