@@ -237,7 +237,10 @@ async fn readyz(State(state): State<AdminState>) -> Response {
         problems.push("every type is faulted".to_owned());
     }
     let faulted: String = faults.iter().map(|(t, why)| format!("faulted: {t}: {why}\n")).collect();
-    let config = format!("config: applied {}\n", crate::clock::format_ms(state.registry.config_applied_ms()));
+    let mut config = format!("config: applied {}\n", crate::clock::format_ms(state.registry.config_applied_ms()));
+    if let Some(master) = state.store.master() {
+        config.push_str(&format!("redis master: {}\n", page::master_line(&master)));
+    }
     if problems.is_empty() {
         let names: Vec<&str> = types.iter().map(TaskType::as_str).collect();
         let body = format!("ready\nredis: ok\nplugins: {}\n{config}{faulted}", names.join(", "));

@@ -29,6 +29,8 @@ pub struct Health {
 #[derive(Default)]
 struct Inner {
     outage: AtomicBool,
+    /// Fired when the Redis master changed: retries waiting out an outage go at once.
+    master_changed: tokio::sync::Notify,
     /// Per type, per operation (claim, settle, ...): why it fails. Each
     /// operation clears only its own fault, so a claim that works does not
     /// hide a settle that does not (and the log does not flap between them).
@@ -53,6 +55,22 @@ impl Health {
             }
         }
         trouble
+    }
+
+    /// Waits `backoff` before the next try of a failed call, or less: until
+    /// the Redis master changes, when the next try should go to the new one now.
+    pub async fn retry_after(&self, backoff: std::time::Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = self.inner.master_changed.notified() => {}
+        }
+    }
+
+    /// The Redis master changed (a failover): every retry waiting in
+    /// [`Health::retry_after`] goes now.
+    pub fn master_changed(&self) {
+        crate::telemetry::redis_master_changed();
+        self.inner.master_changed.notify_waiters();
     }
 
     /// A Redis call not about one type failed with `e` (a heartbeat, a sweep).

@@ -61,6 +61,18 @@ pub async fn run(
     // it runs for as long as the host does (through the drain), admin server or not.
     let metrics_upkeep = tokio::spawn(crate::telemetry::upkeep(CancellationToken::new()));
     let health = Health::default();
+    // A failover: retries waiting out the outage go to the new master at once.
+    let failovers = {
+        let (health, mut changes) = (health.clone(), store.master_changes());
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                health.master_changed();
+            }
+        })
+    };
+    if let Some(master) = store.master().filter(|m| m.sentinel) {
+        info!(master = %master.addr, "Redis master found through Sentinel: {}", store.target().shown());
+    }
     // The admin server comes first: /healthz answers and /readyz says
     // "loading plugins 3/8" while the first start compiles.
     let admin = crate::admin::start(&config, &store, &registry, &health, &shutdown).await?;
@@ -93,6 +105,7 @@ pub async fn run(
     pipeline::run(parts, shutdown).await;
 
     recurring.abort();
+    failovers.abort();
     announce.abort();
     metrics_upkeep.abort();
     watcher.abort();

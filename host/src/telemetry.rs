@@ -19,6 +19,7 @@
 //! | `hourglass_task_lateness_seconds` | histogram (start - due) | type |
 //! | `hourglass_task_duration_seconds` | histogram (handler run) | type |
 //! | `hourglass_redis_errors_total` | counter | |
+//! | `hourglass_redis_master_changes_total` | counter | |
 //! | `hourglass_type_faulted` | gauge: 1 while the type's keys hold bad data | type |
 //! | `hourglass_type_paused` | gauge: 1 while the type is paused | type |
 //! | `hourglass_tasks_due` | gauge: due now, not yet claimed (sampled from Redis) | type |
@@ -94,6 +95,10 @@ fn describe() {
     describe_histogram!("hourglass_task_lateness_seconds", Unit::Seconds, "Start time minus due time.");
     describe_histogram!("hourglass_task_duration_seconds", Unit::Seconds, "Handler run time.");
     describe_counter!("hourglass_redis_errors_total", "Redis calls that failed.");
+    describe_counter!(
+        "hourglass_redis_master_changes_total",
+        "Times this host moved to another Redis master (a failover followed through Sentinel, or a node that answered READONLY)."
+    );
     describe_gauge!("hourglass_type_paused", "1 while the type is paused (hourglass pause): nothing of it is claimed.");
     describe_gauge!(
         "hourglass_type_faulted",
@@ -341,6 +346,12 @@ pub fn groups_open(task_type: &TaskType, open: u64) {
 pub fn redis_error() {
     handle();
     counter!("hourglass_redis_errors_total").increment(1);
+}
+
+/// This host moved to another Redis master.
+pub fn redis_master_changed() {
+    handle();
+    counter!("hourglass_redis_master_changes_total").increment(1);
 }
 
 /// A plugin file was compiled and loaded.

@@ -144,14 +144,20 @@ const TOPOLOGY_CHECK: Duration = Duration::from_secs(3);
 /// failed or closed. `reconnect`: a subscription was lost before, so the
 /// server may have restarted and forgotten its notification setting.
 async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, reconnect: bool) -> Result<()> {
+    // Looked at before the nodes are: a master change from here on is seen.
+    let mut master_changes = store.master_changes();
     let all = store.nodes().await?;
     let mut how = "";
+    let mut enabled = true;
     if listen.pattern.is_some() && (reconnect || store.target().is_cluster()) {
-        // Nodes that joined or restarted since the start need notifications turned on too.
+        // Nodes that joined, restarted or were promoted since the start need notifications turned on too.
         for node in &all {
             match enable_notifications(node, listen.mode).await {
                 Ok(h) => how = h,
-                Err(e) => tracing::debug!("cannot enable keyspace notifications on {}: {e:#}", node.addr),
+                Err(e) => {
+                    enabled = false;
+                    tracing::debug!("cannot enable keyspace notifications on {}: {e:#}", node.addr)
+                }
             }
         }
     }
@@ -163,18 +169,29 @@ async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, re
         // A PUBLISH reaches every node of a cluster: the cancels come once per master, harmlessly.
         subscriptions.push(node.subscribe(&patterns, &[&listen.cancel_channel]).await?);
     }
-    if listen.pattern.is_some() {
+    if listen.pattern.is_some() && enabled {
         wakeups.live.store(true, std::sync::atomic::Ordering::Relaxed);
         if reconnect {
             info!("keyspace notifications re-subscribed after a reconnect ({how})");
         }
-        // Anything scheduled before the subscriptions took effect is found by this sweep.
-        wakeups.wake_all();
+    } else if listen.pattern.is_some() && !store.target().is_cluster() {
+        // A server promoted or restarted without them, that this user may not change: poll it.
+        warn!("keyspace notifications cannot be turned on at this Redis master: polling until they can");
     }
+    // Anything scheduled before the subscriptions took effect, or while
+    // disconnected, is found by this sweep (in polling mode too).
+    wakeups.wake_all();
     let listeners = subscriptions.into_iter().map(|pubsub| Box::pin(receive(pubsub, wakeups, listen)));
     let any_closed = futures_util::future::select_all(listeners);
     if !store.target().is_cluster() {
-        return any_closed.await.0;
+        // The master changed (a failover): subscribe again, on the new one.
+        return tokio::select! {
+            (r, _, _) = any_closed => r,
+            _ = master_changes.changed() => {
+                info!("Redis master changed: subscribing again on the new master");
+                Ok(())
+            }
+        };
     }
     let topology_changed = async {
         loop {

@@ -8,7 +8,8 @@
 //! reported, never asserted. `HOURGLASS_FAULTS_TASKS` sets N; `tests/faults.sh`
 //! runs them all and sums up.
 //!
-//! The network partition (`partition`), the host clock step (`clock`) and a host paused mid-graph (`graph`) are child modules.
+//! The network partition (`partition`), the host clock step (`clock`), a host paused mid-graph (`graph`)
+//! and Redis failing over behind Sentinel (`failover`) are child modules.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::support::{Host, RedisServer, redis_now, stat, wait_for};
 
 mod clock;
+mod failover;
 mod graph;
 mod partition;
 

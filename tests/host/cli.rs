@@ -453,3 +453,50 @@ fn bench_runs_hourglass_bench_from_beside_the_binary() {
         format!("forwarded: --config {} --redis redis://127.0.0.1:1 burst --help", config.display())
     );
 }
+
+/// A master on a TCP port and one sentinel watching it (`requirepass` set
+/// on the sentinel): the bad Sentinel settings are refused at start, one line each.
+#[test]
+fn bad_sentinel_settings_are_one_line_errors_at_start() {
+    use hourglass::redis_server::{RedisServer as Spawned, ServerSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let (master_port, sentinel_port, nobody) =
+        (crate::support::free_port(), crate::support::free_port(), crate::support::free_port());
+    let master = ServerSpec { dir: dir.path().to_owned(), port: Some(master_port), ..Default::default() };
+    let _master = Spawned::spawn_ready(master, "the test", std::time::Duration::from_secs(10)).unwrap();
+    let conf = dir.path().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {sentinel_port}\nbind 127.0.0.1\ndir \"{}\"\nrequirepass s3cret-sentinel\n\
+             sentinel monitor mymaster 127.0.0.1 {master_port} 1\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut sentinel =
+        Command::new("redis-server").arg(&conf).arg("--sentinel").stdout(std::process::Stdio::null()).spawn().unwrap();
+    let url = |auth: &str, port: u16, name: &str| format!("redis+sentinel://{auth}127.0.0.1:{port}/{name}");
+    // The good settings first: the sentinel answers (and names the master) once it is up.
+    crate::support::wait_for("the sentinel to name the master", std::time::Duration::from_secs(30), || {
+        let out = hourglass(None, &["--redis", &url(":s3cret-sentinel@", sentinel_port, "mymaster"), "stats"]);
+        out.status.success().then_some(())
+    });
+    for (auth, port, name, says) in [
+        (":s3cret-sentinel@", sentinel_port, "mymastr", "no sentinel names a reachable master 'mymastr'"),
+        (":wrong-password@", sentinel_port, "mymaster", "a sentinel refused the credentials"),
+        ("", nobody, "mymaster", "cannot find the Redis master 'mymaster' of Sentinel redis://127.0.0.1:"),
+    ] {
+        let out = hourglass(None, &["--redis", &url(auth, port, name), "stats"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{name} {auth}: {err}");
+        assert!(err.contains(says), "{name} {auth}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+        assert!(!err.contains("s3cret") && !err.contains("wrong-password"), "a password shows: {err}");
+    }
+    // The runner refuses to start the same way, before it serves anything.
+    let out = hourglass(None, &["--redis", &url(":wrong-password@", sentinel_port, "mymaster"), "run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let _ = sentinel.kill();
+    let _ = sentinel.wait();
+}

@@ -48,6 +48,9 @@ pub(super) fn header(state: &AdminState, search_type: Option<&str>, search_id: &
         esc(search_type.unwrap_or_default()),
         esc(search_id),
     );
+    if let Some(master) = state.store.master() {
+        let _ = write!(h, "<span id=redis-master>redis master {}</span>", esc(&master_line(&master)));
+    }
     if state.token.is_some() {
         h.push_str(
             "<label class=token>token <input id=token type=password autocomplete=off \
@@ -80,4 +83,17 @@ pub(super) fn unreadable(e: &anyhow::Error, h: &mut String) -> StatusCode {
 pub(super) fn live(mut h: String, status: StatusCode) -> Response {
     let _ = write!(h, "</main><script>{SCRIPT}</script></body></html>");
     (status, html(h)).into_response()
+}
+
+/// The master in use, as `/readyz` and the dashboard say it: where, since
+/// when, how it was found and how many failovers this host followed.
+pub(super) fn master_line(master: &crate::store::MasterInfo) -> String {
+    let how = if master.sentinel { "through Sentinel, " } else { "" };
+    format!(
+        "{} ({how}in use since {}; {} change{} since start)",
+        master.addr,
+        crate::clock::format_ms(master.since_ms),
+        master.changes,
+        if master.changes == 1 { "" } else { "s" }
+    )
 }

@@ -131,7 +131,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Claimer<L, P> {
                     let _: Trouble = self.health.failed(&task_type, "claim", &e);
                     tokio::select! {
                         _ = self.stop_claiming.cancelled() => break,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.health.retry_after(backoff) => {}
                     }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;

@@ -201,7 +201,7 @@ async fn write_outcomes(
             }
             Err(e) => {
                 health.failed(task_type, "settle", &e);
-                tokio::time::sleep(backoff).await;
+                health.retry_after(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }

@@ -1,0 +1,384 @@
+//! Redis failing over under load: a master and a replica behind three sentinels, two hosts that find the master through Sentinel.
+//!
+//! Real `redis-server` processes on loopback (the sentinels are `redis-server
+//! --sentinel`), two `hourglass run` processes configured with the sentinels
+//! only, and a client that schedules tasks in batches while the master is
+//! killed (SIGKILL) or stalled past `down-after-milliseconds` (SIGSTOP). The
+//! client follows the master through Sentinel as any client would; most of
+//! its batches are acknowledged with `WAIT 1`, some are not. Each test prints
+//! one `FAILOVER` line the docs quote:
+//! `FAILOVER <case>: scheduled N (acknowledged by WAIT A), lost L (of the acknowledged 0), ran twice K (leases the old master held H), promotion P ms after the fault, first task served R ms after the promotion`,
+//! and asserts that no acknowledged task is lost, that a task ran twice only
+//! if a lease on it was held when the master went, and that both hosts serve
+//! again once the old master is back as a replica. Times are reported, never asserted.
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{FENCED, LONG, TYPE, commits, config, long_for, plugins, runs, tasks};
+use crate::support::{Host, free_port, leases, now_ms, wait_for};
+use hourglass::redis_server::{RedisServer, ServerSpec};
+
+const MASTER: &str = "mymaster";
+/// How long a sentinel waits before it calls the master down.
+const DOWN_AFTER_MS: u64 = 1000;
+
+/// Two data nodes (master and replica at the start) and three sentinels; killed on drop.
+struct Fleet {
+    dir: tempfile::TempDir,
+    /// Each data node's port and process (`None` while it is down).
+    nodes: Vec<(u16, Option<RedisServer>)>,
+    sentinels: Vec<(u16, Child)>,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fleet = Fleet { dir, nodes: Vec::new(), sentinels: Vec::new() };
+        let ports = distinct_ports(5);
+        fleet.nodes = vec![(ports[0], None), (ports[1], None)];
+        fleet.spawn_node(0, None);
+        fleet.spawn_node(1, Some(ports[0]));
+        for &port in &ports[2..] {
+            let conf = fleet.dir.path().join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{dir}/sentinel-{port}.log\"\n\
+                     sentinel monitor {MASTER} 127.0.0.1 {master} 2\n\
+                     sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n\
+                     sentinel failover-timeout {MASTER} 4000\nsentinel parallel-syncs {MASTER} 1\n",
+                    dir = fleet.dir.path().display(),
+                    master = ports[0],
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start redis-server --sentinel");
+            fleet.sentinels.push((port, child));
+        }
+        // A failover needs each sentinel to know the replica and the other two.
+        wait_for("the sentinels to know the replica and each other", LONG, || {
+            fleet
+                .sentinels
+                .iter()
+                .all(|(port, _)| {
+                    let Some(mut conn) = connect(*port) else { return false };
+                    let replicas: Vec<redis::Value> =
+                        redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER).query(&mut conn).unwrap_or_default();
+                    let others: Vec<redis::Value> =
+                        redis::cmd("SENTINEL").arg("SENTINELS").arg(MASTER).query(&mut conn).unwrap_or_default();
+                    replicas.len() == 1 && others.len() == 2
+                })
+                .then_some(())
+        });
+        fleet
+    }
+
+    /// Starts data node `i` (again, on its port and folder), a replica of `of` if given.
+    fn spawn_node(&mut self, i: usize, of: Option<u16>) {
+        let port = self.nodes[i].0;
+        let node_dir = self.dir.path().join(format!("node-{port}"));
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let mut args = Vec::new();
+        if let Some(master) = of {
+            args = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), master.to_string()];
+        }
+        let spec = ServerSpec {
+            dir: node_dir.clone(),
+            port: Some(port),
+            appendfsync: Some("everysec"),
+            args,
+            log: Some(node_dir.join("redis.log")),
+            ..Default::default()
+        };
+        let server = RedisServer::spawn_ready(spec, "the failover test", Duration::from_secs(10)).unwrap();
+        self.nodes[i].1 = Some(server);
+    }
+
+    /// `redis+sentinel://` URL of the three sentinels.
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self.sentinels.iter().map(|(p, _)| format!("127.0.0.1:{p}")).collect();
+        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// The `[redis] sentinel` table naming the same sentinels.
+    fn table(&self) -> String {
+        let nodes: Vec<String> = self.sentinels.iter().map(|(p, _)| format!("\"redis://127.0.0.1:{p}\"")).collect();
+        format!("sentinel = {{ master = \"{MASTER}\", nodes = [{}] }}\n", nodes.join(", "))
+    }
+
+    /// The master's port as the first sentinel that answers names it.
+    fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|(port, _)| {
+            let mut conn = connect(*port)?;
+            let (_, master): (String, u16) =
+                redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(MASTER).query(&mut conn).ok()?;
+            Some(master)
+        })
+    }
+
+    fn index_of(&self, port: u16) -> usize {
+        self.nodes.iter().position(|(p, _)| *p == port).unwrap()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The data nodes are killed by their own drop; a stopped one dies of SIGKILL too.
+    }
+}
+
+fn distinct_ports(n: usize) -> Vec<u16> {
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        let p = free_port();
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
+    ports
+}
+
+fn connect(port: u16) -> Option<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let conn = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    Some(conn)
+}
+
+/// The node's `ROLE`: "master", "slave" (a replica) or "sentinel".
+fn role(port: u16) -> Option<String> {
+    let mut conn = connect(port)?;
+    let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn).ok()?;
+    redis::from_redis_value(reply.into_iter().next()?).ok()
+}
+
+/// What the client scheduled, by how it was acknowledged.
+#[derive(Default)]
+struct Scheduled {
+    /// Acknowledged by the master and by `WAIT 1` (at least one replica has them).
+    acked: Vec<String>,
+    /// Acknowledged by the master alone (no `WAIT`, or `WAIT` timed out).
+    plain: Vec<String>,
+}
+
+/// Schedules `n` tasks (`w0..w<n>`, due now, each sleeping `run_ms`) over
+/// about `spread`, in batches, following the master through Sentinel; three
+/// batches in four end with `WAIT 1 500`. A batch that fails is sent again
+/// to the master the sentinels name next (rewriting a task is harmless).
+fn schedule_through_failover(
+    sentinels: Vec<u16>,
+    n: usize,
+    run_ms: u64,
+    spread: Duration,
+    progress: Arc<AtomicUsize>,
+) -> Scheduled {
+    let batch = (n / 30).clamp(10, 100);
+    let batches = n.div_ceil(batch);
+    let pause = spread / batches as u32;
+    let master_conn = || -> Option<redis::Connection> {
+        let port = sentinels.iter().find_map(|p| {
+            let mut conn = connect(*p)?;
+            let (_, port): (String, u16) =
+                redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(MASTER).query(&mut conn).ok()?;
+            Some(port)
+        })?;
+        connect(port)
+    };
+    let mut out = Scheduled::default();
+    let mut conn = None;
+    for b in 0..batches {
+        let ids: Vec<String> = (b * batch..((b + 1) * batch).min(n)).map(|i| format!("w{i}")).collect();
+        let with_wait = b % 4 != 3;
+        let deadline = Instant::now() + LONG;
+        let acked = loop {
+            assert!(Instant::now() < deadline, "could not schedule batch {b} through the failover");
+            if conn.is_none() {
+                conn = master_conn();
+            }
+            let Some(c) = conn.as_mut() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.cmd("HSET")
+                    .arg(crate::support::key(TYPE, "payload"))
+                    .arg(id)
+                    .arg(format!("sleep:{run_ms}"))
+                    .ignore();
+                pipe.cmd("ZADD").arg(crate::support::key(TYPE, "due")).arg(now_ms()).arg(id).ignore();
+            }
+            if pipe.query::<()>(c).is_err() {
+                conn = None;
+                continue;
+            }
+            if !with_wait {
+                break false;
+            }
+            match redis::cmd("WAIT").arg(1).arg(500).query::<i64>(c) {
+                Ok(replicas) => break replicas >= 1,
+                Err(_) => conn = None,
+            }
+        };
+        if acked {
+            out.acked.extend(ids)
+        } else {
+            out.plain.extend(ids)
+        }
+        progress.store((b + 1) * batch, Ordering::Relaxed);
+        std::thread::sleep(pause);
+    }
+    out
+}
+
+/// How the master goes away.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL; restarted after the failover, it must come back as a replica.
+    Kill,
+    /// SIGSTOP past `down-after-milliseconds`; SIGCONT after the failover: it
+    /// must come back as a replica, and nothing it held may win.
+    Stop,
+}
+
+/// One failover under load; returns the FAILOVER line's figures.
+fn fail_over(name: &str, fault: Fault, config_form_table: bool) {
+    let n = tasks();
+    let mut fleet = Fleet::start();
+    let (url, extra) = if config_form_table {
+        ("redis://127.0.0.1:1".to_owned(), fleet.table())
+    } else {
+        (fleet.url(), String::new())
+    };
+    let hosts: Vec<Host> =
+        ["h1", "h2"].iter().map(|id| Host::start_at(&url, &plugins(), &format!("{extra}{}", config(id, n)))).collect();
+    for host in &hosts {
+        host.wait_log("Redis master found through Sentinel", LONG);
+    }
+    let old_port = fleet.master_port().unwrap();
+    let old = fleet.index_of(old_port);
+    let new_port = fleet.nodes[1 - old].0;
+
+    let progress = Arc::new(AtomicUsize::new(0));
+    let load = {
+        let sentinels: Vec<u16> = fleet.sentinels.iter().map(|(p, _)| *p).collect();
+        let progress = progress.clone();
+        std::thread::spawn(move || schedule_through_failover(sentinels, n, 20, Duration::from_secs(4), progress))
+    };
+    // The fault comes a third of the way into the load, while the hosts hold leases.
+    let mut conn = connect(old_port).unwrap();
+    let held_before = wait_for("a third of the load, and leases held", LONG, || {
+        let held = leases(&mut conn, TYPE);
+        (progress.load(Ordering::Relaxed) >= n / 3 && !held.is_empty()).then_some(held)
+    });
+    let fault_ms = now_ms();
+    let stopped_pid = match fault {
+        Fault::Kill => {
+            fleet.nodes[old].1.take().unwrap().kill();
+            None
+        }
+        Fault::Stop => {
+            let pid = fleet.nodes[old].1.as_ref().unwrap().pid().unwrap();
+            assert!(Command::new("kill").arg("-STOP").arg(pid.to_string()).status().unwrap().success());
+            Some(pid)
+        }
+    };
+    // The promotion: when the replica first calls itself master.
+    let promoted_ms =
+        wait_for("the replica to be promoted", LONG, || (role(new_port).as_deref() == Some("master")).then(now_ms));
+    let mut new_conn = connect(new_port).unwrap();
+    let held_after = leases(&mut new_conn, TYPE);
+    let scheduled = load.join().unwrap();
+
+    // Every acknowledged task runs on the new master.
+    let acked: HashSet<&String> = scheduled.acked.iter().collect();
+    wait_for(&format!("the {} acknowledged tasks to succeed", acked.len()), long_for(n), || {
+        let done = commits(&mut new_conn);
+        let idle = crate::support::zcard(&mut new_conn, &crate::support::key(TYPE, "due")) == 0
+            && leases(&mut new_conn, TYPE).is_empty();
+        (idle && acked.iter().all(|id| done.contains_key(*id))).then_some(())
+    });
+    let done = commits(&mut new_conn);
+    let served_ms = done.values().flatten().map(|c| c.at_ms).filter(|&at| at >= promoted_ms).min();
+
+    // The old master returns, and must come back as a replica of the new one.
+    match (fault, stopped_pid) {
+        (Fault::Stop, Some(pid)) => {
+            assert!(Command::new("kill").arg("-CONT").arg(pid.to_string()).status().unwrap().success());
+        }
+        _ => fleet.spawn_node(old, None),
+    }
+    wait_for("the old master to come back as a replica", LONG, || {
+        (role(old_port).as_deref() == Some("slave") && fleet.master_port() == Some(new_port)).then_some(())
+    });
+    // Both hosts still serve: each runs tasks scheduled after the return.
+    let after: Vec<String> = (0..40).map(|i| format!("after{i}")).collect();
+    let mut pipe = redis::pipe();
+    for id in &after {
+        pipe.cmd("HSET").arg(crate::support::key(TYPE, "payload")).arg(id).arg("sleep:100").ignore();
+        pipe.cmd("ZADD").arg(crate::support::key(TYPE, "due")).arg(now_ms()).arg(id).ignore();
+    }
+    let _: () = pipe.query(&mut new_conn).unwrap();
+    wait_for("the tasks scheduled after the return to succeed", LONG, || {
+        let done = commits(&mut new_conn);
+        after.iter().all(|id| done.contains_key(id)).then_some(())
+    });
+    for host in &hosts {
+        let served: usize = after.iter().map(|id| host.runs_of(&host.log(), TYPE, id)).sum();
+        assert!(served > 0, "{name}: a host served nothing after the old master returned; log:\n{}", host.log());
+    }
+
+    // What it cost.
+    let done = commits(&mut new_conn);
+    let lost_acked: Vec<&&String> = acked.iter().filter(|id| !done.contains_key(**id)).collect();
+    let lost_plain = scheduled.plain.iter().filter(|id| !done.contains_key(*id)).count();
+    let logs: Vec<String> = hosts.iter().map(Host::log).collect();
+    let runs = runs(&logs.iter().map(String::as_str).collect::<Vec<_>>());
+    let twice: Vec<&String> = runs.iter().filter(|(id, k)| **k > 1 && id.starts_with('w')).map(|(id, _)| id).collect();
+    let held: HashSet<&String> = held_before.keys().chain(held_after.keys()).collect();
+    let fenced = logs.iter().flat_map(|l| l.lines()).filter(|l| l.contains(FENCED)).count();
+    eprintln!(
+        "FAILOVER {name}: scheduled {n} (acknowledged by WAIT {}), lost {} (of the acknowledged {}), ran twice {} \
+         (leases the old master held {}; {fenced} late outcomes fenced), promotion {} ms after the fault, \
+         first task served {} ms after the promotion",
+        acked.len(),
+        lost_plain + lost_acked.len(),
+        lost_acked.len(),
+        twice.len(),
+        held.len(),
+        promoted_ms - fault_ms,
+        served_ms.map_or(-1, |at| at - promoted_ms),
+    );
+    assert!(lost_acked.is_empty(), "{name}: acknowledged by WAIT 1 and lost: {lost_acked:?}");
+    let unexplained: Vec<&&String> = twice.iter().filter(|id| !held.contains(**id)).collect();
+    assert!(unexplained.is_empty(), "{name}: ran twice without a lease held at the failover: {unexplained:?}");
+    assert!(twice.len() <= held.len(), "{name}: ran twice {} > leases held {}", twice.len(), held.len());
+    let moved = logs.iter().all(|l| l.contains("Redis master changed"));
+    assert!(moved, "{name}: a host did not log the change of master");
+    let events_once: Vec<&String> = done.iter().filter(|(_, c)| c.len() > 1).map(|(id, _)| id).collect();
+    assert!(events_once.is_empty(), "{name}: committed more than once on the new master: {events_once:?}");
+}
+
+#[test]
+fn the_master_killed_mid_load_loses_no_acknowledged_task() {
+    fail_over("master SIGKILLed mid-load (Sentinel URL)", Fault::Kill, false);
+}
+
+#[test]
+fn the_master_stalled_past_down_after_comes_back_a_replica_and_nothing_it_held_wins() {
+    fail_over("master SIGSTOPped past down-after-milliseconds ([redis] sentinel table)", Fault::Stop, true);
+}
