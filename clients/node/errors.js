@@ -63,6 +63,19 @@ class UnknownTask extends HourglassError {
   static code = "HG_UNKNOWN_TASK";
 }
 
+/**
+ * `replicas: N`: the write is on the master, but fewer than N replicas acknowledged it in time (Redis
+ * WAIT): it may be lost if the master fails now; scheduling it again is harmless.
+ */
+class ReplicationTimeout extends HourglassError {
+  static code = "HG_REPLICATION_TIMEOUT";
+  constructor(message, { acked = 0, wanted = 0 } = {}) {
+    super(message);
+    this.acked = acked;
+    this.wanted = wanted;
+  }
+}
+
 /** The typed error for a script's error reply, or `err` itself when it is none of ours. */
 function fromReply(err) {
   const text = String(err && err.message);
@@ -94,5 +107,6 @@ module.exports = {
   NoEvents,
   WaitTimeout,
   UnknownTask,
+  ReplicationTimeout,
   fromReply,
 };

@@ -18,7 +18,15 @@ export interface Due {
   delayMs?: number;
 }
 
-export interface ScheduleOptions extends Due {
+/** A durable schedule: Redis WAIT after the write; ReplicationTimeout when fewer replicas acknowledged in time. */
+export interface DurableOptions {
+  /** Replicas that must acknowledge the write (1 to 64); not on a Cluster client. */
+  replicas?: number;
+  /** How long WAIT waits for them, ms (default 1000). */
+  replicasTimeoutMs?: number;
+}
+
+export interface ScheduleOptions extends Due, DurableOptions {
   payload?: Payload;
   /** Default "upsert". */
   mode?: Mode;
@@ -248,7 +256,7 @@ export class Hourglass {
   shardFor(taskType: string, id: Id): string;
   schedule(taskType: string, id: Id, options?: ScheduleOptions): Promise<boolean>;
   /** Whether each due time was written, in input order. */
-  scheduleMany(tasks: Iterable<NewTask>): Promise<boolean[]>;
+  scheduleMany(tasks: Iterable<NewTask>, options?: DurableOptions): Promise<boolean[]>;
   /** How the task ended (its type needs `events = true`); no `timeoutMs`: wait for ever. */
   waitUntilFinished(taskType: string, id: Id, options?: { timeoutMs?: number }): Promise<Ended>;
   postpone(taskType: string, id: Id, delayMs: number): Promise<number | null>;
@@ -289,6 +297,7 @@ export type ErrorCode =
   | "HG_GRAPH_REFUSED"
   | "HG_NO_EVENTS"
   | "HG_WAIT_TIMEOUT"
+  | "HG_REPLICATION_TIMEOUT"
   | "HG_UNKNOWN_TASK";
 export type GroupRefusedCode = "HG_GROUP_REFUSED" | "HG_NO_SUCH_GROUP" | "HG_GROUP_CLOSED" | "HG_GROUP_CONFLICT";
 
@@ -331,6 +340,14 @@ export class NoEvents extends HourglassError {
 }
 export class WaitTimeout extends HourglassError {
   readonly code: "HG_WAIT_TIMEOUT";
+}
+/** `replicas: N`: written on the master, but fewer than N replicas acknowledged it in time. */
+export class ReplicationTimeout extends HourglassError {
+  readonly code: "HG_REPLICATION_TIMEOUT";
+  /** Replicas that acknowledged the write. */
+  readonly acked: number;
+  /** Replicas asked for. */
+  readonly wanted: number;
 }
 export class UnknownTask extends HourglassError {
   readonly code: "HG_UNKNOWN_TASK";

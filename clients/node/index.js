@@ -11,7 +11,9 @@ const { scheduleMany } = require("./bulk");
 const { waitUntilFinished } = require("./wait");
 const graphs = require("./graphs");
 
-const { InvalidArgument, fromReply } = errors;
+const { InvalidArgument, ReplicationTimeout, fromReply } = errors;
+/** How long `replicas: N` waits for the replicas by default (ms). */
+const REPLICAS_TIMEOUT_MS = 1000;
 const { taskType, describe, rawId, checkOptions, textId, payloadOf, nowMs, msOf, dueMs, modeOf } = checks;
 
 const GROUP_ID_MAX = 200;
@@ -122,11 +124,14 @@ class Hourglass {
    * `delayMs` (default: now). `mode`: "upsert" (the last schedule wins), "if-absent" (dedupe),
    * "only-later" (debounce) or "only-earlier"; the payload is written only with the due time.
    * `traceparent` (W3C) makes the run's span continue the caller's trace. Resolves to whether the
-   * due time was written.
+   * due time was written. `replicas: N`: a durable schedule, that survives the master's loss: Redis
+   * WAIT N follows the write (`replicasTimeoutMs`, default 1000), and ReplicationTimeout says when
+   * fewer replicas acknowledged it in time.
    */
   async schedule(t, id, options = {}) {
-    const known = ["at", "atMs", "delayMs", "payload", "mode", "traceparent"];
-    const { payload, mode: wanted, traceparent } = checkOptions(options, known, "schedule");
+    const known = ["at", "atMs", "delayMs", "payload", "mode", "traceparent", "replicas", "replicasTimeoutMs"];
+    const { payload, mode: wanted, traceparent, replicas, replicasTimeoutMs } = checkOptions(options, known, "schedule");
+    const wait = this.waitArgs(replicas, replicasTimeoutMs);
     const mode = modeOf(wanted);
     const raw = rawId(id);
     const body = payloadOf(payload);
@@ -140,16 +145,58 @@ class Hourglass {
     if (traceparent !== undefined && mode !== "upsert" && written === 1) {
       await this.redis.hset(this.key(q, "trace"), raw, traceparent);
     }
+    await this.replicated(wait, "");
     return written === 1;
+  }
+
+  /**
+   * The [replicas, timeoutMs] of WAIT that `replicas: N` asks for (null without it). Refused on a
+   * Cluster client, whose WAIT may reach another node than the task's slot's master.
+   */
+  waitArgs(replicas, timeoutMs) {
+    if (replicas === undefined || replicas === null) {
+      if (timeoutMs !== undefined && timeoutMs !== null) throw new InvalidArgument("replicasTimeoutMs needs replicas");
+      return null;
+    }
+    if (!Number.isInteger(replicas) || replicas < 1 || replicas > 64) {
+      throw new InvalidArgument(`replicas must be 1 to 64 (got ${describe(replicas)})`);
+    }
+    const ms = timeoutMs === undefined || timeoutMs === null ? REPLICAS_TIMEOUT_MS : timeoutMs;
+    if (!Number.isInteger(ms) || ms < 1) throw new InvalidArgument(`replicasTimeoutMs must be a positive number of ms (got ${describe(ms)})`);
+    if (this.redis.isCluster) {
+      throw new InvalidArgument("replicas is not supported on a Redis Cluster client: send WAIT on a connection to the task's slot's master");
+    }
+    return [replicas, ms];
+  }
+
+  /**
+   * WAIT for `wait` ([replicas, ms]) after this client's writes: one ioredis connection carries
+   * them all in order, so WAIT counts them. Throws ReplicationTimeout when fewer replicas acknowledged.
+   */
+  async replicated(wait, what) {
+    if (wait === null) return;
+    const [wanted, ms] = wait;
+    const acked = Number(await this.redis.wait(wanted, ms));
+    if (acked < wanted) {
+      throw new ReplicationTimeout(
+        `${what}written on the master, but ${acked} of ${wanted} replicas acknowledged it within ${ms} ms (WAIT): it may be lost if the master fails now`,
+        { acked, wanted },
+      );
+    }
   }
 
   /**
    * Schedules many tasks ({ taskType, id, payload?, at? | atMs? | delayMs?, mode? }) in pipelined
    * batches, each to its shard; every task is checked before anything is sent. Resolves to whether
    * each due time was written, in the order given. No traceparent here: use schedule for that.
+   * Options: `replicas` and `replicasTimeoutMs`, as for schedule (one WAIT after every batch was sent).
    */
-  async scheduleMany(tasks) {
-    return scheduleMany(this, tasks);
+  async scheduleMany(tasks, options = {}) {
+    const { replicas, replicasTimeoutMs } = checkOptions(options, ["replicas", "replicasTimeoutMs"], "scheduleMany");
+    const wait = this.waitArgs(replicas, replicasTimeoutMs);
+    const written = await scheduleMany(this, tasks);
+    await this.replicated(wait, `scheduleMany: all ${written.length} tasks were sent and `);
+    return written;
   }
 
   /**

@@ -16,6 +16,7 @@ from .errors import (
     InvalidTaskType,
     NoEvents,
     NoSuchGroup,
+    ReplicationTimeout,
     UnknownTask,
     WaitTimeout,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "Outcome",
     "Payload",
     "Progress",
+    "ReplicationTimeout",
     "SealState",
     "Sealed",
     "Stats",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _args
-from ._core import Batch, Cmd, Core, Script, Steps
-from .errors import HourglassError, InvalidArgument
+from ._core import Batch, Cmd, Core, Script, Steps, check_replicas
+from .errors import HourglassError, InvalidArgument, ReplicationTimeout
 from .results import NewTask, NewTaskLike
 from .shards import shard_of
 
@@ -15,9 +15,15 @@ BATCH = 1000
 _FIELDS = ("task_type", "id", "payload", "at", "at_ms", "delay", "delay_ms", "mode")
 
 
-def schedule_many_steps(core: Core, tasks: Iterable[NewTaskLike]) -> Steps[List[bool]]:
+def schedule_many_steps(
+    core: Core,
+    tasks: Iterable[NewTaskLike],
+    replicas: Optional[int] = None,
+    replicas_timeout_ms: Optional[int] = None,
+) -> Steps[List[bool]]:
     if isinstance(tasks, (NewTask, Mapping, str, bytes)):
         raise InvalidArgument("schedule_many takes an iterable of tasks (NewTask or dict), not one task")
+    wait = core._wait_cmd(replicas, replicas_timeout_ms)
     now = _args.now_ms()
     steps: List[Union[Script, Cmd]] = []
     shards: Dict[str, Tuple[str, ...]] = {}  # the shard tags of each type seen (checked once)
@@ -29,7 +35,19 @@ def schedule_many_steps(core: Core, tasks: Iterable[NewTaskLike]) -> Steps[List[
     written: List[bool] = []
     for start in range(0, len(steps), BATCH):
         batch = steps[start : start + BATCH]
-        replies = yield Batch(list(batch))
+        # With replicas=N each round trip ends with WAIT, on the connection that sent its tasks.
+        replies = yield Batch(list(batch) + ([wait] if wait is not None else []))
+        if wait is not None:
+            acked = replies.pop()
+            if isinstance(acked, BaseException):
+                raise acked
+            try:
+                check_replicas(acked, wait)
+            except ReplicationTimeout as e:
+                sent = start + len(batch) - 1
+                raise ReplicationTimeout(
+                    f"schedule_many: tasks 0 to {sent} were sent; {e}", acked=e.acked, wanted=e.wanted
+                ) from None
         for j, reply in enumerate(replies):
             if isinstance(reply, BaseException):
                 sent = start + len(batch) - 1

@@ -10,7 +10,7 @@ from typing import Any, Dict, Generator, Iterable, List, Mapping, NamedTuple, Op
 
 from . import _args
 from ._args import Id, Mode, Payload, When
-from .errors import DataFault, InvalidArgument
+from .errors import DataFault, InvalidArgument, ReplicationTimeout
 from .results import (
     Added,
     Cancelled,
@@ -97,6 +97,22 @@ def _socket_timeout(client: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+#: How long ``replicas=N`` waits for the replicas by default (ms).
+REPLICAS_TIMEOUT_MS = 1000
+
+
+def check_replicas(acked: Any, wait: Cmd) -> None:
+    """Raises :class:`ReplicationTimeout` when ``WAIT`` (``wait``) counted fewer replicas than it asked for."""
+    wanted, ms = int(wait.args[1]), int(wait.args[2])
+    if int(acked) < wanted:
+        raise ReplicationTimeout(
+            f"written on the master, but {int(acked)} of {wanted} replicas acknowledged it within {ms} ms "
+            "(WAIT): it may be lost if the master fails now",
+            acked=int(acked),
+            wanted=wanted,
+        )
+
+
 class Core:
     """The state both clients share, and every call's steps (``_<call>_steps``)."""
 
@@ -130,6 +146,12 @@ class Core:
         #: The longest single block of a blocking read (ms), below the connection's socket timeout.
         timeout = _socket_timeout(client)
         self._block_ms = 1000 if timeout is None else max(10, min(1000, int(timeout * 500)))
+
+    def _is_cluster(self) -> bool:
+        import redis
+        import redis.asyncio
+
+        return isinstance(self.redis, (redis.RedisCluster, redis.asyncio.RedisCluster))
 
     # -- keys and shards -------------------------------------------------
 
@@ -167,21 +189,51 @@ class Core:
         payload: Payload,
         mode: Mode,
         traceparent: Optional[str],
+        replicas: Optional[int] = None,
+        replicas_timeout_ms: Optional[int] = None,
     ) -> Steps[bool]:
         how = _args.mode(mode)
         raw, body = _args.task_id(task_id), _args.payload(payload)
         due = _args.due_ms(at=at, at_ms=at_ms, delay=delay, delay_ms=delay_ms)
         if traceparent is not None and not isinstance(traceparent, str):
             raise InvalidArgument(f"traceparent must be a str (W3C), not {type(traceparent).__name__}")
+        wait = self._wait_cmd(replicas, replicas_timeout_ms)
         q = self.shard_for(t, raw)
         if traceparent is not None and how == "upsert":
             yield Cmd("hset", (self.key(q, "trace"), raw, traceparent))
-        written = yield Script(
+        script = Script(
             "schedule", [self.key(q, "due"), self.key(q, "payload")], [raw, due, body, "1" if body else "0", how]
         )
+        if wait is None:
+            written = yield script
+        else:
+            # WAIT counts the writes of its own connection: it goes in the same pipeline.
+            written, acked = yield Batch([script, wait])
+            for reply in (written, acked):
+                if isinstance(reply, BaseException):
+                    raise reply
+            check_replicas(acked, wait)
         if traceparent is not None and how != "upsert" and written == 1:
             yield Cmd("hset", (self.key(q, "trace"), raw, traceparent))
         return bool(written == 1)
+
+    def _wait_cmd(self, replicas: Optional[int], timeout_ms: Optional[int]) -> Optional[Cmd]:
+        """The ``WAIT`` that ``replicas=N`` asks for (None without it); refused on a cluster client,
+        whose pipeline may send it to another node than the task's slot's master."""
+        if replicas is None:
+            if timeout_ms is not None:
+                raise InvalidArgument("replicas_timeout_ms needs replicas")
+            return None
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 64:
+            raise InvalidArgument(f"replicas must be 1 to 64, not {replicas!r}")
+        ms = REPLICAS_TIMEOUT_MS if timeout_ms is None else timeout_ms
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
+            raise InvalidArgument(f"replicas_timeout_ms must be a positive number of ms, not {ms!r}")
+        if self._is_cluster():
+            raise InvalidArgument(
+                "replicas is not supported on a Redis Cluster client: send WAIT on a connection to the task's slot's master"
+            )
+        return Cmd("execute_command", ("WAIT", replicas, ms))
 
     def _postpone_steps(self, t: str, task_id: Id, delay: Optional[timedelta], delay_ms: Optional[int]) -> Steps[Optional[int]]:
         ms = _args.span_ms("delay", delay, delay_ms)

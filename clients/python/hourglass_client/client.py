@@ -55,6 +55,8 @@ class Hourglass(GraphSteps):
         payload: Payload = None,
         mode: Mode = "upsert",
         traceparent: Optional[str] = None,
+        replicas: Optional[int] = None,
+        replicas_timeout_ms: Optional[int] = None,
     ) -> bool:
         """Schedules task ``task_id`` of type ``t`` at ``at`` (an aware datetime) or ``at_ms`` (ms since
         the epoch), or after ``delay`` (a timedelta) or ``delay_ms``; with none of them, now.
@@ -62,19 +64,27 @@ class Hourglass(GraphSteps):
         ``mode``: ``upsert`` (the last schedule wins), ``if-absent`` (dedupe: keep the first),
         ``only-later`` (debounce: only postpone) or ``only-earlier``. The payload is written only
         with the due time. ``traceparent`` (W3C) makes the run's span continue the caller's trace.
-        Returns whether the due time was written.
+        ``replicas=N``: a durable schedule, that survives the master's loss: Redis ``WAIT N`` follows
+        the write (``replicas_timeout_ms``, default 1000), and :class:`ReplicationTimeout` says when
+        fewer replicas acknowledged it in time. Returns whether the due time was written.
         """
-        return self._drive(self._schedule_steps(t, task_id, at, at_ms, delay, delay_ms, payload, mode, traceparent))
+        steps = self._schedule_steps(
+            t, task_id, at, at_ms, delay, delay_ms, payload, mode, traceparent, replicas, replicas_timeout_ms
+        )
+        return self._drive(steps)
 
-    def schedule_many(self, tasks: Iterable[NewTaskLike]) -> List[bool]:
+    def schedule_many(
+        self, tasks: Iterable[NewTaskLike], *, replicas: Optional[int] = None, replicas_timeout_ms: Optional[int] = None
+    ) -> List[bool]:
         """Schedules many tasks (:class:`NewTask`, or dicts with its fields), pipelined 1000 to a round
         trip, each routed to its shard; returns, in their order, whether each due time was written.
 
         Every task is checked before anything is sent (a bad one: :class:`InvalidArgument` naming its
         index). Each task is atomic on its own, not the whole call. ``delay`` counts from the call.
-        No ``traceparent`` in bulk: use :meth:`schedule` for a task that carries one.
+        No ``traceparent`` in bulk: use :meth:`schedule` for a task that carries one. ``replicas=N``:
+        each round trip ends with ``WAIT N``, as for :meth:`schedule`.
         """
-        return self._drive(schedule_many_steps(self, tasks))
+        return self._drive(schedule_many_steps(self, tasks, replicas, replicas_timeout_ms))
 
     def postpone(
         self, t: str, task_id: Id, delay: Optional[timedelta] = None, *, delay_ms: Optional[int] = None
@@ -219,7 +229,7 @@ class Hourglass(GraphSteps):
                 break
             for name in {_name(step.calls[i]) for i in missing}:
                 self.redis.script_load(self._scripts[name].script)
-            todo = missing
+            todo = missing + _waits(step)
         return replies
 
 
@@ -250,15 +260,21 @@ class AsyncHourglass(GraphSteps):
         payload: Payload = None,
         mode: Mode = "upsert",
         traceparent: Optional[str] = None,
+        replicas: Optional[int] = None,
+        replicas_timeout_ms: Optional[int] = None,
     ) -> bool:
         """:meth:`Hourglass.schedule`, awaited."""
         return await self._drive(
-            self._schedule_steps(t, task_id, at, at_ms, delay, delay_ms, payload, mode, traceparent)
+            self._schedule_steps(
+                t, task_id, at, at_ms, delay, delay_ms, payload, mode, traceparent, replicas, replicas_timeout_ms
+            )
         )
 
-    async def schedule_many(self, tasks: Iterable[NewTaskLike]) -> List[bool]:
+    async def schedule_many(
+        self, tasks: Iterable[NewTaskLike], *, replicas: Optional[int] = None, replicas_timeout_ms: Optional[int] = None
+    ) -> List[bool]:
         """:meth:`Hourglass.schedule_many`, awaited."""
-        return await self._drive(schedule_many_steps(self, tasks))
+        return await self._drive(schedule_many_steps(self, tasks, replicas, replicas_timeout_ms))
 
     async def postpone(
         self, t: str, task_id: Id, delay: Optional[timedelta] = None, *, delay_ms: Optional[int] = None
@@ -374,7 +390,7 @@ class AsyncHourglass(GraphSteps):
                 break
             for name in {_name(step.calls[i]) for i in missing}:
                 await self.redis.script_load(self._scripts[name].script)
-            todo = missing
+            todo = missing + _waits(step)
         return replies
 
 
@@ -397,6 +413,11 @@ def _sort_replies(step: Batch, todo: List[int], out: List[Any], replies: List[An
         else:
             replies[i] = reply
     return missing
+
+
+def _waits(step: Batch) -> List[int]:
+    """The places of a batch's ``WAIT``: sent again after scripts retried, so that it counts them too."""
+    return [i for i, c in enumerate(step.calls) if isinstance(c, Cmd) and c.args[:1] == ("WAIT",)]
 
 
 def _name(call: Union[Script, Cmd]) -> str:

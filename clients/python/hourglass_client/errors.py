@@ -88,6 +88,18 @@ class UnknownTask(HourglassError, LookupError):
     code = "HG_UNKNOWN_TASK"
 
 
+class ReplicationTimeout(HourglassError, TimeoutError):
+    """``replicas=N``: the write is on the master, but fewer than N replicas acknowledged it in time
+    (Redis ``WAIT``). It may be lost if the master fails now; scheduling it again is harmless."""
+
+    code = "HG_REPLICATION_TIMEOUT"
+
+    def __init__(self, message: str, *, acked: int = 0, wanted: int = 0) -> None:
+        super().__init__(message)
+        self.acked = acked
+        self.wanted = wanted
+
+
 def from_reply(err: Exception) -> Exception:
     """The typed error for a script's error reply, or ``err`` itself when it is none of ours."""
     text = str(err)

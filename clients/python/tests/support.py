@@ -93,6 +93,62 @@ class ClusterServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class SentinelServer:
+    """A master, its replica and one sentinel, each on a free TCP port of 127.0.0.1 (the sentinel
+    names the master by address, so not unix sockets); ``SENTINEL FAILOVER`` works with one
+    sentinel. Stopped by close()."""
+
+    MASTER = "mymaster"
+
+    def __init__(self):
+        ports = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        self.master_port, self.replica_port, self.sentinel_port = sorted(ports)
+        self.dir = tempfile.mkdtemp(prefix="hourglass-py-sentinel-")
+        self.procs = []
+        for port, extra in ((self.master_port, []), (self.replica_port, ["--replicaof", "127.0.0.1", str(self.master_port)])):
+            self.procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", self.dir, "--dbfilename", f"dump-{port}.rdb", *extra],
+                stdout=subprocess.DEVNULL,
+            ))
+        conf = os.path.join(self.dir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write(f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                    f"sentinel monitor {self.MASTER} 127.0.0.1 {self.master_port} 1\n"
+                    f"sentinel down-after-milliseconds {self.MASTER} 2000\n"
+                    f"sentinel failover-timeout {self.MASTER} 4000\n")
+        self.procs.append(subprocess.Popen(["redis-server", conf, "--sentinel"], stdout=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                replica = redis.Redis(host="127.0.0.1", port=self.replica_port)
+                linked = replica.info("replication").get("master_link_status") == "up"
+                sentinel = redis.Redis(host="127.0.0.1", port=self.sentinel_port)
+                known = sentinel.execute_command("SENTINEL", "REPLICAS", self.MASTER)
+                if linked and known:
+                    break
+            except (redis.ConnectionError, redis.ResponseError):
+                pass
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                self.close()
+                raise RuntimeError("the master, replica and sentinel did not start")
+            time.sleep(0.05)
+
+    def master_port_now(self) -> int:
+        """The master's port as the sentinel names it now."""
+        sentinel = redis.Redis(host="127.0.0.1", port=self.sentinel_port)
+        return int(sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.MASTER)[1])
+
+    def close(self):
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class ServerTest(unittest.TestCase):
     """A test case with its own redis-server for the class, flushed before each test (``self.r``)."""
 
