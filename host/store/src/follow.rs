@@ -300,7 +300,11 @@ async fn look(inner: &Inner, why: &str) -> Result<bool> {
     if matches!(inner.locate, Locate::Sentinel(..)) && addr == old.addr {
         return Ok(false);
     }
-    let manager = manager_of(&client, inner.connect_timeout, inner.response_timeout).await?;
+    let manager = match manager_of(&client, inner.connect_timeout, inner.response_timeout).await {
+        Ok(manager) => manager,
+        Err(Some(e)) => bail!("cannot connect to {addr}: {e}"),
+        Err(None) => bail!("{addr} did not answer within {}s", inner.connect_timeout.as_secs()),
+    };
     if !is_master(&manager).await {
         bail!("{addr} is not a master (yet)");
     }
@@ -421,17 +425,13 @@ async fn single(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<ConnectionManager> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout));
-    let conn = match tokio::time::timeout(connect_timeout, ConnectionManager::new_with_config(client.clone(), config))
-        .await
-    {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
-        Err(_) => bail!("cannot connect to Redis at {shown}: {}", why_no_answer(client, target, connect_timeout).await),
-    };
-    Ok(conn)
+    match manager_of(client, connect_timeout, response_timeout).await {
+        Ok(conn) => Ok(conn),
+        Err(Some(e)) => bail!("cannot connect to Redis at {shown}: {}", target.scrub(&e.to_string())),
+        Err(None) => {
+            bail!("cannot connect to Redis at {shown}: {}", why_no_answer(client, target, connect_timeout).await)
+        }
+    }
 }
 
 /// What the sentinels' refusal at start means, in one line.
@@ -450,17 +450,18 @@ fn sentinel_error(target: &Target, e: &RedisError) -> String {
     }
 }
 
+/// A connection manager of `client`; `Err(None)`: no answer within `connect_timeout`.
 async fn manager_of(
     client: &redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> Result<ConnectionManager> {
+) -> Result<ConnectionManager, Option<RedisError>> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(response_timeout));
     match tokio::time::timeout(connect_timeout, ConnectionManager::new_with_config(client.clone(), config)).await {
-        Ok(r) => Ok(r?),
-        Err(_) => bail!("no answer within {}s", connect_timeout.as_secs()),
+        Ok(r) => r.map_err(Some),
+        Err(_) => Err(None),
     }
 }
 
