@@ -183,9 +183,10 @@ impl Master {
         let fut = request(manager);
         Box::pin(async move {
             tokio::pin!(fut);
+            // Only a Sentinel-followed host has somewhere to look: the others arm no timer.
             let stall = tokio::time::sleep(STALL_AFTER);
             tokio::pin!(stall);
-            let mut stalled = false;
+            let mut stalled = !matches!(self.inner.locate, Locate::Sentinel(..));
             let result = loop {
                 tokio::select! {
                     biased;
@@ -196,9 +197,7 @@ impl Master {
                     // Still waiting: the master may be stalled (a failover on its way). Look, and wait on.
                     _ = &mut stall, if !stalled => {
                         stalled = true;
-                        if matches!(self.inner.locate, Locate::Sentinel(..)) {
-                            self.look_soon("the master has not answered for a second");
-                        }
+                        self.look_soon("the master has not answered for a second");
                     }
                 }
             };
