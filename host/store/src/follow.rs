@@ -317,8 +317,8 @@ async fn look(inner: &Inner, why: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// During a failover, the replica the sentinels list that calls itself
-/// master (`ROLE`), other than `old`. A sentinel announces a promotion only
+/// During a failover (the sentinels flag the master down or failing
+/// over), the replica they list that calls itself master (`ROLE`), other than `old`. A sentinel announces a promotion only
 /// after its next look at the promoted replica, up to a second later; asking
 /// the replica itself resumes work within [`LOOK_GAP`] of the promotion.
 async fn promoted_replica(
@@ -329,6 +329,15 @@ async fn promoted_replica(
     let master = &target.sentinel()?.master;
     let client = sentinel.async_get_sentinel_client().await.ok()?;
     let mut conn = tokio::time::timeout(LOOK_GAP * 5, client.get_multiplexed_async_connection()).await.ok()?.ok()?;
+    // Only while the master is down or being failed over: a node that calls
+    // itself master at another time (an old master restarted before the
+    // sentinels demote it) is not the one to follow.
+    let entry: std::collections::HashMap<String, String> =
+        redis::cmd("SENTINEL").arg("MASTER").arg(master).query_async(&mut conn).await.ok()?;
+    let flags = entry.get("flags").map(String::as_str).unwrap_or_default();
+    if !(flags.contains("s_down") || flags.contains("o_down") || flags.contains("failover")) {
+        return None;
+    }
     let replicas: Vec<std::collections::HashMap<String, String>> =
         redis::cmd("SENTINEL").arg("REPLICAS").arg(master).query_async(&mut conn).await.ok()?;
     for replica in replicas {
