@@ -6,10 +6,13 @@ use super::{Report, Wrapped, config, lose_h1_for_a_while, pause_h1_for_a_while, 
 use crate::support::RedisServer;
 
 /// A network namespace with a veth pair to the root namespace, removed on drop.
-struct Netns {
-    ns: String,
+pub(super) struct Netns {
+    pub(super) ns: String,
     root_if: String,
-    root_addr: String,
+    /// The root namespace's end of the pair.
+    pub(super) root_addr: String,
+    /// The namespace's end.
+    pub(super) ns_addr: String,
 }
 
 impl Netns {
@@ -23,7 +26,7 @@ impl Netns {
 
     /// Names and a /30 of 10.213.0.0/16 unique to this call: tests of one
     /// process run in parallel, and a failed create removes what it named.
-    fn create() -> Result<Netns, String> {
+    pub(super) fn create() -> Result<Netns, String> {
         static CREATING: std::sync::Mutex<u32> = std::sync::Mutex::new(0);
         let mut made = CREATING.lock().unwrap_or_else(|p| p.into_inner());
         *made += 1;
@@ -39,9 +42,10 @@ impl Netns {
             ns: format!("hgfaults-{pid}-{k}"),
             root_if: format!("hg{pid}x{k}r"),
             root_addr: format!("10.213.{subnet}.1"),
+            ns_addr: format!("10.213.{subnet}.2"),
         };
         let ns_if = format!("hg{pid}x{k}n");
-        let ns_addr = format!("10.213.{subnet}.2/30");
+        let ns_addr = format!("{}/30", net.ns_addr);
         Netns::ip(&["netns", "add", &net.ns])?;
         // From here on, drop removes what was made, also when a step fails.
         Netns::ip(&["link", "add", &net.root_if, "type", "veth", "peer", "name", &ns_if])?;
@@ -53,7 +57,7 @@ impl Netns {
         Ok(net)
     }
 
-    fn link(&self, state: &str) {
+    pub(super) fn link(&self, state: &str) {
         Netns::ip(&["link", "set", &self.root_if, state]).unwrap();
     }
 }
