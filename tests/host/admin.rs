@@ -38,6 +38,10 @@ fn endpoints_answer_with_the_right_content_and_status() {
     assert!(r.body.contains("redis: ok") && r.body.contains("mail, noop"), "{}", r.body);
     let applied = |body: &str| body.lines().find_map(|l| l.strip_prefix("config: applied ")).map(str::to_owned);
     let started_with = applied(&r.body).unwrap_or_else(|| panic!("no config line: {}", r.body));
+    // One server: the master in use is that server, since the start, never changed.
+    let master = r.body.lines().find_map(|l| l.strip_prefix("redis master: ")).unwrap_or_default().to_owned();
+    assert!(master.starts_with(&redis.socket().display().to_string()), "{}", r.body);
+    assert!(master.ends_with("; 0 changes since start)") && !master.contains("Sentinel"), "{master}");
     let r = get(&addr, "/metrics");
     assert_eq!(r.status, 200);
     assert!(r.headers["content-type"].starts_with("text/plain"), "{:?}", r.headers);
@@ -75,6 +79,7 @@ fn endpoints_answer_with_the_right_content_and_status() {
     }
     assert!(!page.body.contains("http://") && !page.body.contains("https://"), "the page loads outside resources");
     assert!(page.body.contains(&format!("config applied {started_with}")), "{}", page.body);
+    assert!(page.body.contains("<span id=redis-master>redis master "), "{}", page.body);
 
     // An edit of runner.toml moves the time both show, once it applies.
     let path = host.dir.path().join("runner.toml");

@@ -184,7 +184,7 @@ impl Host {
             None => command.arg("--config").arg(self.dir.path().join("runner.toml")).arg("run"),
         };
         let child = command
-            .env("HOURGLASS_LOG", "info,hourglass=debug")
+            .env("HOURGLASS_LOG", "info,hourglass=debug,hourglass_store=debug")
             .env("NO_COLOR", "1")
             .env_remove("HOURGLASS_REDIS_URL")
             .env_remove("HOURGLASS_ADMIN_LISTEN")

@@ -173,9 +173,13 @@ impl Master {
     /// Sends `request` to the master in use. When the master changes while it
     /// waits, it ends at once with an I/O error (the caller retries it on the
     /// new one); a failure that a failover causes starts a look-up.
+    ///
+    /// `refused` finds a refusal in a reply: redis-rs returns a server's error
+    /// reply (`READONLY`) as a value, made an error only when it is read.
     pub(crate) fn call<'a, T: Send + 'a>(
         &'a self,
         request: impl FnOnce(ConnectionManager) -> redis::RedisFuture<'a, T> + Send + 'a,
+        refused: fn(&T) -> Option<&str>,
     ) -> redis::RedisFuture<'a, T> {
         // Subscribed before the load: a change between the two is still seen.
         let mut changed = self.inner.changes.subscribe();
@@ -201,9 +205,11 @@ impl Master {
                     }
                 }
             };
-            if let Err(e) = &result
-                && let Some(why) = self.failover_sign(e)
-            {
+            let sign = match &result {
+                Err(e) => self.failover_sign(e),
+                Ok(reply) => refused(reply).and_then(failover_code),
+            };
+            if let Some(why) = sign {
                 self.look_soon(why);
             }
             result
@@ -215,10 +221,8 @@ impl Master {
         if e.to_string().contains(MOVED_DURING_CALL) {
             return None; // the move already happened
         }
-        match e.code() {
-            Some("READONLY") => return Some("the node answered READONLY: it is a replica now"),
-            Some("MASTERDOWN") => return Some("the node answered MASTERDOWN"),
-            _ => {}
+        if let Some(why) = e.code().and_then(failover_code) {
+            return Some(why);
         }
         let sentinel = matches!(self.inner.locate, Locate::Sentinel(..));
         (sentinel && (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()))
@@ -257,6 +261,28 @@ impl Master {
             inner.looking.store(false, Ordering::Release);
         });
     }
+}
+
+/// What an error code says of a failover, if anything.
+fn failover_code(code: &str) -> Option<&'static str> {
+    match code {
+        "READONLY" => Some("the node answered READONLY: it is a replica now"),
+        "MASTERDOWN" => Some("the node answered MASTERDOWN"),
+        _ => None,
+    }
+}
+
+/// The code of a server's error reply (a value, as redis-rs returns it).
+fn refused_value(reply: &Value) -> Option<&str> {
+    match reply {
+        Value::ServerError(e) => Some(e.code()),
+        _ => None,
+    }
+}
+
+/// The first error code among a pipeline's replies.
+fn refused_values(replies: &Vec<Value>) -> Option<&str> {
+    replies.iter().find_map(refused_value)
 }
 
 /// Whether the master in use answers `PING` within a moment.
@@ -506,7 +532,7 @@ fn now_ms() -> i64 {
 impl ConnectionLike for Master {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         let this: &'a Master = self;
-        this.call(move |mut m| Box::pin(async move { m.req_packed_command(cmd).await }))
+        this.call(move |mut m| Box::pin(async move { m.req_packed_command(cmd).await }), refused_value)
     }
 
     fn req_packed_commands<'a>(
@@ -516,7 +542,10 @@ impl ConnectionLike for Master {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         let this: &'a Master = self;
-        this.call(move |mut m| Box::pin(async move { m.req_packed_commands(pipeline, offset, count).await }))
+        this.call(
+            move |mut m| Box::pin(async move { m.req_packed_commands(pipeline, offset, count).await }),
+            refused_values,
+        )
     }
 
     fn get_db(&self) -> i64 {

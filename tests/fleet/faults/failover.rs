@@ -445,3 +445,64 @@ fn the_master_partitioned_away_comes_back_a_replica_and_nothing_it_held_wins() {
         }
     }
 }
+
+/// A managed endpoint that fails over: one name (here a unix socket path)
+/// that leads to the primary. The old primary is demoted to replica and
+/// the name is moved to the new one; the host's open connection still
+/// reaches the old node, which answers READONLY. It must take that as a
+/// failover, connect afresh, and serve on, with no type faulted.
+#[test]
+fn a_managed_endpoint_that_moves_is_followed_after_readonly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = distinct_ports(2);
+    let spawn = |port: u16, socket: &str| {
+        let spec = ServerSpec {
+            dir: dir.path().to_owned(),
+            port: Some(port),
+            socket: Some(socket.to_owned()),
+            ..Default::default()
+        };
+        RedisServer::spawn_ready(spec, "the failover test", Duration::from_secs(10)).unwrap()
+    };
+    let (_old, _new) = (spawn(ports[0], "endpoint.sock"), spawn(ports[1], "new.sock"));
+    let endpoint = dir.path().join("endpoint.sock");
+    let host = Host::start_at(&format!("redis+unix://{}", endpoint.display()), &plugins(), &config("m1", 100));
+    let (mut old, mut new) = (connect(ports[0]).unwrap(), connect(ports[1]).unwrap());
+    let schedule = |conn: &mut redis::Connection, ids: std::ops::Range<usize>| {
+        let mut pipe = redis::pipe();
+        for i in ids {
+            pipe.cmd("HSET").arg(crate::support::key(TYPE, "payload")).arg(format!("e{i}")).arg("ok").ignore();
+            pipe.cmd("ZADD").arg(crate::support::key(TYPE, "due")).arg(now_ms()).arg(format!("e{i}")).ignore();
+        }
+        let _: () = pipe.query(conn).unwrap();
+    };
+    schedule(&mut old, 0..20);
+    wait_for("the first tasks on the first primary", LONG, || (commits(&mut old).len() == 20).then_some(()));
+
+    // The provider's failover: the new node takes the data, becomes primary,
+    // the old one its replica, and the endpoint's name moves to the new one.
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(ports[0]).query(&mut new).unwrap();
+    wait_for("the new node to sync", LONG, || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut new).ok()?;
+        (info.contains("master_link_status:up") && commits(&mut new).len() == 20).then_some(())
+    });
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut new).unwrap();
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(ports[1]).query(&mut old).unwrap();
+    std::fs::rename(dir.path().join("new.sock"), &endpoint).unwrap();
+
+    schedule(&mut new, 20..60);
+    let deadline = std::time::Instant::now() + LONG;
+    while commits(&mut new).len() < 60 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tasks scheduled after the failover never ran; log:\n{}",
+            host.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = host.log();
+    assert!(log.contains("refused writes") && log.contains("it is a master again"), "{log}");
+    assert!(!log.contains("type faulted"), "READONLY was taken for bad data:\n{log}");
+    let doubled: Vec<String> = commits(&mut new).into_iter().filter(|(_, c)| c.len() > 1).map(|(id, _)| id).collect();
+    assert!(doubled.is_empty(), "committed twice: {doubled:?}");
+}
