@@ -16,10 +16,11 @@
 //! the new primary). While a failover runs the sentinels name no master; the
 //! replica they promoted is master up to a second before they say so, so the
 //! replicas they list are asked too (`ROLE`). Looking goes on every
-//! [`LOOK_GAP`] until the master moved or answers again. A node that answers `ROLE` as master replaces the old
-//! connection; calls still waiting on the old one end at once with an I/O
-//! error, which callers retry as they retry any outage: every script checks
-//! its fencing before it writes, so a retried call neither loses nor doubles a task.
+//! [`LOOK_GAP`] until the master moved or answers again. A node that answers
+//! `ROLE` as master replaces the old connection; calls still waiting on the
+//! old one end at once with an I/O error, which callers retry as they retry
+//! any outage: every script checks its fencing before it writes, so a
+//! retried call neither loses nor doubles a task.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
