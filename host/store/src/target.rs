@@ -88,7 +88,9 @@ impl Target {
                 if !config.cluster.is_empty() {
                     bail!("[redis] names both sentinel and cluster: a Sentinel setup has one master, a cluster many");
                 }
-                (s.nodes.clone(), false, Some(s.spec()?))
+                // `host:26379` is read as `redis://host:26379`, as redis-cli and the clients take it.
+                let nodes = s.nodes.iter().map(|n| if n.contains("://") { n.clone() } else { format!("redis://{n}") });
+                (nodes.collect(), false, Some(s.spec()?))
             }
             (None, None) if !config.cluster.is_empty() => {
                 for seed in &config.cluster {

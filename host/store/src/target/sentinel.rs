@@ -208,8 +208,10 @@ mod tests {
             let config: RedisConfig = toml::from_str(text)?;
             Target::resolve(&config, None)
         };
-        let t = parse("sentinel = { master = \"m\", nodes = [\"redis://a:26379\"], password = \"s3\" }").unwrap();
+        let t = parse("sentinel = { master = \"m\", nodes = [\"redis://a:26379\", \"b:26380\"], password = \"s3\" }")
+            .unwrap();
         assert_eq!(t.sentinel().unwrap().master, "m");
+        assert_eq!(t.shown(), "master 'm' of Sentinel redis://a:26379,redis://b:26380");
         assert!(!format!("{t:?}").contains("s3"));
         assert_eq!(t.scrub("wrong password s3"), "wrong password <redacted>");
         for (bad, says) in [
