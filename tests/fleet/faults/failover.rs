@@ -307,8 +307,15 @@ fn fail_over(name: &str, fault: Fault, config_form_table: bool, net: Option<Netn
     } else {
         (fleet.url(), String::new())
     };
-    let hosts: Vec<Host> =
-        ["h1", "h2"].iter().map(|id| Host::start_at(&url, &plugins(), &format!("{extra}{}", config(id, n)))).collect();
+    // h1 serves the admin endpoints: /readyz and /metrics must tell of the change.
+    let admin = "[admin]\nenabled = true\nlisten = \"127.0.0.1:0\"\n";
+    let hosts: Vec<Host> = ["h1", "h2"]
+        .iter()
+        .map(|id| {
+            let with_admin = if *id == "h1" { admin } else { "" };
+            Host::start_at(&url, &plugins(), &format!("{extra}{}{with_admin}", config(id, n)))
+        })
+        .collect();
     for host in &hosts {
         host.wait_log("Redis master found through Sentinel", LONG);
     }
@@ -418,6 +425,13 @@ fn fail_over(name: &str, fault: Fault, config_form_table: bool, net: Option<Netn
     assert!(twice.len() <= held.len(), "{name}: ran twice {} > leases held {}", twice.len(), held.len());
     let moved = logs.iter().all(|l| l.contains("Redis master changed"));
     assert!(moved, "{name}: a host did not log the change of master");
+    let addr = crate::support::admin_addr(&hosts[0]);
+    let ready = crate::support::get(&addr, "/readyz").body;
+    let line = ready.lines().find(|l| l.starts_with("redis master: ")).unwrap_or_default().to_owned();
+    assert!(line.contains(&format!(":{new_port} (through Sentinel")), "{name}: /readyz says {ready}");
+    let metrics = crate::support::get(&addr, "/metrics").body;
+    let changes = metrics.lines().find_map(|l| l.strip_prefix("hourglass_redis_master_changes_total "));
+    assert!(changes.and_then(|c| c.trim().parse::<f64>().ok()).is_some_and(|c| c >= 1.0), "{name}: {changes:?}");
     let events_once: Vec<&String> = done.iter().filter(|(_, c)| c.len() > 1).map(|(id, _)| id).collect();
     assert!(events_once.is_empty(), "{name}: committed more than once on the new master: {events_once:?}");
 }
