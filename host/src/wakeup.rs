@@ -155,7 +155,9 @@ async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, re
             match enable_notifications(node, listen.mode).await {
                 Ok(h) => how = h,
                 Err(e) => {
-                    enabled = false;
+                    // One server that will not have them is polled; a cluster's
+                    // other nodes still publish, and a node down now is tried at the next look.
+                    enabled &= store.target().is_cluster();
                     tracing::debug!("cannot enable keyspace notifications on {}: {e:#}", node.addr)
                 }
             }
