@@ -71,6 +71,13 @@ struct Inner {
     response_timeout: Duration,
 }
 
+impl Inner {
+    /// The master is found through Sentinel (not a fixed URL).
+    fn is_sentinel(&self) -> bool {
+        matches!(self.locate, Locate::Sentinel(..))
+    }
+}
+
 /// How to find the master.
 enum Locate {
     /// One URL: a fresh connection to it.
@@ -144,7 +151,7 @@ impl Master {
                 response_timeout,
             }),
         };
-        if matches!(master.inner.locate, Locate::Sentinel(..)) {
+        if master.inner.is_sentinel() {
             tokio::spawn(watch_sentinels(Arc::downgrade(&master.inner)));
         }
         Ok(master)
@@ -162,7 +169,7 @@ impl Master {
             addr: now.addr.clone(),
             since_ms: now.since_ms,
             changes: *self.inner.changes.borrow(),
-            sentinel: matches!(self.inner.locate, Locate::Sentinel(..)),
+            sentinel: self.inner.is_sentinel(),
         }
     }
 
@@ -191,14 +198,13 @@ impl Master {
             // Only a Sentinel-followed host has somewhere to look: the others arm no timer.
             let stall = tokio::time::sleep(STALL_AFTER);
             tokio::pin!(stall);
-            let mut stalled = !matches!(self.inner.locate, Locate::Sentinel(..));
+            let mut stalled = !self.inner.is_sentinel();
             let result = loop {
                 tokio::select! {
                     biased;
                     result = &mut fut => break result,
-                    _ = changed.changed() => {
-                        break Err(RedisError::from((redis::ErrorKind::Io, MOVED_DURING_CALL)));
-                    }
+                    // Already moved: nothing to look for.
+                    _ = changed.changed() => return Err(RedisError::from((redis::ErrorKind::Io, MOVED_DURING_CALL))),
                     // Still waiting: the master may be stalled (a failover on its way). Look, and wait on.
                     _ = &mut stall, if !stalled => {
                         stalled = true;
@@ -219,15 +225,12 @@ impl Master {
 
     /// Whether `e` may mean the master moved, and in what words.
     fn failover_sign(&self, e: &RedisError) -> Option<&'static str> {
-        if e.to_string().contains(MOVED_DURING_CALL) {
-            return None; // the move already happened
-        }
         if let Some(why) = e.code().and_then(failover_code) {
             return Some(why);
         }
-        let sentinel = matches!(self.inner.locate, Locate::Sentinel(..));
-        (sentinel && (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()))
-            .then_some("the connection to the master failed")
+        (self.inner.is_sentinel()
+            && (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()))
+        .then_some("the connection to the master failed")
     }
 
     /// Starts looking for the master unless that is under way: every
@@ -323,7 +326,7 @@ async fn look(inner: &Inner, why: &str) -> Result<bool> {
     };
     let addr = addr_of(&client);
     let old = inner.now.load_full();
-    if matches!(inner.locate, Locate::Sentinel(..)) && addr == old.addr {
+    if inner.is_sentinel() && addr == old.addr {
         return Ok(false);
     }
     let manager = match manager_of(&client, inner.connect_timeout, inner.response_timeout).await {
