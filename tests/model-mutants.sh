@@ -26,7 +26,7 @@ mutants=(
   "release overwrites a client's new schedule|release.lua|s/each_chunk(back, function(...) redis.call('ZADD', due, 'NX', ...) end)/each_chunk(back, function(...) redis.call('ZADD', due, ...) end)/"
   "a claim hands out an id whose earlier run still holds its lease|claim.lua|s/^  if added < expected then/  if false then/"
   "a schedule held for a run keeps the lease's end when the run settles|settle.lua|s/^  unhold(held, due, left)/  local _ = left/"
-  "a dead letter a client's schedule overrode is reported as dead|settle.lua|s/^          results\[e\] = 3$/          results[e] = 1/"
+  "a dead letter a client's schedule overrode is reported as dead|settle.lua|s/^          outcome = 'rescheduled'$/          outcome = 'dead'/"
 )
 
 backup=$(mktemp -d)

@@ -39,7 +39,7 @@ pub(crate) async fn cluster_ready(store: &Store) -> Result<bool> {
     if !store.target().is_cluster() {
         return Ok(true);
     }
-    for node in store.nodes().await? {
+    for node in store.servers().await? {
         let mut conn = node.connection().await?;
         let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await?;
         if !info.contains("cluster_state:ok") {
@@ -58,7 +58,7 @@ pub(crate) async fn keyslot(store: &Store, key: &str) -> Result<u16> {
 /// Script time and CPU of every master so far (the benchmark takes differences).
 pub(crate) async fn server_work(store: &Store) -> Result<ServerWork> {
     let mut work = ServerWork::default();
-    for node in store.nodes().await?.into_iter().filter(|n| n.master) {
+    for node in store.servers().await?.into_iter().filter(|n| n.master) {
         let mut conn = node.connection().await?;
         let cpu_before = work.cpu_us;
         for section in ["commandstats", "cpu"] {

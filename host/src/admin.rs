@@ -28,9 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::health::Health;
+use crate::observe::health::Health;
 use crate::registry::Registry;
-use crate::store::{Cancelled, Store};
+use crate::store::{CancelEffect, Store};
 use crate::task_type::TaskType;
 
 /// How often the sampler reads every type's stats from Redis: the dashboard's
@@ -116,7 +116,7 @@ pub async fn start(
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Result<Admin> {
-    crate::telemetry::handle();
+    crate::observe::telemetry::handle();
     let stop = CancellationToken::new();
     let admin = &config.admin;
     if !admin.enabled {
@@ -133,7 +133,7 @@ pub async fn start(
         shutdown: shutdown.clone(),
         token: admin.token.clone(),
         host: Arc::new(HostInfo {
-            id: config.runner.host_id.clone().unwrap_or_else(crate::presence::default_host_id),
+            id: config.runner.host_id.clone().unwrap_or_else(crate::fleet::presence::default_host_id),
             addr,
             started: Instant::now(),
             started_ms: crate::clock::now_ms(),
@@ -181,15 +181,15 @@ async fn sample(state: AdminState, stop: CancellationToken) {
     loop {
         if let Ok(types) = dashboard::all_types(&state).await {
             for t in sampled.iter().filter(|t| !types.contains(t)) {
-                crate::telemetry::backlog(t, 0, 0, 0);
-                crate::telemetry::groups_open(t, 0);
+                crate::observe::telemetry::backlog(t, 0, 0, 0);
+                crate::observe::telemetry::groups_open(t, 0);
             }
             for t in &types {
                 if let Ok(s) = state.store.stats(t).await {
-                    crate::telemetry::backlog(t, s.due_now, s.scheduled_later, s.oldest_due_age_ms);
-                    crate::telemetry::groups_open(t, s.groups_open);
+                    crate::observe::telemetry::backlog(t, s.due_now, s.scheduled_later, s.oldest_due_age_ms);
+                    crate::observe::telemetry::groups_open(t, s.groups_open);
                     if s.graphs_opened > 0 {
-                        crate::telemetry::graphs(
+                        crate::observe::telemetry::graphs(
                             t,
                             s.graphs_running,
                             s.graphs_opened,
@@ -252,7 +252,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 }
 
 async fn metrics() -> Response {
-    let text = crate::telemetry::handle().render();
+    let text = crate::observe::telemetry::handle().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
@@ -484,7 +484,7 @@ fn back_to_task(t: &TaskType, id: &[u8], message: &str) -> Response {
 
 /// Names a task in messages and logs (ids are any bytes: control characters escaped).
 fn task_name(t: &TaskType, id: &[u8]) -> String {
-    format!("{t}/{}", crate::logging::clean_id(id))
+    format!("{t}/{}", crate::observe::logging::clean_id(id))
 }
 
 /// `POST /task/run-now`: a scheduled task becomes due now; anything else is left alone.
@@ -526,7 +526,7 @@ fn moved(t: &TaskType, id: &[u8], what: &str, result: Result<Option<i64>>) -> Re
     let name = task_name(t, id);
     match result {
         Ok(Some(due_ms)) => {
-            info!(task_type = %t, task_id = %crate::logging::clean_id(id), due_ms, "task {what} from the dashboard");
+            info!(task_type = %t, task_id = %crate::observe::logging::clean_id(id), due_ms, "task {what} from the dashboard");
             back_to_task(t, id, &format!("{name}: {what}, due at {}", crate::clock::format_ms(due_ms)))
         }
         Ok(None) => {
@@ -548,17 +548,20 @@ async fn task_cancel(State(state): State<AdminState>, headers: HeaderMap, Form(f
     }
     let name = task_name(&t, &id);
     match state.store.cancel(&t, &id).await {
-        Ok(Cancelled::Scheduled) => {
-            warn!(task_type = %t, task_id = %crate::logging::clean_id(&id), "scheduled task cancelled from the dashboard");
+        Ok(CancelEffect::Scheduled) => {
+            warn!(task_type = %t, task_id = %crate::observe::logging::clean_id(&id), "scheduled task cancelled from the dashboard");
             back_to_task(&t, &id, &format!("{name}: cancelled (it was scheduled; removed with its payload)"))
         }
-        Ok(Cancelled::Running { holder }) => {
-            warn!(task_type = %t, task_id = %crate::logging::clean_id(&id), %holder, "running task cancelled from the dashboard");
-            let on =
-                if holder.is_empty() { String::new() } else { format!(" on host {}", crate::logging::Clean(&holder)) };
+        Ok(CancelEffect::Running { holder }) => {
+            warn!(task_type = %t, task_id = %crate::observe::logging::clean_id(&id), %holder, "running task cancelled from the dashboard");
+            let on = if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" on host {}", crate::observe::logging::Clean(&holder))
+            };
             back_to_task(&t, &id, &format!("{name}: cancelled while running{on}; its handler is being stopped"))
         }
-        Ok(Cancelled::Unknown) => back_to_task(
+        Ok(CancelEffect::Unknown) => back_to_task(
             &t,
             &id,
             &format!("{name} was not cancelled: it is neither scheduled nor running (dead or gone)"),
@@ -576,7 +579,7 @@ async fn task_requeue(State(state): State<AdminState>, headers: HeaderMap, Form(
     let name = task_name(&t, &id);
     match state.store.dead_requeue(&t, Some(std::slice::from_ref(&id))).await {
         Ok(1) => {
-            info!(task_type = %t, task_id = %crate::logging::clean_id(&id), "dead task re-queued from the dashboard");
+            info!(task_type = %t, task_id = %crate::observe::logging::clean_id(&id), "dead task re-queued from the dashboard");
             back_to_task(&t, &id, &format!("{name}: re-queued, due now"))
         }
         Ok(_) => back_to_task(&t, &id, &format!("{name} was not re-queued: it is not dead")),

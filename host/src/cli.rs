@@ -36,7 +36,7 @@ pub struct Cli {
     pub redis: Option<String>,
     /// Log lines: `text` (for people), `json` (one object per line), `auto` (JSON when stderr is not a terminal).
     #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t, env = "HOURGLASS_LOG_FORMAT")]
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: crate::observe::logging::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

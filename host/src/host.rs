@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigFile, Overrides};
-use crate::health::Health;
+use crate::observe::health::Health;
 use crate::pipeline::{self, Parts};
 use crate::registry::Registry;
 use crate::runtime::{Runtime, RuntimeOptions};
@@ -49,17 +49,17 @@ pub async fn run(
 
     let registry = Registry::new(runtime.clone(), config.clone())?;
     // Many hosts share one Redis: each beats under its id and records it with its leases.
-    let host_id = config.runner.host_id.clone().unwrap_or_else(crate::presence::default_host_id);
+    let host_id = config.runner.host_id.clone().unwrap_or_else(crate::fleet::presence::default_host_id);
     let store = store.with_holder(&host_id).with_shards(config.sharded_types());
     if !store.target().is_cluster() {
         for (t, n) in config.sharded_types() {
             warn!(task_type = %t, shards = n, "shards on one Redis server: its shards share that server's one core, so they only add work (shards are for a Redis Cluster)");
         }
     }
-    let traces = crate::traces::start(&config.telemetry, &host_id)?;
+    let traces = crate::observe::traces::start(&config.telemetry, &host_id)?;
     // Histograms buffer every sample until upkeep folds them into buckets:
     // it runs for as long as the host does (through the drain), admin server or not.
-    let metrics_upkeep = tokio::spawn(crate::telemetry::upkeep(CancellationToken::new()));
+    let metrics_upkeep = tokio::spawn(crate::observe::telemetry::upkeep(CancellationToken::new()));
     let health = Health::default();
     // A failover: retries waiting out the outage go to the new master at once.
     let failovers = {
@@ -82,9 +82,9 @@ pub async fn run(
         let registry = registry.clone();
         tokio::task::spawn_blocking(move || registry.reload())
     };
-    let presence = crate::presence::Presence::start(&store, &host_id).await?;
+    let presence = crate::fleet::presence::Presence::start(&store, &host_id).await?;
     let (cancel_tx, cancels) = tokio::sync::mpsc::unbounded_channel();
-    let wakeups = crate::wakeup::start(&store, config.runner.wakeup, cancel_tx, shutdown.clone()).await?;
+    let wakeups = crate::fleet::wakeup::start(&store, config.runner.wakeup, cancel_tx, shutdown.clone()).await?;
     let announce = {
         let registry = registry.clone();
         let plugins = config.runner.plugins_dir.clone();
@@ -99,7 +99,12 @@ pub async fn run(
         })
     };
 
-    let recurring = tokio::spawn(crate::recurring::run(store.clone(), registry.clone(), shutdown.clone()));
+    let schedules = {
+        let registry = registry.clone();
+        move || registry.config().schedules.clone()
+    };
+    let recurring =
+        tokio::spawn(crate::recurring::run(store.clone(), schedules, registry.subscribe(), shutdown.clone()));
 
     let parts = Parts { store, registry, runtime, wakeups, health, cancels };
     pipeline::run(parts, shutdown).await;
@@ -129,7 +134,7 @@ pub async fn run_from_cli(
     overrides.apply(&mut config)?;
     let config_file = config_file.map(|path| ConfigFile { path, overrides });
     let managed = match target.single_url() {
-        Some(url) => crate::managed::ensure(&config.redis, url).await?,
+        Some(url) => crate::fleet::managed::ensure(&config.redis, url).await?,
         None => None,
     };
     let store = Store::connect_to(&target, &config.redis.prefix).await?;

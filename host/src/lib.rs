@@ -10,7 +10,7 @@
 //!
 //! - [`store`]: every Redis read and write, and the Lua scripts that make them atomic: the
 //!   `hourglass-store` crate (`host/store/`), which links no wasmtime.
-//! - [`wakeup`]: keyspace notifications (or polling) that wake a type's claim loop early.
+//! - [`fleet::wakeup`]: keyspace notifications (or polling) that wake a type's claim loop early.
 //! - [`pipeline::claim`]: a type's claim loop: slots, leases taken, sleep until due, lease renewals.
 //! - [`registry`]: which plugin serves which type; hot reload of `plugins/` and `runner.toml`.
 //! - [`runtime`]: the wasmtime sandbox that runs one task in a fresh instance (compiled in a
@@ -39,15 +39,19 @@
 //!   ended) and [`group`] (workflow groups: ids, callbacks); from the store, [`target`] (where
 //!   Redis is: one server or a cluster, ACL credentials, TLS).
 //! - [`outbound`] (the runtime's), [`secrets`]: the HTTP allow-list (and the one TLS client setup), the config values plugins read.
-//! - [`recurring`]: recurring tasks, from `[schedules]` or the CLI, kept in Redis ([`recurring_rule`]: their cron and interval arithmetic).
-//! - [`health`]: Redis outages and per-type faults (bad data in one type's keys).
-//! - [`host`]: start-up wiring and signals; [`presence`]: host ids and heartbeats;
-//!   [`managed`]: a private `redis-server` for the quick start, started by
-//!   [`redis_server`], the one spawner (also for `hourglass-bench` and the tests).
-//! - [`cli`]: the `hourglass` command line; [`show`]: where one task is, in words; [`logging`]: log output;
-//!   [`clock`]: ms since the epoch and how to show them.
-//! - [`admin`]: the admin HTTP server (health, metrics, dashboard); [`telemetry`]: the metrics it serves;
-//!   [`traces`]: opt-in OpenTelemetry spans of runs and their outbound HTTP calls.
+//! - [`host`]: start-up wiring and signals; [`cli`]: the `hourglass` command line; [`show`]: where one
+//!   task is, in words; [`clock`]: ms since the epoch and how to show them.
+//! - [`admin`]: the admin HTTP server (health, metrics, dashboard).
+//!
+//! Three concepts span several files each, and live on a floor of their own:
+//!
+//! - [`recurring`]: recurring tasks, from `[schedules]` or the CLI, kept in Redis
+//!   ([`recurring::rule`]: their cron and interval arithmetic);
+//! - [`observe`]: metrics ([`observe::telemetry`]), traces, logs, and [`observe::health`]
+//!   (Redis outages and per-type faults);
+//! - [`fleet`]: several hosts on one Redis: [`fleet::presence`] (host ids and heartbeats),
+//!   [`fleet::wakeup`], and [`fleet::managed`], a private `redis-server` for the quick start,
+//!   started by [`redis_server`], the one spawner (also for `hourglass-bench` and the tests).
 //!
 //! The benchmark is a crate of its own (`bench/`, binary `hourglass-bench`);
 //! `hourglass bench` runs it.
@@ -57,20 +61,14 @@ pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod health;
+pub mod fleet;
 pub mod host;
-pub mod logging;
-pub mod managed;
+pub mod observe;
 pub mod pipeline;
-pub mod presence;
 pub mod recurring;
-pub mod recurring_rule;
 pub mod registry;
 pub mod secrets;
 pub mod show;
-pub mod telemetry;
-pub mod traces;
-pub mod wakeup;
 
 // The sandbox is the `hourglass-runtime` crate (`host/runtime/`), the Redis
 // side the `hourglass-store` crate (`host/store/`); these names keep one path

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         return code;
     }
     let cli = Cli::parse_or_exit();
-    hourglass::logging::init(cli.log_format);
+    hourglass::observe::logging::init(cli.log_format);
     // jemalloc returns freed memory to the system only when the arena that
     // freed it allocates again, so what compiling a plugin freed (hundreds of
     // MiB for an interpreter) stayed resident in an idle host. Its background

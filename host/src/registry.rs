@@ -201,7 +201,9 @@ impl Registry {
         for t in before.keys().filter(|t| !next.contains_key(*t)) {
             warn!(task_type = %t, "plugin removed: its tasks wait in Redis until a plugin serves the type again");
         }
-        crate::telemetry::plugins_serving(kept.iter().map(|(f, c)| (file_stem(f), c.hash().to_owned())).collect());
+        crate::observe::telemetry::plugins_serving(
+            kept.iter().map(|(f, c)| (file_stem(f), c.hash().to_owned())).collect(),
+        );
         self.load_errors.lock_unpoisoned().retain(|f, _| wanted.contains_key(f));
         self.refused.lock_unpoisoned().retain(|f, _| wanted.contains_key(f));
         *loaded = kept;
@@ -257,7 +259,7 @@ impl Registry {
                 if let (Some(()), Some(stats)) = (compiling, component.compile_stats()) {
                     info!(file = %file.display(), "compiled {} in {stats}", file.display());
                 }
-                crate::telemetry::plugin_loaded(&file_stem(file));
+                crate::observe::telemetry::plugin_loaded(&file_stem(file));
                 self.load_errors.lock_unpoisoned().remove(file);
                 Some(component)
             }
@@ -266,7 +268,7 @@ impl Registry {
     }
 
     fn load_failed(&self, file: &Path, error: String) {
-        crate::telemetry::plugin_load_failed(&file_stem(file));
+        crate::observe::telemetry::plugin_load_failed(&file_stem(file));
         self.load_errors.lock_unpoisoned().insert(file.to_owned(), error);
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::clock::format_ms;
-use crate::logging::clean_id;
+use crate::observe::logging::clean_id;
 use crate::store::{ProgressView, Store, TaskState, TaskView};
 use crate::task_type::TaskType;
 
@@ -121,7 +121,7 @@ pub async fn command(store: &Store, t: &TaskType, id: &[u8], json: bool) -> Resu
         writeln!(out, "{t}/{}: {}", clean_id(id), headline(&view))?;
         if view.state != TaskState::Unknown {
             for (label, text) in details(&view) {
-                writeln!(out, "  {label}: {}", crate::logging::Clean(&text))?;
+                writeln!(out, "  {label}: {}", crate::observe::logging::Clean(&text))?;
             }
         }
     }

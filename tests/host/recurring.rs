@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::support::{Host, RedisServer, key, now_ms, plugin, redis_now, stat, store, test_plugin, ty, wait_for};
 use hourglass::config::Rate;
-use hourglass::store::{Cancelled, ClaimLimits, ScheduleMode, TaskState};
+use hourglass::store::{CancelEffect, ClaimLimits, ScheduleMode, TaskState};
 use hourglass::task::ClaimedTask;
 use hourglass::task::{Outcome, Settlement};
 use redis::Commands;
@@ -444,17 +444,17 @@ async fn a_sharded_types_tasks_are_routed_and_found_by_id() {
     let wrong = (hourglass::task_type::shard_of(b"stray", 3) + 1) % 3;
     let _: () = c.zadd(shard_key(wrong), "stray", far).unwrap();
     assert_eq!(s.show(&t, b"stray").await.unwrap().state, TaskState::Scheduled);
-    assert!(matches!(s.cancel(&t, b"stray").await.unwrap(), Cancelled::Scheduled));
+    assert!(matches!(s.cancel(&t, b"stray").await.unwrap(), CancelEffect::Scheduled));
     // A task in a tag of the earlier layout (shard i in `hot#i`), none of the current ones.
     assert!(!tags.contains(&ty("hot").shard(1)), "{tags:?}");
     let _: () = c.zadd(key("hot#1", "due"), "old", far).unwrap();
     let view = s.show(&t, b"old").await.unwrap();
     assert_eq!((view.state, view.shard, view.task_type.as_str()), (TaskState::Scheduled, None, "hot#1"));
-    assert!(matches!(s.cancel(&t, b"old").await.unwrap(), Cancelled::Scheduled));
+    assert!(matches!(s.cancel(&t, b"old").await.unwrap(), CancelEffect::Scheduled));
     for i in 0..12 {
-        assert!(matches!(s.cancel(&t, format!("o-{i}").as_bytes()).await.unwrap(), Cancelled::Scheduled));
+        assert!(matches!(s.cancel(&t, format!("o-{i}").as_bytes()).await.unwrap(), CancelEffect::Scheduled));
     }
-    assert!(matches!(s.cancel(&t, b"o-0").await.unwrap(), Cancelled::Unknown));
+    assert!(matches!(s.cancel(&t, b"o-0").await.unwrap(), CancelEffect::Unknown));
     assert_eq!(s.stats(&t).await.unwrap().scheduled_later + s.stats(&t).await.unwrap().due_now, 0);
 }
 

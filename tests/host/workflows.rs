@@ -234,7 +234,7 @@ async fn a_running_child_cancelled_counts_as_cancelled_even_when_its_host_died()
     assert_eq!((stopped.len(), orphaned.len()), (1, 1));
     for t in [&stopped[0], &orphaned[0]] {
         let cancelled = s.cancel(&ty("step"), &t.id).await.unwrap();
-        assert!(matches!(cancelled, hourglass::store::Cancelled::Running { .. }), "{cancelled:?}");
+        assert!(matches!(cancelled, hourglass::store::CancelEffect::Running { .. }), "{cancelled:?}");
     }
     // The first host stops its run and settles it as cancelled.
     let (_, reports) = s.settle(&ty("step"), &[ended(&stopped[0], Outcome::Cancelled)], None).await.unwrap();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::support::{RedisServer, ack, key, redis_now, store, ty, wait_for};
 use hourglass_store::KeyPrefix;
 use hourglass_store::task::{ClaimedTask, Ended, FollowUp, Lease, Outcome, Settlement};
-use hourglass_store::{Cancelled, ClaimLimits, Extended, ScheduleMode, Store};
+use hourglass_store::{CancelEffect, ClaimLimits, Extended, ScheduleMode, Store};
 use redis::Commands;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -97,8 +97,8 @@ async fn postpone_and_cancel_with_raw_commands_and_the_api() {
 
     s.schedule(&t, b"api", now - 5, Some(b"p"), ScheduleMode::Upsert).await.unwrap();
     assert_eq!(hget(&mut c, &key("reminder", "payload"), b"api"), Some(b"p".to_vec()));
-    assert_eq!(s.cancel(&t, b"api").await.unwrap(), Cancelled::Scheduled);
-    assert_eq!(s.cancel(&t, b"api").await.unwrap(), Cancelled::Unknown);
+    assert_eq!(s.cancel(&t, b"api").await.unwrap(), CancelEffect::Scheduled);
+    assert_eq!(s.cancel(&t, b"api").await.unwrap(), CancelEffect::Unknown);
     assert_eq!(hget(&mut c, &key("reminder", "payload"), b"api"), None);
     assert!(s.claim(&t, &ClaimLimits::default()).await.unwrap().tasks.is_empty());
 

@@ -83,12 +83,12 @@ pub struct TaskRun {
 
 impl TaskRun {
     /// A run that ended with `result` and asked for nothing else.
-    pub fn ended(result: Result<(), Failure>) -> TaskRun {
+    pub fn returned(result: Result<(), Failure>) -> TaskRun {
         TaskRun { result, followups: Vec::new(), groups: Vec::new(), graphs: Vec::new(), progress: None }
     }
 
     fn failed(failure: Failure) -> TaskRun {
-        TaskRun::ended(Err(failure))
+        TaskRun::returned(Err(failure))
     }
 
     /// A run's result with what it asked for: follow-ups and group work kept

@@ -6,7 +6,7 @@
 //!
 //! One [`Runtime`] owns the engine (pooling allocator, epoch interruption),
 //! the linker (deny-all WASI, the `hourglass:plugin` imports, and `wasi:http`
-//! whose every request passes the type's allow-list in `outgoing`) and the
+//! whose every request passes the type's allow-list in [`outbound`]) and the
 //! executor that runs guests, apart from the host's own tasks. A
 //! [`Component`] is a compiled plugin checked against the world; a
 //! [`Handler`] binds it to a task type's limits and config, and

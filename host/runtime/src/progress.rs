@@ -16,10 +16,10 @@ pub const MAX_PROGRESS_DETAIL: usize = 1024;
 pub trait ReportProgress: Send + Sync + 'static {
     /// The run holding `lease` (its attempt `attempt`) got this far.
     fn report(&self, lease: &Lease, attempt: u32, progress: Progress);
-    /// The run holding `lease`, which reported, has ended: a report of it not
+    /// The run holding `lease`, which reported, has returned: a report of it not
     /// written yet need not be (its settle keeps the last one with a retry,
     /// and drops the task's progress with any end).
-    fn ended(&self, lease: &Lease);
+    fn run_returned(&self, lease: &Lease);
 }
 
 /// What a run reports to, beside its result: its trace span (tracing on) and
@@ -37,7 +37,7 @@ pub(crate) struct ProgressTo {
     sink: Arc<dyn ReportProgress>,
     lease: Lease,
     attempt: u32,
-    /// Whether the run reported (only then is the sink told it ended).
+    /// Whether the run reported (only then is the sink told it returned).
     reported: bool,
 }
 
@@ -55,7 +55,7 @@ impl ProgressTo {
 impl Drop for ProgressTo {
     fn drop(&mut self) {
         if self.reported {
-            self.sink.ended(&self.lease);
+            self.sink.run_returned(&self.lease);
         }
     }
 }

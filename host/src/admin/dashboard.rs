@@ -430,7 +430,7 @@ async fn dead_letters(state: &AdminState, t: &TaskType, h: &mut String) -> Resul
 
 /// The last outcomes settled by this host.
 fn recent(h: &mut String) {
-    let recent = crate::telemetry::recent();
+    let recent = crate::observe::telemetry::recent();
     h.push_str("<section><h2>Recent outcomes on this host</h2>");
     if recent.is_empty() {
         h.push_str("<p>None yet.</p></section>");
@@ -533,7 +533,7 @@ async fn hosts(state: &AdminState, types: &[TaskType], h: &mut String) {
         esc(&format_ms(state.host.started_ms)),
         id = esc(&state.host.id),
     );
-    match crate::presence::list(&state.store, types).await {
+    match crate::fleet::presence::list(&state.store, types).await {
         Ok(hosts) => {
             for host in hosts.iter().filter(|x| x.id != state.host.id) {
                 let holds: Vec<String> = host.holds.iter().map(|(t, held)| format!("{t}: {}", held.count)).collect();

@@ -163,7 +163,7 @@ fn group_view(
     if let Some(run) = callback_run {
         // Where it is now; once it ended, how, if this host settled it lately (its
         // task page and the type's events have the rest).
-        let ended = crate::telemetry::recent()
+        let ended = crate::observe::telemetry::recent()
             .into_iter()
             .find(|c| c.task_type == v.callback_type && c.id == v.callback_id && c.outcome != "fenced");
         let (state, what) = match ended {

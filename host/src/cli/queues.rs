@@ -69,7 +69,7 @@ pub(super) async fn hosts(store: &Store, task_type: Option<TaskType>, json: bool
         Some(t) => vec![t],
         None => store.known_types().await?,
     };
-    print_hosts(&crate::presence::list(store, &types).await?, json)?;
+    print_hosts(&crate::fleet::presence::list(store, &types).await?, json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,7 +95,7 @@ pub(super) async fn stats(store: &Store, task_type: Option<TaskType>, json: bool
         print_stats(&rows, json)?;
         if !json && !rows.is_empty() {
             let types: Vec<TaskType> = rows.into_iter().map(|(t, _)| t).collect();
-            let hosts = crate::presence::list(store, &types).await?;
+            let hosts = crate::fleet::presence::list(store, &types).await?;
             if !hosts.is_empty() {
                 println!();
                 print_hosts(&hosts, false)?;
@@ -219,7 +219,7 @@ fn print_stats(rows: &[(TaskType, TypeStats)], json: bool) -> Result<()> {
     Ok(())
 }
 
-fn print_hosts(hosts: &[crate::presence::HostInfo], json: bool) -> Result<()> {
+fn print_hosts(hosts: &[crate::fleet::presence::HostInfo], json: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, hosts)?;

@@ -133,11 +133,11 @@ pub(super) async fn schedule(store: &Store, args: ScheduleArgs) -> Result<ExitCo
 /// `hourglass cancel`: removed when waiting; a running one waits (10 s at most) for its host to stop it.
 pub(super) async fn cancel(store: &Store, task_type: TaskType, id: String) -> Result<ExitCode> {
     match store.cancel(&task_type, id.as_bytes()).await? {
-        crate::store::Cancelled::Scheduled => {
+        crate::store::CancelEffect::Scheduled => {
             println!("cancelled scheduled task {task_type}/{id}");
             Ok(ExitCode::SUCCESS)
         }
-        crate::store::Cancelled::Running { holder } => {
+        crate::store::CancelEffect::Running { holder } => {
             let holder = if holder.is_empty() { "its host".to_owned() } else { format!("host {holder}") };
             // The holder settles it within moments; say so once it has.
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -161,7 +161,7 @@ pub(super) async fn cancel(store: &Store, task_type: TaskType, id: String) -> Re
             }
             Ok(ExitCode::SUCCESS)
         }
-        crate::store::Cancelled::Unknown => {
+        crate::store::CancelEffect::Unknown => {
             eprintln!("error: {task_type}/{id} is neither scheduled nor running");
             Ok(ExitCode::FAILURE)
         }

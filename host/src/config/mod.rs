@@ -11,12 +11,11 @@ use serde::Deserialize;
 use crate::task_type::TaskType;
 
 mod policy;
-mod recurring;
 mod telemetry;
 
+pub use crate::recurring::{RecurringConfig, RecurringName};
 pub use hourglass_store::{KeyPrefix, Rate, RedisConfig};
 pub use policy::{TypeConfig, TypePolicy};
-pub use recurring::{RecurringConfig, RecurringName};
 pub use telemetry::{TelemetryConfig, traces_url};
 
 /// The whole `runner.toml`.

@@ -14,13 +14,13 @@ use super::in_flight::InFlight;
 use super::ledger::Ledger;
 use super::state::{Permits, Runner, TypeState};
 use crate::config::TypePolicy;
-use crate::health::{Health, Trouble};
-use crate::logging::clean_id;
+use crate::fleet::wakeup::Wakeups;
+use crate::observe::health::{Health, Trouble};
+use crate::observe::logging::clean_id;
 use crate::registry::Registry;
 use crate::store::{ClaimLimits, Store};
 use crate::task::{Claim, Lease};
 use crate::task_type::TaskType;
-use crate::wakeup::Wakeups;
 
 /// Longest idle sleep when keyspace notifications are live: a safety net, not the wake-up path.
 const IDLE_WITH_NOTIFICATIONS: Duration = Duration::from_secs(2);

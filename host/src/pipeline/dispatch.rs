@@ -18,7 +18,7 @@ use super::ledger::Ledger;
 use super::state::{Permits, Queued, Runner, TypeState};
 use crate::backoff;
 use crate::config::TypePolicy;
-use crate::logging::clean_id;
+use crate::observe::logging::clean_id;
 use crate::registry::Entry;
 use crate::runtime::{Failure, ReportProgress, RunHooks, TaskRun};
 use crate::store::Store;
@@ -126,9 +126,9 @@ impl<E: Send + Sync + 'static, L: Send + Sync + 'static> ReportProgress for Clai
         }
     }
 
-    fn ended(&self, lease: &Lease) {
+    fn run_returned(&self, lease: &Lease) {
         if let Some(board) = self.state.progress.get() {
-            board.ended(lease);
+            board.run_returned(lease);
         }
     }
 }
@@ -136,7 +136,7 @@ impl<E: Send + Sync + 'static, L: Send + Sync + 'static> ReportProgress for Clai
 /// A traced claim: the tracer, and the client traceparents of its tasks,
 /// read once (one HMGET of `P:{T}:trace`) by the first of its runs to start.
 struct ClaimTrace<L> {
-    tracing: crate::traces::Tracing,
+    tracing: crate::observe::traces::Tracing,
     ledger: L,
     task_type: TaskType,
     ids: Vec<Vec<u8>>,
@@ -146,7 +146,7 @@ struct ClaimTrace<L> {
 impl<L: Ledger + Clone> ClaimTrace<L> {
     /// The trace state of a claim of `tasks` while tracing is on; `None` (and nothing else paid) otherwise.
     fn of(ledger: &L, tasks: &[(ClaimedTask, Permits)]) -> Option<ClaimTrace<L>> {
-        let tracing = crate::traces::tracing()?;
+        let tracing = crate::observe::traces::tracing()?;
         let (first, _) = tasks.first()?;
         Some(ClaimTrace {
             tracing,
@@ -158,7 +158,7 @@ impl<L: Ledger + Clone> ClaimTrace<L> {
     }
 
     /// Starts the span of one run, as a child of the client's traceparent when it left one.
-    async fn start(&self, task: &ClaimedTask, plugin_hash: &str, started_ms: i64) -> crate::traces::RunSpan {
+    async fn start(&self, task: &ClaimedTask, plugin_hash: &str, started_ms: i64) -> crate::observe::traces::RunSpan {
         let parents = self
             .parents
             .get_or_init(|| async {
@@ -196,7 +196,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
             event = "started",
             host = &*claim.holder,
             task_type = task.task_type.as_str(),
-            task_id = &*crate::logging::clean_id_cow(&task.id),
+            task_id = &*crate::observe::logging::clean_id_cow(&task.id),
             due_ms = task.due_ms,
             plugin_hash = claim.entry.hash.as_str(),
         );
@@ -210,7 +210,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         // instantiation and call), and held inline every move of it and of
         // this future (into the race, into the spawned task) copies them all.
         let hooks = RunHooks {
-            trace: span.as_ref().map(crate::traces::RunSpan::run_trace),
+            trace: span.as_ref().map(crate::observe::traces::RunSpan::run_trace),
             progress: Some(self.claim.clone()),
         };
         let handled = Box::pin(claim.entry.handler.execute(task, hooks));
@@ -218,7 +218,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         if matches!(ran, Err(Stopped::LeaseLost)) && claim.state.in_flight.dropped(&task.lease()) {
             claim.state.metrics.abandoned();
         }
-        self.signals.handler_ended();
+        self.signals.handler_returned();
         let ran_for = since.elapsed();
         let info = RunInfo {
             attempt: task.attempt,
@@ -229,7 +229,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         };
         let outcome = match ran {
             Ok(run) => decide(&claim.entry.policy, task, run, started_ms),
-            Err(Stopped::Cancelled) => {
+            Err(Stopped::CancelAsked) => {
                 info!(task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, "cancelled while running");
                 Outcome::Cancelled
             }
@@ -270,7 +270,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
 #[derive(Debug)]
 enum Stopped {
     /// `hourglass cancel`: settled as cancelled.
-    Cancelled,
+    CancelAsked,
     /// Its lease was lost, or shutdown passed its grace period: nothing is
     /// settled, the task is another host's (or handed back).
     LeaseLost,
@@ -291,8 +291,8 @@ async fn race(
     let run = std::panic::AssertUnwindSafe(handled).catch_unwind();
     tokio::select! {
         biased;
-        _ = stop.cancelled() => Err(Stopped::Cancelled),
-        run = run => Ok(run.unwrap_or_else(|_| TaskRun::ended(Err(Failure::Error("handler failed: panic in the host".into()))))),
+        _ = stop.cancelled() => Err(Stopped::CancelAsked),
+        run = run => Ok(run.unwrap_or_else(|_| TaskRun::returned(Err(Failure::Error("handler failed: panic in the host".into()))))),
         _ = lost.cancelled() => Err(Stopped::LeaseLost),
     }
 }
@@ -308,14 +308,14 @@ pub(crate) fn decide(policy: &TypePolicy, task: &ClaimedTask, run: TaskRun, star
             Outcome::Ack { followups, groups, graphs }
         }
         Err(Failure::Permanent(reason)) => {
-            let reason = crate::logging::Clean(&reason);
+            let reason = crate::observe::logging::Clean(&reason);
             error!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, "dead-lettered: permanent failure: {reason}");
             Outcome::Dead { error: format!("permanent: {}", reason.0) }
         }
         Err(failure) if task.attempt >= policy.max_attempts => {
             let text = failure.to_string();
             error!(task_type = %task.task_type, task_id = %id, attempt = task.attempt,
-                "dead-lettered after {} attempts: {}", task.attempt, crate::logging::Clean(&text));
+                "dead-lettered after {} attempts: {}", task.attempt, crate::observe::logging::Clean(&text));
             Outcome::Dead { error: text }
         }
         Err(failure) => {
@@ -324,7 +324,7 @@ pub(crate) fn decide(policy: &TypePolicy, task: &ClaimedTask, run: TaskRun, star
                 _ => backoff::retry_delay(policy.backoff_base, policy.backoff_cap, task.attempt),
             };
             let text = failure.to_string();
-            warn!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, retry_in = ?delay, "failed: {}", crate::logging::Clean(&text));
+            warn!(task_type = %task.task_type, task_id = %id, attempt = task.attempt, retry_in = ?delay, "failed: {}", crate::observe::logging::Clean(&text));
             Outcome::Retry { delay, error: text, progress }
         }
     }

@@ -160,7 +160,7 @@ impl Execute for ByName {
             b"bad" => Err(Failure::Permanent("bad input".into())),
             _ => std::future::pending().await,
         };
-        TaskRun::ended(result)
+        TaskRun::returned(result)
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use hourglass_task::sync::LockExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::logging::clean_id;
+use crate::observe::logging::clean_id;
 use crate::store::Extended;
 use crate::task::Lease;
 
@@ -44,7 +44,7 @@ impl Holding {
     /// (a handler that already ended has its outcome fenced instead).
     fn lose(&self) -> bool {
         self.signals.lost.cancel();
-        !self.signals.ended.load(Ordering::Acquire)
+        !self.signals.returned.load(Ordering::Acquire)
     }
 }
 
@@ -58,13 +58,13 @@ pub(crate) struct RunSignals {
     /// where it is and nothing is settled.
     pub(crate) lost: CancellationToken,
     /// Set when the handler is done (its outcome may still wait to be settled).
-    ended: Arc<AtomicBool>,
+    returned: Arc<AtomicBool>,
 }
 
 impl RunSignals {
     /// The run's handler is done: a lease lost from now on has its outcome fenced, and no run to stop.
-    pub(crate) fn handler_ended(&self) {
-        self.ended.store(true, Ordering::Release);
+    pub(crate) fn handler_returned(&self) {
+        self.returned.store(true, Ordering::Release);
     }
 }
 
@@ -97,7 +97,7 @@ impl InFlight {
         // A cancel names the task and its token, not its claim; it is rare, so a scan will do.
         let found = held.runs.iter().find(|(lease, _)| lease.id == id && lease.token == token);
         match found {
-            Some((_, holding)) if !holding.signals.ended.load(Ordering::Acquire) => {
+            Some((_, holding)) if !holding.signals.returned.load(Ordering::Acquire) => {
                 holding.signals.stop.cancel();
                 true
             }
@@ -125,7 +125,7 @@ impl InFlight {
             };
             match answer {
                 Extended::Extended => holding.renewed = now,
-                Extended::Cancelled => {
+                Extended::CancelAsked => {
                     // The cancel message was missed: the mark in Redis says so.
                     holding.renewed = now;
                     holding.signals.stop.cancel();
@@ -216,7 +216,7 @@ mod tests {
         assert!(in_flight.due_for_renewal(HOUR).is_empty(), "renewed as of the claim");
         assert_eq!(in_flight.due_for_renewal(Duration::ZERO).len(), 2);
 
-        signals[0].handler_ended();
+        signals[0].handler_returned();
         assert!(in_flight.holds(&leases[0]), "an ended handler's lease is held until its outcome is stored");
         in_flight.settled(&leases[..1]);
         assert!(!in_flight.holds(&leases[0]) && in_flight.holds(&leases[1]));
@@ -230,12 +230,12 @@ mod tests {
         let due = [lease("kept", 1), lease("cancelled", 1), lease("lost", 2), lease("lost-done", 2), lease("gone", 3)];
         let signals = in_flight.claimed(due.clone());
         // Its handler already ended: its outcome will be fenced, there is nothing to stop.
-        signals[3].handler_ended();
+        signals[3].handler_returned();
         // "gone" was settled while the renewal was on its way.
         in_flight.settled(&due[4..]);
         in_flight.age_all(HOUR);
 
-        let (renewed, cancelled, lost) = (Extended::Extended, Extended::Cancelled, Extended::Lost);
+        let (renewed, cancelled, lost) = (Extended::Extended, Extended::CancelAsked, Extended::Lost);
         let lost = in_flight.renewed(&due, vec![renewed, cancelled, lost, lost, renewed]);
         assert_eq!(lost, BTreeMap::from([(2, vec!["lost".to_owned()])]), "only the handler still going is reported");
         assert!(!signals[0].stop.is_cancelled() && !signals[0].lost.is_cancelled());
@@ -252,7 +252,7 @@ mod tests {
         let in_flight = InFlight::default();
         let l = lease("done", 1);
         let signals = in_flight.claimed([l.clone()]);
-        signals[0].handler_ended(); // its outcome is in the settle queue
+        signals[0].handler_returned(); // its outcome is in the settle queue
         assert!(in_flight.renewed(std::slice::from_ref(&l), vec![Extended::Lost]).is_empty(), "no handler to stop");
         in_flight.age_all(HOUR);
         assert!(in_flight.expiring(Duration::ZERO).is_empty(), "already lost: not stopped twice");
@@ -266,7 +266,7 @@ mod tests {
         let in_flight = InFlight::default();
         let (running, done) = (lease("running", 7), lease("done", 8));
         let signals = in_flight.claimed([running.clone(), done.clone()]);
-        signals[1].handler_ended();
+        signals[1].handler_returned();
         assert!(!in_flight.cancel(b"running", 8), "the token names one lease of the id");
         assert!(!in_flight.cancel(b"elsewhere", 7), "a task this host does not hold");
         assert!(in_flight.cancel(b"running", 7));
@@ -295,7 +295,7 @@ mod tests {
         let in_flight = InFlight::default();
         let (running, done, late) = (lease("running", 1), lease("done", 1), lease("late", 2));
         let signals = in_flight.claimed([running.clone(), done.clone()]);
-        signals[1].handler_ended();
+        signals[1].handler_returned();
         assert_eq!(in_flight.abort_all(), 1, "one handler was still going");
         assert!(signals.iter().all(|s| s.lost.is_cancelled()));
         // A claim on its way when the grace period ended: its runs end at once.

@@ -40,13 +40,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::health::Health;
+use crate::fleet::wakeup::Wakeups;
+use crate::observe::health::Health;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
 use crate::store::Store;
 use crate::task::CancelRequest;
 use crate::task_type::TaskType;
-use crate::wakeup::Wakeups;
 use ledger::Ledger;
 use state::{Runner, TypeState};
 
@@ -190,7 +190,7 @@ pub async fn run(parts: Parts, shutdown: CancellationToken) {
             changed = versions.changed() => if changed.is_err() { break },
             Some(request) = cancels.recv() => {
                 if states.get(&request.task_type).is_some_and(|s| s.in_flight.cancel(&request.id, request.token)) {
-                    info!(task_type = %request.task_type, task_id = %crate::logging::clean_id(&request.id), "cancel asked: stopping the run");
+                    info!(task_type = %request.task_type, task_id = %crate::observe::logging::clean_id(&request.id), "cancel asked: stopping the run");
                 }
             }
             found = async { drain_scan.as_mut().expect("guarded").await }, if drain_scan.is_some() => {

@@ -9,8 +9,8 @@ use tokio::sync::Notify;
 
 use super::ledger::Ledger;
 use super::state::Runner;
-use crate::health::Health;
-use crate::logging::clean_id;
+use crate::observe::health::Health;
+use crate::observe::logging::clean_id;
 use crate::store::Store;
 use crate::task_type::TaskType;
 
@@ -71,29 +71,29 @@ impl<L: Ledger> Outbox<L> {
                         "follow-up not delivered: a {target} task with its id is waiting or dead-lettered, and \
                          {task_type} may only create {target} tasks (may_replace in runner.toml lets it replace them)"
                     );
-                    crate::telemetry::followup_kept_existing(task_type, target);
+                    crate::observe::telemetry::followup_kept_existing(task_type, target);
                 }
                 for c in &flushed.groups.opened {
-                    crate::telemetry::group_opened(c);
+                    crate::observe::telemetry::group_opened(c);
                 }
                 for (g, fired) in &flushed.groups.completed {
                     info!(group = %g, callback = fired.as_str(), "workflow group completed");
-                    crate::telemetry::group_completed(&g.callback_type, fired.as_str());
+                    crate::observe::telemetry::group_completed(&g.callback_type, fired.as_str());
                 }
                 for (home, g) in &flushed.graphs_done {
                     info!(graph = %format!("{home}/{g}"), "workflow graph done");
-                    crate::telemetry::graph_done(home);
+                    crate::observe::telemetry::graph_done(home);
                 }
                 for (home, g) in &flushed.graphs_declared {
                     info!(task_type = %task_type, graph = %format!("{home}/{g}"), "workflow graph declared by a run");
                 }
                 for (home, g, why) in &flushed.graphs_refused {
                     warn!(task_type = %task_type, graph = %format!("{home}/{g}"), "a graph a run declared was refused: {why}");
-                    crate::telemetry::graph_refused(home);
+                    crate::observe::telemetry::graph_refused(home);
                 }
                 for (g, why) in &flushed.groups.refused {
                     warn!(task_type = %task_type, group = %g, "a run's work on a group was dropped: {why}");
-                    crate::telemetry::group_refused(task_type);
+                    crate::observe::telemetry::group_refused(task_type);
                 }
                 flushed.moved
             }

@@ -124,7 +124,7 @@ where
         }
     }
 
-    fn ended(&self, lease: &Lease) {
+    fn run_returned(&self, lease: &Lease) {
         // Short runs end before the next write: their reports never reach Redis.
         self.inner.latest.lock_unpoisoned().reports.remove(lease);
     }
@@ -178,7 +178,7 @@ mod tests {
         tokio::task::yield_now().await;
         board.report(&lease("a", 1), 1, at(90));
         board.report(&lease("b", 2), 1, at(20));
-        board.ended(&lease("a", 1));
+        board.run_returned(&lease("a", 1));
         tokio::time::sleep(WRITE_EVERY * 2).await;
         let writes: Vec<String> = ledger.calls().into_iter().filter(|c| c.starts_with("progress")).collect();
         assert_eq!(writes, ["progress a@1=10", "progress b@2=20"]);

@@ -12,14 +12,14 @@ use super::in_flight::InFlight;
 use super::ledger::Ledger;
 use super::outbox::Outbox;
 use super::state::{Permits, Queued, Runner, SettleQueue};
-use crate::health::Health;
-use crate::logging::clean_id;
+use crate::fleet::wakeup::Wakeups;
+use crate::observe::health::Health;
+use crate::observe::logging::clean_id;
+use crate::observe::traces::RunSpan;
 use crate::registry::Registry;
 use crate::store::Store;
 use crate::task::{Ended, Outcome, Settlement};
 use crate::task_type::TaskType;
-use crate::traces::RunSpan;
-use crate::wakeup::Wakeups;
 
 /// Most outcomes one settle call writes.
 const SETTLE_MAX: usize = 512;
@@ -115,7 +115,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
         self,
         task_type: TaskType,
         in_flight: Arc<InFlight>,
-        metrics: Arc<crate::telemetry::TypeMetrics>,
+        metrics: Arc<crate::observe::telemetry::TypeMetrics>,
         mut queue: SettleQueue,
         outbox_every: Duration,
     ) {
@@ -136,7 +136,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
                         event = "settled",
                         host = &*self.holder,
                         task_type = task_type.as_str(),
-                        task_id = &*crate::logging::clean_id_cow(&s.lease.id),
+                        task_id = &*crate::observe::logging::clean_id_cow(&s.lease.id),
                         outcome = r.as_str(),
                     );
                 }
@@ -359,7 +359,7 @@ mod tests {
             in_flight.claimed([f.settlement.lease.clone()]);
             tx.send(f).ok().unwrap();
         }
-        let metrics = Arc::new(crate::telemetry::TypeMetrics::new(&t()));
+        let metrics = Arc::new(crate::observe::telemetry::TypeMetrics::new(&t()));
         let every = Duration::from_secs(10);
         let handle = tokio::spawn(settler.run(t(), in_flight.clone(), metrics, queue, every));
 

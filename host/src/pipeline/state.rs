@@ -13,13 +13,13 @@ use tokio_util::task::TaskTracker;
 use tracing::error;
 
 use super::in_flight::InFlight;
-use crate::health::Health;
+use crate::fleet::wakeup::Wakeups;
+use crate::observe::health::Health;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
 use crate::store::Store;
 use crate::task::Settlement;
 use crate::task_type::TaskType;
-use crate::wakeup::Wakeups;
 
 /// How long shutdown waits for the last outcomes to be written.
 const SETTLE_AT_EXIT: Duration = Duration::from_secs(10);
@@ -61,7 +61,7 @@ pub(crate) struct TypeState {
     settler: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The worker ended because the type lost its plugin.
     pub(crate) stopped: AtomicBool,
-    pub(crate) metrics: Arc<crate::telemetry::TypeMetrics>,
+    pub(crate) metrics: Arc<crate::observe::telemetry::TypeMetrics>,
     /// Where its runs' progress reports go (set as the type starts).
     pub(crate) progress: std::sync::OnceLock<Arc<dyn crate::runtime::ReportProgress>>,
 }
@@ -81,7 +81,7 @@ impl TypeState {
             claim_reported,
             settler: Mutex::new(None),
             stopped: AtomicBool::new(false),
-            metrics: Arc::new(crate::telemetry::TypeMetrics::new(task_type)),
+            metrics: Arc::new(crate::observe::telemetry::TypeMetrics::new(task_type)),
             progress: std::sync::OnceLock::new(),
         };
         (state, queue)
@@ -119,7 +119,7 @@ pub(crate) struct SettleQueue {
 pub(crate) struct Queued {
     pub(crate) settlement: Settlement,
     /// The run's span (traced types only): the settler ends it once the outcome is stored.
-    pub(crate) span: Option<crate::traces::RunSpan>,
+    pub(crate) span: Option<crate::observe::traces::RunSpan>,
     pub(crate) permits: Permits,
     pub(crate) claim_unreported: Arc<AtomicUsize>,
 }

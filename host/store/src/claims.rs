@@ -54,7 +54,7 @@ pub enum Extended {
     /// The lease runs on.
     Extended,
     /// The lease runs on, but a cancel was asked: stop the run.
-    Cancelled,
+    CancelAsked,
     /// The lease was lost (it expired and another host may hold the task).
     Lost,
 }
@@ -217,13 +217,11 @@ impl Store {
                     }
                 }
                 BatchEntry::Full(i) => {
-                    results[*i] = match super::reply::int(reply).context("settle: a task's result is not a number")? {
-                        // Committed as asked.
-                        1 => batch[*i].outcome.ended(),
-                        2 => Ended::Cancelled,
-                        3 => Ended::Rescheduled,
-                        _ => Ended::Fenced,
-                    }
+                    let name = super::reply::bytes(reply).context("settle: a task's end is not a name")?;
+                    results[*i] = std::str::from_utf8(&name)
+                        .ok()
+                        .and_then(Ended::from_name)
+                        .with_context(|| format!("settle: unknown end {:?}", String::from_utf8_lossy(&name)))?;
                 }
             }
         }
@@ -248,7 +246,7 @@ impl Store {
             .into_iter()
             .map(|f| match f {
                 1 => Extended::Extended,
-                2 => Extended::Cancelled,
+                2 => Extended::CancelAsked,
                 _ => Extended::Lost,
             })
             .collect())

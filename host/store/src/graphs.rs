@@ -51,7 +51,7 @@ impl GraphRefusal {
 
 /// What cancelling a graph did ([`Store::graph_cancel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct GraphCancelled {
+pub struct GraphCancelEffect {
     /// The graph was done already: nothing changed.
     pub was_done: bool,
     /// Waiting nodes skipped, with the reason "graph cancelled".
@@ -306,7 +306,7 @@ impl Store {
     /// task is cancelled like any task (removed if waiting, stopped by its
     /// host if running). Their ends come back as usual, and the graph is
     /// done with the last. `None`: no such graph.
-    pub async fn graph_cancel(&self, home: &TaskType, id: &GroupId) -> Result<Option<GraphCancelled>> {
+    pub async fn graph_cancel(&self, home: &TaskType, id: &GroupId) -> Result<Option<GraphCancelEffect>> {
         let k = self.keys(home);
         let gk = k.graph(id);
         let mut conn = self.conn.clone();
@@ -330,18 +330,18 @@ impl Store {
         let skipped: i64 = redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil))
             .with_context(|| format!("graph {home}/{id}: unexpected reply to a cancel"))?;
         if skipped < 0 {
-            return Ok(Some(GraphCancelled { was_done: true, ..Default::default() }));
+            return Ok(Some(GraphCancelEffect { was_done: true, ..Default::default() }));
         }
-        let mut done = GraphCancelled { skipped: skipped as u64, ..Default::default() };
+        let mut done = GraphCancelEffect { skipped: skipped as u64, ..Default::default() };
         let rest: Vec<String> = values.map(redis::from_redis_value).collect::<Result<_, _>>()?;
         // Nodes scheduled but still in the outbox become tasks first, so cancelling finds them.
         self.flush_graph_nodes(home, &mut Default::default()).await?;
         for pair in rest.chunks_exact(2) {
             let t: TaskType = pair[0].parse().with_context(|| format!("graph {home}/{id}: a node's type"))?;
             match self.cancel(&t, pair[1].as_bytes()).await? {
-                super::Cancelled::Scheduled => done.removed += 1,
-                super::Cancelled::Running { .. } => done.stopping += 1,
-                super::Cancelled::Unknown => done.ended += 1,
+                super::CancelEffect::Scheduled => done.removed += 1,
+                super::CancelEffect::Running { .. } => done.stopping += 1,
+                super::CancelEffect::Unknown => done.ended += 1,
             }
         }
         Ok(Some(done))

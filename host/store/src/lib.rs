@@ -91,19 +91,19 @@ use anyhow::{Context, Result, bail};
 
 pub use claims::{ClaimLimits, Extended, Rate};
 pub use conn::{ClusterNode, Conn, Trouble, classify, parse_cluster_nodes};
-pub use graphs::{Declared, GraphCancelled, GraphRefusal, GraphView, MAX_EDGES, MAX_NODES, NodeSpec, NodeView};
+pub use graphs::{Declared, GraphCancelEffect, GraphRefusal, GraphView, MAX_EDGES, MAX_NODES, NodeSpec, NodeView};
 pub use groups::{
     Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal,
 };
 pub use keys::{GraphKeys, GroupKeys, KeyPrefix, Keys};
 pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
-pub use nodes::{HolderCount, Message, Node, Presence, Subscription, answers, shut_down};
+pub use nodes::{HolderCount, Message, Presence, Server, Subscription, answers, shut_down};
 pub use outbox::{OutboxFlush, decode_followup, encode_followup};
 pub use progress::{GraphProgress, GroupProgress, ProgressReport, ProgressView, stored_value};
 pub use queues::{DeadTask, Paused, TypeStats};
 pub use recurring::{RecurState, SyncOutcome};
 pub use target::{RedisConfig, Secret, Target, loopback_port};
-pub use tasks::{Cancelled, ScheduleMode};
+pub use tasks::{CancelEffect, ScheduleMode};
 
 use crate::task_type::{TaskType, shard_tags};
 use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT};

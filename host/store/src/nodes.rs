@@ -8,7 +8,7 @@ use crate::task_type::TaskType;
 
 /// One server a host talks to directly: the server itself, or one node of a cluster.
 #[derive(Debug, Clone)]
-pub struct Node {
+pub struct Server {
     /// `host:port` ("" for a single server).
     pub addr: String,
     /// A client of this node alone.
@@ -120,14 +120,14 @@ impl HolderCount {
 
 impl Store {
     /// The servers to talk to directly: this one, or every node of the cluster.
-    pub async fn nodes(&self) -> Result<Vec<Node>> {
+    pub async fn servers(&self) -> Result<Vec<Server>> {
         if let crate::conn::ConnKind::Single(master) = &self.conn.0 {
-            return Ok(vec![Node { addr: String::new(), client: master.client(), master: true }]);
+            return Ok(vec![Server { addr: String::new(), client: master.client(), master: true }]);
         }
         let mut out = Vec::new();
         for node in self.cluster_nodes().await? {
             let client = self.target.node_client(&node.host, node.port)?;
-            out.push(Node { addr: format!("{}:{}", node.host, node.port), client, master: node.master });
+            out.push(Server { addr: format!("{}:{}", node.host, node.port), client, master: node.master });
         }
         if !out.iter().any(|n| n.master) {
             bail!("the cluster lists no master");
@@ -148,7 +148,7 @@ impl Store {
     }
 }
 
-impl Node {
+impl Server {
     /// A connection of its own to this node.
     pub async fn connection(&self) -> Result<redis::aio::MultiplexedConnection> {
         tokio::time::timeout(std::time::Duration::from_secs(3), self.client.get_multiplexed_async_connection())

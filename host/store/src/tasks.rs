@@ -33,7 +33,7 @@ impl ScheduleMode {
 }
 /// What a cancel did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cancelled {
+pub enum CancelEffect {
     /// It was scheduled: removed, with its payload.
     Scheduled,
     /// It runs on host `holder`, which was asked to stop it.
@@ -172,17 +172,17 @@ impl Store {
 
     /// Cancels a task: removes it when scheduled; when running, asks its host to stop it.
     /// Of a sharded type, in the shard it is in (its own first, then the others).
-    pub async fn cancel(&self, t: &TaskType, id: &[u8]) -> Result<Cancelled> {
+    pub async fn cancel(&self, t: &TaskType, id: &[u8]) -> Result<CancelEffect> {
         for shard in self.lookup_order(t, id) {
             match self.cancel_in(&shard, id).await? {
-                Cancelled::Unknown => continue,
+                CancelEffect::Unknown => continue,
                 found => return Ok(found),
             }
         }
-        Ok(Cancelled::Unknown)
+        Ok(CancelEffect::Unknown)
     }
 
-    async fn cancel_in(&self, t: &TaskType, id: &[u8]) -> Result<Cancelled> {
+    async fn cancel_in(&self, t: &TaskType, id: &[u8]) -> Result<CancelEffect> {
         let k = self.keys(t);
         let mut conn = self.conn.clone();
         let reply: Vec<String> = self
@@ -212,9 +212,9 @@ impl Store {
             }
         }
         Ok(match reply.first().map(String::as_str) {
-            Some("scheduled") => Cancelled::Scheduled,
-            Some("running") => Cancelled::Running { holder: reply.get(1).cloned().unwrap_or_default() },
-            _ => Cancelled::Unknown,
+            Some("scheduled") => CancelEffect::Scheduled,
+            Some("running") => CancelEffect::Running { holder: reply.get(1).cloned().unwrap_or_default() },
+            _ => CancelEffect::Unknown,
         })
     }
 

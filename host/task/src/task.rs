@@ -173,16 +173,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// What committing the outcome as asked amounts to (settle.lua's `1`).
-    pub fn ended(&self) -> Ended {
-        match self {
-            Outcome::Ack { .. } => Ended::Succeeded,
-            Outcome::Retry { .. } => Ended::Retried,
-            Outcome::Dead { .. } => Ended::Dead,
-            Outcome::Cancelled => Ended::Cancelled,
-        }
-    }
-
     /// The failure's text (retry and dead letter); `None` otherwise.
     pub fn error(&self) -> Option<&str> {
         match self {
@@ -222,6 +212,13 @@ impl Ended {
             Ended::Rescheduled => "rescheduled",
             Ended::Fenced => "fenced",
         }
+    }
+
+    /// The end named `name` (settle.lua replies with [`Ended::as_str`]'s names); `None` for another word.
+    pub fn from_name(name: &str) -> Option<Ended> {
+        [Ended::Succeeded, Ended::Retried, Ended::Dead, Ended::Cancelled, Ended::Rescheduled, Ended::Fenced]
+            .into_iter()
+            .find(|e| e.as_str() == name)
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{Bad, IDS, KINDS, limits, plant, snapshot};
 use crate::support::{RedisServer, ack, key, ty};
 use hourglass::config::KeyPrefix;
-use hourglass::health::{Trouble, classify};
+use hourglass::observe::health::{Trouble, classify};
 use hourglass::store::{ClaimLimits, ScheduleMode, Store};
 use hourglass::task::{ClaimedTask, FollowUp};
 use hourglass::task::{Outcome, Settlement};

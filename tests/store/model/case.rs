@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hourglass_store::task::{Claim, Ended, Lease, Outcome, RunInfo, Settlement};
 use hourglass_store::task_type::TaskType;
-use hourglass_store::{Cancelled, ClaimLimits, Extended, Keys, Store};
+use hourglass_store::{CancelEffect, ClaimLimits, Extended, Keys, Store};
 use proptest::sample::Index;
 
 use super::reference::{CancelModel, Model, ModelClaim, Run, State};
@@ -250,8 +250,9 @@ impl Case<'_> {
                 let id = IDS[*id];
                 let got = self.store.cancel(&t, id.as_bytes()).await.map_err(|e| fail("cancel", e))?;
                 match (self.model.cancel(id), &got) {
-                    (CancelModel::Scheduled, Cancelled::Scheduled) | (CancelModel::Unknown, Cancelled::Unknown) => {}
-                    (CancelModel::Running(candidates), Cancelled::Running { holder }) => {
+                    (CancelModel::Scheduled, CancelEffect::Scheduled)
+                    | (CancelModel::Unknown, CancelEffect::Unknown) => {}
+                    (CancelModel::Running(candidates), CancelEffect::Running { holder }) => {
                         // The script marks one lease of the id; more than one exists only in the exception.
                         let mut conn = self.store.connection();
                         let marked: Option<String> = redis::cmd("HGET")

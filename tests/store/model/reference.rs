@@ -369,7 +369,7 @@ impl Model {
         self.s.claims.insert(c.to_string(), self.now + lease_ms as i64);
         let id = String::from_utf8_lossy(&run.lease.id).into_owned();
         if self.s.cancels.get(&id) == Some(&run.lease.token.to_string()) {
-            Extended::Cancelled
+            Extended::CancelAsked
         } else {
             Extended::Extended
         }

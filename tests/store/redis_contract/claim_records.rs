@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::{RedisServer, ack, key, redis_now, store, ty};
-use hourglass_store::Cancelled;
+use hourglass_store::CancelEffect;
 use hourglass_store::ClaimLimits;
 use hourglass_store::task::{Ended, Settlement};
 use redis::Commands;
@@ -42,7 +42,7 @@ async fn leases_of_an_older_host_are_adopted_when_they_expire() {
     assert_eq!(s.stats(&t).await.unwrap().in_flight, 3, "the held lease counts as in flight");
     let held = s.show(&t, b"held").await.unwrap().running.expect("still running on old-2");
     assert_eq!((held.host.as_str(), held.token, held.attempt), ("old-2", 42, 1));
-    assert_eq!(s.cancel(&t, b"held").await.unwrap(), Cancelled::Running { holder: "old-2".into() });
+    assert_eq!(s.cancel(&t, b"held").await.unwrap(), CancelEffect::Running { holder: "old-2".into() });
 
     let batch: Vec<Settlement> = first.tasks.iter().map(|t| ack(t, vec![])).collect();
     assert_eq!(s.settle(&t, &batch, None).await.unwrap().0, vec![Ended::Succeeded; 2]);

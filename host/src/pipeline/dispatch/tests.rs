@@ -19,7 +19,7 @@ fn task(attempt: u32) -> ClaimedTask {
 }
 
 fn decided(attempt: u32, max_attempts: u32, result: Result<(), Failure>) -> Outcome {
-    decide(&policy(max_attempts), &task(attempt), TaskRun::ended(result), 0)
+    decide(&policy(max_attempts), &task(attempt), TaskRun::returned(result), 0)
 }
 
 #[test]
@@ -31,7 +31,7 @@ fn success_is_an_ack_with_its_follow_ups() {
         due_ms: 0,
         replace: false,
     };
-    let run = TaskRun { followups: vec![followup.clone()], ..TaskRun::ended(Ok(())) };
+    let run = TaskRun { followups: vec![followup.clone()], ..TaskRun::returned(Ok(())) };
     let outcome = decide(&policy(3), &task(1), run, 0);
     assert_eq!(outcome, Outcome::Ack { followups: vec![followup], groups: Vec::new(), graphs: Vec::new() });
 }
@@ -39,10 +39,10 @@ fn success_is_an_ack_with_its_follow_ups() {
 #[test]
 fn a_retry_keeps_the_runs_last_progress_and_an_ack_drops_it() {
     let progress = Some(crate::task::Progress { percent: 60, detail: r#"{"rows":6}"#.into() });
-    let failed = TaskRun { progress: progress.clone(), ..TaskRun::ended(Err(Failure::Error("boom".into()))) };
+    let failed = TaskRun { progress: progress.clone(), ..TaskRun::returned(Err(Failure::Error("boom".into()))) };
     let Outcome::Retry { progress: kept, .. } = decide(&policy(3), &task(1), failed, 0) else { panic!("retried") };
     assert_eq!(kept, progress);
-    let acked = TaskRun { progress, ..TaskRun::ended(Ok(())) };
+    let acked = TaskRun { progress, ..TaskRun::returned(Ok(())) };
     assert!(matches!(decide(&policy(3), &task(1), acked, 0), Outcome::Ack { .. }));
 }
 
@@ -73,7 +73,7 @@ fn retry_after_is_the_plugins_delay_and_permanent_is_dead_at_once() {
 }
 
 fn ok() -> TaskRun {
-    TaskRun::ended(Ok(()))
+    TaskRun::returned(Ok(()))
 }
 
 #[tokio::test]
@@ -84,13 +84,13 @@ async fn a_run_ends_with_its_result_unless_a_cancel_or_a_lost_lease_comes_first(
     // A handler that never ends: the cancel ends it, then the lost lease does.
     let stop_now = CancellationToken::new();
     stop_now.cancel();
-    assert!(matches!(race(std::future::pending(), &stop_now, &lost).await, Err(Stopped::Cancelled)));
+    assert!(matches!(race(std::future::pending(), &stop_now, &lost).await, Err(Stopped::CancelAsked)));
     let lost_now = CancellationToken::new();
     lost_now.cancel();
     assert!(matches!(race(std::future::pending(), &stop, &lost_now).await, Err(Stopped::LeaseLost)));
 
     // Both ready at once: the cancel wins over the result, the result over the lost lease.
-    assert!(matches!(race(async { ok() }, &stop_now, &lost).await, Err(Stopped::Cancelled)));
+    assert!(matches!(race(async { ok() }, &stop_now, &lost).await, Err(Stopped::CancelAsked)));
     assert!(race(async { ok() }, &stop, &lost_now).await.is_ok());
 }
 

@@ -16,10 +16,10 @@
 --         and then a workflow graph the run declares, as JSON (entry id ends ":graph");
 --         a retry's only item may be 'p' and then the run's last progress, as stored (JSON)
 -- Returns: per entry, in order: for plain acks the mask of those settled (the
---          others were fenced); for a task in full 1 = settled | 2 = settled as
---          cancelled | 3 = settled as rescheduled (a dead letter a client's
---          schedule overrode: failed, not dead) | 0 = fenced; then one more
---          element: how many group reports went into the outbox.
+--          others were fenced); for a task in full how it ended, by name:
+--          succeeded | retried | dead | cancelled | rescheduled (a dead letter
+--          a client's schedule overrode: failed, not dead) | fenced; then one
+--          more element: how many group reports went into the outbox.
 -- Guarantees:
 --   * fencing: a task that is no longer leased under the given claim and
 --     token (its claim's lease expired and was reaped: someone else may hold
@@ -179,11 +179,10 @@ for e, at in ipairs(starts) do
     local due_score = full_due[f]
     local rec, index = leased_in(recs, claimed, ARGV[at + 3], id, token)
     if not rec then
-      results[e] = 0
+      results[e] = 'fenced'
     else
       leave_claim(rec, index)
       left[#left + 1] = id
-      results[e] = 1
       if has_held and due_score then
         -- The schedule held for this run gets its own time back (below).
         due_score = held_original(redis.call('HGET', held, id), due_score) or due_score
@@ -205,7 +204,6 @@ for e, at in ipairs(starts) do
         if has_errors then drop_errors[#drop_errors + 1] = id end
         if not due_score then drop_payload[#drop_payload + 1] = id end
         cancelled_n = cancelled_n + 1
-        results[e] = 2
         outcome = 'cancelled'
       elseif kind == 'ack' then
         if has_attempts then drop_attempts[#drop_attempts + 1] = id end
@@ -250,7 +248,6 @@ for e, at in ipairs(starts) do
         if due_score then
           if has_attempts then drop_attempts[#drop_attempts + 1] = id end
           outcome = 'rescheduled'
-          results[e] = 3
         else
           dead_pairs[#dead_pairs + 1] = now_s
           dead_pairs[#dead_pairs + 1] = id
@@ -260,6 +257,7 @@ for e, at in ipairs(starts) do
           outcome = 'dead'
         end
       end
+      results[e] = outcome
       if outcome ~= 'retried' then
         if has_progress then drop_progress[#drop_progress + 1] = id end
       elseif task.n_follow > 0 and string.sub(ARGV[at + 11], 1, 1) == 'p' then

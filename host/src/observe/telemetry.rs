@@ -320,7 +320,7 @@ fn last<T>(items: &[T]) -> &[T] {
     &items[items.len().saturating_sub(RECENT)..]
 }
 
-/// Whether a type is faulted now (bad data in its keys; see [`crate::health`]).
+/// Whether a type is faulted now (bad data in its keys; see [`crate::observe::health`]).
 pub fn type_faulted(task_type: &TaskType, faulted: bool) {
     handle();
     gauge!("hourglass_type_faulted", "type" => task_type.to_string()).set(if faulted { 1.0 } else { 0.0 });

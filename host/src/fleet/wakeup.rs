@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::config::WakeupMode;
 use crate::store::Subscription;
-use crate::store::{Node, Store};
+use crate::store::{Server, Store};
 use crate::task::CancelRequest;
 use crate::task_type::TaskType;
 
@@ -75,7 +75,7 @@ pub async fn start(
     }
     let enabled = async {
         let mut how = "";
-        for node in store.nodes().await? {
+        for node in store.servers().await? {
             how = enable_notifications(&node, mode).await?;
         }
         anyhow::Ok(how)
@@ -146,7 +146,7 @@ const TOPOLOGY_CHECK: Duration = Duration::from_secs(3);
 async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, reconnect: bool) -> Result<()> {
     // Looked at before the nodes are: a master change from here on is seen.
     let mut master_changes = store.master_changes();
-    let all = store.nodes().await?;
+    let all = store.servers().await?;
     let mut how = "";
     let mut enabled = true;
     if listen.pattern.is_some() && (reconnect || store.target().is_cluster()) {
@@ -163,7 +163,7 @@ async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, re
             }
         }
     }
-    let masters: Vec<&Node> = all.iter().filter(|n| n.master).collect();
+    let masters: Vec<&Server> = all.iter().filter(|n| n.master).collect();
     let addrs: Vec<String> = masters.iter().map(|m| m.addr.clone()).collect();
     let patterns: Vec<&str> = listen.pattern.as_deref().into_iter().collect();
     let mut subscriptions = Vec::with_capacity(masters.len());
@@ -198,7 +198,7 @@ async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, re
     let topology_changed = async {
         loop {
             tokio::time::sleep(TOPOLOGY_CHECK).await;
-            if let Ok(now) = store.nodes().await {
+            if let Ok(now) = store.servers().await {
                 let now: Vec<String> = now.into_iter().filter(|n| n.master).map(|n| n.addr).collect();
                 if now != addrs {
                     info!(masters = ?now, "cluster masters changed: re-subscribing to keyspace notifications");
@@ -218,7 +218,7 @@ async fn listen_everywhere(store: &Store, listen: &Listen, wakeups: &Wakeups, re
 /// A user without the CONFIG command (a restricted ACL user) cannot check or
 /// turn them on: with `wakeup = "notify"` the operator vouches that the server
 /// has `notify-keyspace-events` with `K` and `z`; with `auto` the host polls.
-async fn enable_notifications(node: &Node, mode: WakeupMode) -> Result<&'static str> {
+async fn enable_notifications(node: &Server, mode: WakeupMode) -> Result<&'static str> {
     let flags = match node.keyspace_events().await {
         Ok(flags) => flags,
         Err(e) if mode == WakeupMode::Notify && format!("{e:#}").to_ascii_uppercase().contains("NOPERM") => {

@@ -115,7 +115,7 @@ async fn beat(store: &Store, id: &str, state: &str, facts: &str) -> Result<()> {
 /// Whether a host is beating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum HostState {
+pub enum Liveness {
     /// Heartbeats arrive.
     Alive,
     /// Exited gracefully (its leases were handed back).
@@ -124,12 +124,12 @@ pub enum HostState {
     Gone,
 }
 
-impl std::fmt::Display for HostState {
+impl std::fmt::Display for Liveness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            HostState::Alive => "alive",
-            HostState::Stopped => "stopped",
-            HostState::Gone => "gone",
+            Liveness::Alive => "alive",
+            Liveness::Stopped => "stopped",
+            Liveness::Gone => "gone",
         })
     }
 }
@@ -149,7 +149,7 @@ pub struct HostInfo {
     /// Its id; "" for leases taken by hosts that record no id.
     pub id: String,
     /// Alive, stopped or gone.
-    pub state: HostState,
+    pub state: Liveness,
     /// Last heartbeat, ms since the epoch (Redis time); 0 when unknown.
     pub last_seen_ms: i64,
     /// How long ago that was, in ms (Redis time).
@@ -171,11 +171,11 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
         let facts = parts.next().and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
         let silent = presence.now_ms - seen;
         let state = if stopped {
-            HostState::Stopped
+            Liveness::Stopped
         } else if silent > GONE_AFTER.as_millis() as i64 {
-            HostState::Gone
+            Liveness::Gone
         } else {
-            HostState::Alive
+            Liveness::Alive
         };
         hosts.insert(
             id.clone(),
@@ -188,7 +188,7 @@ pub async fn list(store: &Store, types: &[TaskType]) -> Result<Vec<HostInfo>> {
             let entry = hosts.entry(held.host.clone()).or_insert_with(|| HostInfo {
                 id: held.host.clone(),
                 // Leases of a host that never beat (or was forgotten): nobody renews them.
-                state: HostState::Gone,
+                state: Liveness::Gone,
                 last_seen_ms: 0,
                 silent_ms: 0,
                 facts: HostFacts::default(),

@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use serde::Deserialize;
 
-use crate::recurring_rule::{MissedPolicy, Recurrence};
+use super::rule::{MissedPolicy, Recurrence};
 use crate::task_type::TaskType;
 
 /// A schedule's name: like a task type, `[a-z0-9][a-z0-9._-]{0,63}` (so `@` never appears in it).

@@ -12,7 +12,7 @@
 //! whose chain stopped (its armed occurrence was handed out before later
 //! times were known, or a client cancelled it).
 //!
-//! Occurrence times come from [`crate::recurring_rule`] (cron in an IANA time
+//! Occurrence times come from [`rule`] (cron in an IANA time
 //! zone, DST-safe, or a fixed interval). Missed occurrences, after a time
 //! with no host running, follow the schedule's [`MissedPolicy`]: by default
 //! the latest one runs once and the rest are skipped.
@@ -25,11 +25,14 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub use crate::config::{RecurringConfig, RecurringName};
-pub use crate::recurring_rule::MissedPolicy;
-use crate::recurring_rule::{Recurrence, catch_up};
 use crate::store::{RecurState, Store, SyncOutcome};
 use crate::task_type::TaskType;
+pub use rule::MissedPolicy;
+use rule::{Recurrence, catch_up};
+pub use schedule::{RecurringConfig, RecurringName};
+
+pub mod rule;
+mod schedule;
 
 /// How often every host keeps the schedules' next times known.
 pub const SYNC_EVERY: Duration = Duration::from_secs(2);
@@ -161,10 +164,7 @@ fn caught_len(times: &[i64], now_ms: i64) -> usize {
 
 /// Puts the schedules of `config` into Redis and removes the config-made
 /// ones it no longer has; returns how many changed.
-pub async fn apply_config(
-    store: &Store,
-    config: &BTreeMap<RecurringName, crate::recurring::RecurringConfig>,
-) -> Result<usize> {
+pub async fn apply_config(store: &Store, config: &BTreeMap<RecurringName, RecurringConfig>) -> Result<usize> {
     let mut changed = 0;
     let mut wanted: BTreeSet<(TaskType, String)> = BTreeSet::new();
     for (name, schedule) in config {
@@ -217,16 +217,21 @@ async fn sync_one(store: &Store, t: &TaskType, state: &RecurState, now: i64) -> 
     Ok(())
 }
 
-/// A host's part: put its `runner.toml` schedules (now and on every change)
-/// and sync every schedule every [`SYNC_EVERY`], until `shutdown`.
-pub async fn run(store: Store, registry: crate::registry::Registry, shutdown: CancellationToken) {
-    let mut versions = registry.subscribe();
+/// A host's part: put its `runner.toml` schedules (`schedules()`, read now
+/// and whenever `changes` moves) and sync every schedule every
+/// [`SYNC_EVERY`], until `shutdown`.
+pub async fn run(
+    store: Store,
+    schedules: impl Fn() -> BTreeMap<RecurringName, RecurringConfig>,
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    shutdown: CancellationToken,
+) {
     let mut applied: Option<BTreeMap<RecurringName, RecurringConfig>> = None;
     loop {
-        let config = registry.config();
-        if applied.as_ref() != Some(&config.schedules) {
-            match apply_config(&store, &config.schedules).await {
-                Ok(_) => applied = Some(config.schedules.clone()),
+        let wanted = schedules();
+        if applied.as_ref() != Some(&wanted) {
+            match apply_config(&store, &wanted).await {
+                Ok(_) => applied = Some(wanted),
                 Err(e) => warn!("recurring schedules of runner.toml not put yet: {e:#}"),
             }
         }
@@ -235,7 +240,7 @@ pub async fn run(store: Store, registry: crate::registry::Registry, shutdown: Ca
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = versions.changed() => {}
+            _ = changes.changed() => {}
             _ = tokio::time::sleep(SYNC_EVERY) => {}
         }
     }

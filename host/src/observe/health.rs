@@ -40,7 +40,7 @@ struct Inner {
 impl Health {
     /// A Redis call (`op`: claim, settle, ...) about `task_type` failed with `e`; returns what it was.
     pub fn failed(&self, task_type: &TaskType, op: &'static str, e: &anyhow::Error) -> Trouble {
-        crate::telemetry::redis_error();
+        crate::observe::telemetry::redis_error();
         let trouble = classify(e);
         match &trouble {
             Trouble::Outage => self.outage(e),
@@ -49,7 +49,7 @@ impl Health {
                 let of_type = faults.entry(task_type.clone()).or_default();
                 if of_type.get(op) != Some(why) {
                     error!(task_type = %task_type, "type faulted ({op}): its tasks stay where they are until the data is fixed: {why}");
-                    crate::telemetry::type_faulted(task_type, true);
+                    crate::observe::telemetry::type_faulted(task_type, true);
                     of_type.insert(op, why.clone());
                 }
             }
@@ -69,7 +69,7 @@ impl Health {
     /// The Redis master changed (a failover): every retry waiting in
     /// [`Health::retry_after`] goes now.
     pub fn master_changed(&self) {
-        crate::telemetry::redis_master_changed();
+        crate::observe::telemetry::redis_master_changed();
         self.inner.master_changed.notify_waiters();
     }
 
@@ -96,7 +96,7 @@ impl Health {
         }
         if of_type.is_empty() {
             faults.remove(task_type);
-            crate::telemetry::type_faulted(task_type, false);
+            crate::observe::telemetry::type_faulted(task_type, false);
         }
     }
 
