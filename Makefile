@@ -12,6 +12,7 @@ run: setup-run plugins
 
 test: setup plugins
 	cargo test --workspace
+	cargo test -p hourglass-store --doc
 	bash clients/test.sh
 	bash tests/valkey.sh
 

@@ -7,9 +7,8 @@
 //! `confirm=yes` as well. Cross-site form posts are refused.
 
 mod dashboard;
-mod graphs;
-mod groups;
 mod page;
+mod workflow;
 
 use hourglass_task::sync::LockExt;
 use std::collections::{BTreeMap, VecDeque};
@@ -164,8 +163,8 @@ fn router(state: AdminState) -> Router {
         .route("/type/pause", post(pause))
         .route("/type/resume", post(resume))
         .route("/task", get(dashboard::task_page))
-        .route("/group", get(groups::page))
-        .route("/graph", get(graphs::page))
+        .route("/group", get(workflow::groups::page))
+        .route("/graph", get(workflow::graphs::page))
         .route("/task/run-now", post(task_run_now))
         .route("/task/postpone", post(task_postpone))
         .route("/task/cancel", post(task_cancel))

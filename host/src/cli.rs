@@ -11,18 +11,16 @@ use crate::config::Config;
 use crate::store::Store;
 use crate::task_type::TaskType;
 
-mod graph;
-mod group;
 mod plugin;
 mod queues;
 mod recurring;
 mod tasks;
+mod workflow;
 
-pub use graph::GraphCommand;
-pub use group::GroupCommand;
 pub use queues::DeadCommand;
 pub use recurring::{CronArgs, EveryArgs, MissedArg, RecurArgs};
 pub use tasks::{HexId, ScheduleArgs, ShowArgs};
+pub use workflow::{GraphCommand, GroupCommand};
 
 /// Run delayed tasks from Redis in sandboxed WebAssembly handlers.
 #[derive(Debug, Parser)]
@@ -234,8 +232,8 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
                     queues::stats(&store, task_type, json, watch).await
                 }
                 StoreCommand::Dead(cmd) => queues::dead(&store, cmd).await,
-                StoreCommand::Group(cmd) => group::run(&store, cmd).await,
-                StoreCommand::Graph(cmd) => graph::run(&store, cmd).await,
+                StoreCommand::Group(cmd) => workflow::group::run(&store, cmd).await,
+                StoreCommand::Graph(cmd) => workflow::graph::run(&store, cmd).await,
             }
         }
     }

@@ -146,7 +146,7 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 esc(&format!("{e:#}"))
             );
         }
-        if let Err(e) = super::groups::open_groups(state, t, &mut h).await {
+        if let Err(e) = super::workflow::groups::open_groups(state, t, &mut h).await {
             let _ = write!(
                 h,
                 "<section><p class=bad>Cannot list the groups of {}: {}</p></section>",
@@ -154,7 +154,7 @@ async fn render(state: &AdminState, query: &PageParams) -> Result<String> {
                 esc(&format!("{e:#}"))
             );
         }
-        if let Err(e) = super::graphs::running_graphs(state, t, &mut h).await {
+        if let Err(e) = super::workflow::graphs::running_graphs(state, t, &mut h).await {
             let _ = write!(
                 h,
                 "<section><p class=bad>Cannot list the graphs of {}: {}</p></section>",
@@ -289,10 +289,10 @@ fn task_view(v: &TaskView, h: &mut String) {
         }
     }
     if let Some((c, g)) = v.group.as_deref().and_then(|g| g.split_once('/')) {
-        let _ = write!(h, "<tr><th>group page</th><td>{}</td></tr>", super::groups::link(c, g));
+        let _ = write!(h, "<tr><th>group page</th><td>{}</td></tr>", super::workflow::groups::link(c, g));
     }
     if let Some((c, g)) = v.graph.as_deref().and_then(|g| g.split_once('/')) {
-        let _ = write!(h, "<tr><th>graph page</th><td>{}</td></tr>", super::graphs::link(c, g));
+        let _ = write!(h, "<tr><th>graph page</th><td>{}</td></tr>", super::workflow::graphs::link(c, g));
     }
     h.push_str("</tbody></table><div class=actions id=task-actions>");
     let form = |h: &mut String, action: &str, extra: &str, label: &str| {

@@ -72,8 +72,11 @@ impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
         if tasks.is_empty() {
             return;
         }
-        // Held from now (after shutdown's grace period, the runs are told at once their leases are lost).
-        let signals = state.in_flight.claimed(tasks.iter().map(|(task, _)| task.lease()));
+        // Each task's lease, built once: held from now (after shutdown's grace
+        // period, the runs are told at once their leases are lost), let go
+        // when found lost, and settled under.
+        let leases: Vec<Lease> = tasks.iter().map(|(task, _)| task.lease()).collect();
+        let signals = state.in_flight.claimed(leases.iter().cloned());
         for (task, _) in tasks.iter().filter(|(t, _)| t.due_ms < SECONDS_NOT_MS) {
             warn!(
                 task_type = %task.task_type, task_id = %clean_id(&task.id), attempt = task.attempt, score = task.due_ms,
@@ -95,8 +98,8 @@ impl<L: Ledger + Clone + Send + Sync + 'static> Dispatcher<L> {
             _tracked: self.runs.token(),
         });
         state.metrics.dispatched(tasks.len());
-        for ((task, permits), signals) in tasks.into_iter().zip(signals) {
-            let run = Run { task, permits, signals, claim: claim.clone() };
+        for (((task, permits), signals), lease) in tasks.into_iter().zip(signals).zip(leases) {
+            let run = Run { task, lease, permits, signals, claim: claim.clone() };
             self.executor.spawn(run.go());
         }
     }
@@ -179,6 +182,8 @@ impl<L: Ledger + Clone> ClaimTrace<L> {
 /// One claimed task on its way through the sandbox.
 struct Run<E, L> {
     task: ClaimedTask,
+    /// The task's lease, as the claim took it.
+    lease: Lease,
     permits: Permits,
     /// Stopped by a cancel or a lost lease; told when the handler is done.
     signals: RunSignals,
@@ -215,7 +220,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
         };
         let handled = Box::pin(claim.entry.handler.execute(task, hooks));
         let ran = race(handled, &self.signals.stop, &self.signals.lost).await;
-        if matches!(ran, Err(Stopped::LeaseLost)) && claim.state.in_flight.dropped(&task.lease()) {
+        if matches!(ran, Err(Stopped::LeaseLost)) && claim.state.in_flight.dropped(&self.lease) {
             claim.state.metrics.abandoned();
         }
         self.signals.handler_returned();
@@ -244,7 +249,7 @@ impl<E: Execute, L: Ledger + Clone + Send + Sync + 'static> Run<E, L> {
                 return;
             }
         };
-        let settlement = Settlement { lease: self.task.lease(), outcome, run: info };
+        let settlement = Settlement { lease: self.lease, outcome, run: info };
         // Counted down just before it is queued, so the settler never lingers
         // for an outcome already in its queue; the claim's last outcome wakes
         // it once queued.

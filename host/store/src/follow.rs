@@ -79,6 +79,8 @@ impl Inner {
 }
 
 /// How to find the master.
+// One per store: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Locate {
     /// One URL: a fresh connection to it.
     Url(redis::Client),
@@ -285,6 +287,7 @@ fn refused_value(reply: &Value) -> Option<&str> {
 }
 
 /// The first error code among a pipeline's replies.
+#[allow(clippy::ptr_arg)] // `call` takes a `fn(&T)`, and here T is the Vec
 fn refused_values(replies: &Vec<Value>) -> Option<&str> {
     replies.iter().find_map(refused_value)
 }
@@ -400,7 +403,7 @@ async fn promoted_replica(
 async fn watch_sentinels(inner: Weak<Inner>) {
     loop {
         let subscription = async {
-            let Some(strong) = inner.upgrade() else { return None };
+            let strong = inner.upgrade()?;
             let Locate::Sentinel(sentinel, _) = &strong.locate else { return None };
             let client = sentinel.lock().await.async_get_sentinel_client().await.ok()?;
             let mut pubsub =

@@ -229,3 +229,43 @@ mod tests {
         assert_eq!(k.group(&"g:1".parse().unwrap()).pending, "hg:{order.timeout}:group-pending:g:1");
     }
 }
+
+/// The key table in the crate's docs (`lib.rs`) names every key [`Keys`],
+/// [`GroupKeys`] and [`GraphKeys`] document, and nothing they do not (the
+/// three keys outside a type's slot aside, each found where it is made).
+#[cfg(test)]
+mod table {
+    use std::collections::BTreeSet;
+
+    /// The backticked `P:...` names at the start of each line's text that `starts` picks.
+    fn names(source: &str, starts: &str) -> BTreeSet<String> {
+        source
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix(starts))
+            .filter_map(|rest| rest.trim_start().strip_prefix("`P:"))
+            .filter_map(|rest| rest.split('`').next())
+            .map(|name| format!("P:{name}"))
+            .collect()
+    }
+
+    #[test]
+    fn the_docs_key_table_is_the_key_layout() {
+        let table = names(include_str!("lib.rs"), "//! |");
+        let fields = names(include_str!("keys.rs"), "///");
+        assert!(fields.len() >= 30 && table.len() >= 30, "read {} fields, {} rows", fields.len(), table.len());
+        // keys.rs documents the markers by their prefix; the table by one marker.
+        let fields: BTreeSet<String> =
+            fields.into_iter().map(|f| if f.ends_with(":delivered:") { f + "<entry>" } else { f }).collect();
+        let missing: Vec<&String> = fields.difference(&table).collect();
+        assert!(missing.is_empty(), "keys.rs has keys the table in lib.rs omits: {missing:?}");
+        let outside = ["P:hosts", "P:cancel", "P:recurring"];
+        let extra: Vec<&String> = table.difference(&fields).filter(|k| !outside.contains(&k.as_str())).collect();
+        assert!(extra.is_empty(), "the table in lib.rs has keys keys.rs does not make: {extra:?}");
+        let made =
+            [include_str!("host/presence.rs"), include_str!("lib.rs"), include_str!("app/recurring.rs")].concat();
+        for key in outside {
+            let made_as = format!("\"{{}}:{}\"", &key[2..]);
+            assert!(made.contains(&made_as), "{key} is in the table but no code makes it ({made_as})");
+        }
+    }
+}

@@ -4,11 +4,19 @@
 //! inspects tasks from Rust depends on it alone, and the host (`hourglass`)
 //! builds its pipeline on top of it. Cargo keeps the arrow one way.
 //!
-//! # Key layout (prefix `P`, task type `T`)
+//! It serves two audiences. An application gets the application API
+//! (schedule, show, cancel, postpone, pause, stats, dead letters, recurring
+//! schedules, workflow groups and graphs, progress). What only a host may do
+//! (claim, settle, extend, release, presence, progress writes) is behind the
+//! `host` feature, which the `hourglass` crate turns on: an application that
+//! links this crate alone cannot call it (`cargo test -p hourglass-store
+//! --doc --no-default-features` shows a settle refused at compile time).
+//!
+//! # Key layout (prefix `P`, task type `T`, a group's or graph's home type `C`, its id `G`)
 //!
 //! Every key of a type carries the hash tag `{T}`, so a type lives in one
 //! Redis Cluster slot and each script touches one slot only. The names are
-//! written once, in [`Keys`].
+//! written once, in [`Keys`] (a test holds this table to it).
 //!
 //! | key                         | type   | content                                        |
 //! |-----------------------------|--------|------------------------------------------------|
@@ -17,23 +25,34 @@
 //! | `P:{T}:stats`               | HASH   | succeeded, failed, retried, dead counters      |
 //! | `P:{T}:claims`              | ZSET   | claim id → lease expiry (ms): one per claim    |
 //! | `P:{T}:claimed`             | HASH   | claim id → holder, ids, attempts; which live   |
-//! | `P:{T}:leases`, `:tokens`   | ZSET, HASH | per-task leases of older hosts: reaped only |
-//! | `P:hosts`                   | HASH   | host id → heartbeat (see `hosts`)              |
+//! | `P:{T}:running`             | SET    | ids leased under claims (one run of an id)     |
+//! | `P:{T}:held`                | HASH   | id → schedules held while a run holds it       |
+//! | `P:{T}:leases`              | ZSET   | per-task leases of older hosts: reaped only    |
+//! | `P:{T}:tokens`              | HASH   | their tokens: reaped only                      |
 //! | `P:{T}:attempts`            | HASH   | id → attempts that ended without an ack        |
 //! | `P:{T}:errors`              | HASH   | id → last error                                |
 //! | `P:{T}:dead`                | ZSET   | id → time of death (ms)                        |
 //! | `P:{T}:seq`                 | STRING | token counter                                  |
-//! | `P:{T}:outbox`              | HASH   | entry id → encoded follow-up                   |
+//! | `P:{T}:outbox`              | HASH   | entry id → follow-up, group work or report     |
 //! | `P:{T}:delivered:<entry>`   | STRING | outbox delivery marker, PX 24h                 |
-//! | `P:{T}:events`              | STREAM | outcomes, when `events = true` (made at start)|
+//! | `P:{T}:events`              | STREAM | outcomes, when `events = true` (made at start) |
 //! | `P:{T}:recur`               | HASH   | recurring schedules and their armed occurrences|
 //! | `P:{T}:throttle`            | HASH   | the token bucket of the type's `rate`          |
 //! | `P:{T}:paused`              | STRING | exists while the type is paused                |
 //! | `P:{T}:cancels`             | HASH   | id → lease token a cancel asked to stop (24 h) |
-//! | `P:cancel` (channel)        | PUBSUB | "<type>\n<token>\n<id>": stop that run      |
-//! | `P:recurring`               | SET    | types that have recurring schedules            |
 //! | `P:{T}:trace`               | HASH   | id → client traceparent (public, optional)     |
 //! | `P:{T}:progress`            | HASH   | id → latest progress reported (JSON), till end |
+//! | `P:{T}:member`              | HASH   | id → the group or graph it is a child of       |
+//! | `P:{T}:groups`              | ZSET   | group id → opened ms, groups not done          |
+//! | `P:{T}:graphs`              | ZSET   | graph id → opened ms, graphs not done          |
+//! | `P:{C}:group:<G>`           | HASH   | a group's callback, state and counts           |
+//! | `P:{C}:group-pending:<G>`   | HASH   | its children not ended → join number           |
+//! | `P:{C}:group-failed:<G>`    | HASH   | its children that failed → dead, cancelled     |
+//! | `P:{C}:graph:<G>`           | HASH   | a graph's state, its nodes counted by state    |
+//! | `P:{C}:graph-nodes:<G>`     | HASH   | node index → the node (JSON)                   |
+//! | `P:hosts`                   | HASH   | host id → heartbeat (the host API's presence)  |
+//! | `P:cancel` (channel)        | PUBSUB | "<type>\n<token>\n<id>": stop that run        |
+//! | `P:recurring`               | SET    | types that have recurring schedules            |
 //!
 //! All "now" times are taken from Redis `TIME` inside the scripts. Every
 //! script checks the types of the keys it touches (and the numbers it will
@@ -43,45 +62,66 @@
 //! # Layout
 //!
 //! The vocabulary first (re-exported from `hourglass-task`, which the
-//! runtime shares), then the rooms of the store itself:
+//! runtime shares), then the rooms of the store, cut by audience:
 //!
 //! - [`task_type`]: the validated type name, its shards and hash tags; [`task`]: a task's life
-//!   (claimed, leased, its outcome, settled); [`group`]: workflow group ids, callbacks;
-//! - [`target`]: where Redis is (one server or a cluster, ACL credentials, TLS), and the `[redis]` table;
-//!   [`redis_server`]: the one spawner of a `redis-server` (the host's managed one, the bench, the tests);
-//! - [`conn`](self) (`store/conn.rs`): one server or a cluster, `CLUSTER NODES`;
-//!   `follow.rs`: the one server's master, found again after a failover (Sentinel, or `READONLY`), connect errors;
-//! - `keys.rs`: the key layout; `scripts.rs` + `scripts/*.lua`: the scripts;
-//! - `tasks.rs`: schedule, cancel, pause and resume (what clients do); `claims.rs`: claim, settle,
-//!   extend, release (the path every task takes); `outbox.rs`: follow-ups moved on exactly once;
-//! - `queues.rs`: stats, due buckets, the types present, dead letters;
-//! - `groups.rs`: workflow groups (a callback once all children ended); `graphs.rs`: workflow graphs
-//!   (each node once all its parents ended, or skipped), both delivered through the outbox;
-//! - `recurring.rs`: recurring tasks (their rules and armed occurrences);
-//! - `progress.rs`: the progress running handlers report, kept with their task until it ends;
-//! - `lookup.rs`: one task by id (`hourglass show`), and run-now / postpone of a scheduled one;
-//! - `nodes.rs`: host presence, notification settings, pub/sub and server info;
-//! - `reply.rs`: reading replies.
+//!   (claimed, leased, its outcome, settled); [`group`], [`graph`]: workflow groups and graphs as data;
+//! - the connection: [`target`]: where Redis is (one server, a cluster, Sentinel; ACL credentials,
+//!   TLS) and the `[redis]` table; `conn.rs`: one server or a cluster, `CLUSTER NODES`;
+//!   `follow.rs`: the one server's master, found again after a failover; `servers.rs`: the servers
+//!   themselves (notification settings, pub/sub, info); [`redis_server`]: the one spawner of a
+//!   `redis-server` (the host's managed one, the bench, the tests);
+//! - `keys.rs`: the key layout; `scripts/`: the scripts, each headed with its KEYS, ARGV and
+//!   guarantees; `reply.rs`: reading replies;
+//! - `app/`: the application API (schedule, pause, show, postpone, stats, dead letters, recurring
+//!   schedules, progress read);
+//! - `workflow/`: follow-ups, groups and graphs: what the outbox holds, its passes (each entry
+//!   moved on exactly once), the one delivery of reports, cancel, and group and graph progress;
+//! - `host/` (feature `host`): the host API: claim, settle, extend, release, presence, progress
+//!   written, recurring times kept.
+
+// What an application's build (no `host` feature) may and may not call,
+// checked by `cargo test -p hourglass-store --doc` (the Makefile's `test`):
+// a build with the feature (the workspace's) has no such test.
+#![cfg_attr(
+    not(feature = "host"),
+    doc = r#"
+# An application's build
+
+It schedules:
+
+```no_run
+# async fn app(store: hourglass_store::Store) -> anyhow::Result<()> {
+let t: hourglass_store::task_type::TaskType = "order.expire".parse()?;
+store.schedule(&t, b"o-1", 1_700_000_000_000, Some(b"{}"), hourglass_store::ScheduleMode::Upsert).await?;
+# Ok(()) }
+```
+
+and cannot settle, claim or extend, which only a host may:
+
+```compile_fail,E0599
+# async fn app(store: hourglass_store::Store) {
+let t: hourglass_store::task_type::TaskType = "order.expire".parse().unwrap();
+let _ = store.settle(&t, &[], None).await;
+# }
+```
+"#
+)]
 
 pub use hourglass_task::{graph, group, task, task_type};
 pub mod redis_server;
 pub mod target;
 
-mod claims;
+mod app;
 mod conn;
 mod follow;
-mod graphs;
-mod groups;
+#[cfg(feature = "host")]
+mod host;
 mod keys;
-mod lookup;
-mod nodes;
-mod outbox;
-mod progress;
-mod queues;
-mod recurring;
 mod reply;
 mod scripts;
-mod tasks;
+mod servers;
+mod workflow;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -89,21 +129,29 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-pub use claims::{ClaimLimits, Extended, Rate};
+pub use app::lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
+pub use app::progress::{ProgressReport, ProgressView};
+pub use app::queues::{DeadTask, Paused, TypeStats};
+pub use app::recurring::{RecurState, SyncOutcome};
+pub use app::tasks::ScheduleMode;
 pub use conn::{ClusterNode, Conn, Trouble, classify, parse_cluster_nodes};
-pub use graphs::{Declared, GraphCancelEffect, GraphRefusal, GraphView, MAX_EDGES, MAX_NODES, NodeSpec, NodeView};
-pub use groups::{
-    Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, decode_work, encode_work, group_refusal,
-};
+#[cfg(feature = "host")]
+pub use host::claims::{ClaimLimits, Extended, Rate};
+#[cfg(feature = "host")]
+pub use host::presence::{HolderCount, Presence};
+#[cfg(feature = "host")]
+pub use host::progress::stored_value;
 pub use keys::{GraphKeys, GroupKeys, KeyPrefix, Keys};
-pub use lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
-pub use nodes::{HolderCount, Message, Presence, Server, Subscription, answers, shut_down};
-pub use outbox::{OutboxFlush, decode_followup, encode_followup};
-pub use progress::{GraphProgress, GroupProgress, ProgressReport, ProgressView, stored_value};
-pub use queues::{DeadTask, Paused, TypeStats};
-pub use recurring::{RecurState, SyncOutcome};
+pub use servers::{Message, Server, Subscription, answers, shut_down};
 pub use target::{RedisConfig, Secret, Target, loopback_port};
-pub use tasks::{CancelEffect, ScheduleMode};
+pub use workflow::cancel::CancelEffect;
+pub use workflow::entries::{decode_followup, decode_work, encode_followup, encode_work};
+pub use workflow::graphs::{
+    Declared, GraphCancelEffect, GraphRefusal, GraphView, MAX_EDGES, MAX_NODES, NodeSpec, NodeView,
+};
+pub use workflow::groups::{Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, group_refusal};
+pub use workflow::outbox::OutboxFlush;
+pub use workflow::progress::{GraphProgress, GroupProgress};
 
 use crate::task_type::{TaskType, shard_tags};
 use conn::{CONNECT_TIMEOUT, ConnKind, RESPONSE_TIMEOUT};
@@ -294,6 +342,11 @@ impl Store {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The channel hosts listen on for cancels of running tasks.
+    pub fn cancel_channel(&self) -> String {
+        format!("{}:cancel", self.prefix)
     }
 
     /// Every node of the cluster (empty for a single server), from `CLUSTER NODES`;

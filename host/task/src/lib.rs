@@ -9,15 +9,16 @@
 //!
 //! - [`task_type`]: the validated type name, its shards and their hash tags;
 //! - [`task`]: a task's life: claimed, run, its outcome, how it ended once settled;
-//! - [`group`]: workflow group ids, callbacks and when they fire;
-//! - [`graph`]: workflow graphs as data: a node, the graph file (read within a memory budget,
-//!   `graph/parse.rs`), the checks of its shape;
+//! - [`workflow`]: workflow groups (ids, callbacks, when they fire) and graphs (a node, the
+//!   graph file, read within a memory budget, the checks of its shape), re-exported as
+//!   [`group`] and [`graph`], the names every crate and application uses;
 //! - [`clean`]: text from outside (ids, guest lines) escaped for one log line;
 //! - [`sync`]: a poisoned lock's recovery, written once.
 
 pub mod clean;
-pub mod graph;
-pub mod group;
 pub mod sync;
 pub mod task;
 pub mod task_type;
+pub mod workflow;
+
+pub use workflow::{graph, group};

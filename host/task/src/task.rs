@@ -63,9 +63,9 @@ pub struct FollowUp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupWork {
     /// The group.
-    pub group: crate::group::GroupRef,
+    pub group: crate::workflow::group::GroupRef,
     /// Opens it with this callback (an open group with the same callback is joined).
-    pub open: Option<crate::group::Callback>,
+    pub open: Option<crate::workflow::group::Callback>,
     /// Children to add and schedule, in order.
     pub children: Vec<FollowUp>,
     /// Seals it once the children are added: no more can come.
@@ -79,9 +79,9 @@ pub struct GraphWork {
     /// The type whose keys hold the graph.
     pub home: crate::task_type::TaskType,
     /// The graph id, used once within the home type.
-    pub id: crate::group::GroupId,
-    /// Its nodes, their shape checked ([`crate::graph::check`]).
-    pub nodes: Vec<crate::graph::NodeSpec>,
+    pub id: crate::workflow::group::GroupId,
+    /// Its nodes, their shape checked ([`crate::workflow::graph::check`]).
+    pub nodes: Vec<crate::workflow::graph::NodeSpec>,
 }
 
 /// The result of one claim.

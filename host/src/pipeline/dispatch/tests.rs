@@ -253,7 +253,7 @@ async fn a_run_keeps_its_handlers_future_on_the_heap_so_spawning_and_moving_it_c
     });
     let permits = (slots.clone().try_acquire_owned().unwrap(), slots.try_acquire_owned().unwrap());
     let signals = claim.state.in_flight.claimed([task(1).lease()]).remove(0);
-    let run = Run { task: task(1), permits, signals, claim: claim.clone() };
+    let run = Run { task: task(1), lease: task(1).lease(), permits, signals, claim: claim.clone() };
     let go = run.go();
     // Every move of a future copies all of it: the spawn into the executor's
     // task, and inside, the race. The handler's kilobytes stay out of them.

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Store, duration_ms};
 use crate::task_type::TaskType;
+use crate::{Store, duration_ms};
 
 /// What `schedule` does to an id that is already scheduled (the variants of `ZADD`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,19 +30,6 @@ impl ScheduleMode {
             ScheduleMode::OnlyEarlier => "only-earlier",
         }
     }
-}
-/// What a cancel did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CancelEffect {
-    /// It was scheduled: removed, with its payload.
-    Scheduled,
-    /// It runs on host `holder`, which was asked to stop it.
-    Running {
-        /// The host that holds its lease ("" when that host records no id).
-        holder: String,
-    },
-    /// Neither scheduled nor running.
-    Unknown,
 }
 impl Store {
     /// Schedules (or re-schedules) a task, as an app would: payload and due
@@ -121,22 +108,6 @@ impl Store {
         Ok((ends > 0).then_some(ends))
     }
 
-    /// Creates the (empty) events stream of type or shard `t` when it is missing, so clients
-    /// that wait for a task's end can tell a type without events from one with none yet.
-    /// A host calls it for each type with `events = true` as it starts serving it.
-    pub async fn open_events(&self, t: &TaskType) -> Result<bool> {
-        let k = self.keys(t);
-        let mut conn = self.conn.clone();
-        let created: i64 = self
-            .scripts
-            .events_open
-            .key(&k.events)
-            .invoke_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot create the events stream of {t}"))?;
-        Ok(created == 1)
-    }
-
     /// Resumes a paused type (every shard); false when it was not paused.
     pub async fn resume(&self, t: &TaskType) -> Result<bool> {
         let mut resumed = false;
@@ -163,75 +134,5 @@ impl Store {
     /// Whether task `id` of `t` is leased (claimed and not yet settled) now.
     pub async fn leased(&self, t: &TaskType, id: &[u8]) -> Result<bool> {
         Ok(self.show(t, id).await?.running.is_some())
-    }
-
-    /// The channel hosts listen on for cancels of running tasks.
-    pub fn cancel_channel(&self) -> String {
-        format!("{}:cancel", self.prefix)
-    }
-
-    /// Cancels a task: removes it when scheduled; when running, asks its host to stop it.
-    /// Of a sharded type, in the shard it is in (its own first, then the others).
-    pub async fn cancel(&self, t: &TaskType, id: &[u8]) -> Result<CancelEffect> {
-        for shard in self.lookup_order(t, id) {
-            match self.cancel_in(&shard, id).await? {
-                CancelEffect::Unknown => continue,
-                found => return Ok(found),
-            }
-        }
-        Ok(CancelEffect::Unknown)
-    }
-
-    async fn cancel_in(&self, t: &TaskType, id: &[u8]) -> Result<CancelEffect> {
-        let k = self.keys(t);
-        let mut conn = self.conn.clone();
-        let reply: Vec<String> = self
-            .scripts
-            .cancel
-            .key(&k.due)
-            .key(&k.payload)
-            .key(&k.tokens)
-            .key(&k.claimed)
-            .key(&k.cancels)
-            .key(&k.member)
-            .key(&k.outbox)
-            .key(&k.seq)
-            .key(&k.held)
-            .key(&k.progress)
-            .arg(id)
-            .arg(t.as_str())
-            .arg(self.cancel_channel())
-            .invoke_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot cancel a {t} task"))?;
-        if reply.get(1).is_some_and(|r| r == "1") {
-            // A group's child: its report waits in the outbox; a host's heartbeat
-            // would move it on too, this only saves the group that wait.
-            if let Err(e) = self.flush_outbox(t).await {
-                tracing::warn!(task_type = %t, "cannot deliver a cancelled child's report now: {e:#}");
-            }
-        }
-        Ok(match reply.first().map(String::as_str) {
-            Some("scheduled") => CancelEffect::Scheduled,
-            Some("running") => CancelEffect::Running { holder: reply.get(1).cloned().unwrap_or_default() },
-            _ => CancelEffect::Unknown,
-        })
-    }
-
-    /// The W3C traceparents clients attached to `ids` of `t` in `P:{T}:trace`
-    /// (`None` where there is none), in one HMGET; read only while tracing is on.
-    pub async fn trace_parents(&self, t: &TaskType, ids: &[Vec<u8>]) -> Result<Vec<Option<String>>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let k = self.keys(t);
-        let mut conn = self.conn.clone();
-        let found: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(&k.trace)
-            .arg(ids)
-            .query_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot read {}", k.trace))?;
-        Ok(found.into_iter().map(|p| p.and_then(|p| String::from_utf8(p).ok())).collect())
     }
 }

@@ -12,10 +12,10 @@
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use super::{BATCH, Store};
 use crate::group::GroupId;
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
+use crate::{BATCH, Store};
 
 /// How the outbox entry id of a node's schedule ends (graph_open.lua, graph_reports.lua).
 pub(super) const NODE: &[u8] = b":node";
@@ -222,7 +222,7 @@ impl Store {
         &self,
         entry_id: &[u8],
         data: &[u8],
-        flushed: &mut super::OutboxFlush,
+        flushed: &mut crate::OutboxFlush,
     ) -> Result<Option<TaskType>, super::groups::GroupDelivery> {
         use super::groups::GroupDelivery;
         let work: crate::task::GraphWork =
@@ -339,9 +339,9 @@ impl Store {
         for pair in rest.chunks_exact(2) {
             let t: TaskType = pair[0].parse().with_context(|| format!("graph {home}/{id}: a node's type"))?;
             match self.cancel(&t, pair[1].as_bytes()).await? {
-                super::CancelEffect::Scheduled => done.removed += 1,
-                super::CancelEffect::Running { .. } => done.stopping += 1,
-                super::CancelEffect::Unknown => done.ended += 1,
+                crate::CancelEffect::Scheduled => done.removed += 1,
+                crate::CancelEffect::Running { .. } => done.stopping += 1,
+                crate::CancelEffect::Unknown => done.ended += 1,
             }
         }
         Ok(Some(done))
@@ -441,7 +441,7 @@ impl Store {
         &self,
         home: &TaskType,
         entries: Vec<(Vec<u8>, Vec<u8>)>,
-        flushed: &mut super::OutboxFlush,
+        flushed: &mut crate::OutboxFlush,
     ) -> Result<()> {
         let mut done: Vec<Vec<u8>> = Vec::new();
         let mut nodes = Vec::new();
@@ -483,60 +483,7 @@ impl Store {
         }
         Ok(())
     }
-
-    /// Delivers nodes' ends (reports of `t`'s outbox) to their graphs, one
-    /// graph_reports.lua per home type; returns the graphs this finished.
-    pub(super) async fn deliver_graph_reports(
-        &self,
-        t: &TaskType,
-        mut reports: Vec<(Vec<u8>, super::groups::Report)>,
-        flushed: &mut super::OutboxFlush,
-    ) -> Result<()> {
-        reports.sort_by(|a, b| a.1.group.callback_type.as_str().cmp(b.1.group.callback_type.as_str()));
-        let of_one_type = reports.chunk_by(|a, b| a.1.group.callback_type == b.1.group.callback_type);
-        for batch in of_one_type.flat_map(|run| run.chunks(REPORTS_PER_CALL)) {
-            let home = batch[0].1.group.callback_type.clone();
-            let k = self.keys(&home);
-            let mut inv = self.scripts.graph_reports.prepare_invoke();
-            inv.key(&k.graphs).key(&k.stats).key(&k.outbox).key(&k.seq).arg(home.as_str());
-            for (_, r) in batch {
-                let gk = k.graph(&r.group.id);
-                inv.key(&gk.graph).key(&gk.nodes);
-                inv.arg(r.group.id.as_str()).arg(r.number).arg(&r.outcome);
-            }
-            let mut conn = self.conn.clone();
-            let done: Result<Vec<String>> = inv
-                .invoke_async(&mut conn)
-                .await
-                .with_context(|| format!("cannot deliver {} node ends from {t} to their {home} graphs", batch.len()));
-            let done = match done {
-                Ok(done) => done,
-                Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
-                Err(e) => {
-                    flushed.failed.push((home, e));
-                    continue;
-                }
-            };
-            for ((_, r), done) in batch.iter().zip(&done) {
-                if done == "done" {
-                    flushed.graphs_done.push((home.clone(), r.group.id.clone()));
-                }
-            }
-            let ids: Vec<&[u8]> = batch.iter().map(|(id, _)| id.as_slice()).collect();
-            let _: i64 = redis::cmd("HDEL")
-                .arg(&self.keys(t).outbox)
-                .arg(&ids)
-                .query_async(&mut conn)
-                .await
-                .with_context(|| format!("cannot clear the {t} outbox"))?;
-            flushed.moved += batch.len();
-        }
-        Ok(())
-    }
 }
-
-/// Reports delivered per script call (all to one home type).
-const REPORTS_PER_CALL: usize = 256;
 
 /// Nodes scheduled per script call (all in one shard of one type).
 const NODES_PER_CALL: usize = 256;

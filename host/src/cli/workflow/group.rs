@@ -42,10 +42,10 @@ pub enum GroupCommand {
         #[arg(required = true)]
         ids: Vec<String>,
         /// Due time: RFC 3339 or ms since the Unix epoch [default: now].
-        #[arg(long, value_parser = super::parse_at)]
+        #[arg(long, value_parser = crate::cli::parse_at)]
         at: Option<i64>,
         /// Due in this long from now: `30s`, `5m`.
-        #[arg(long = "in", id = "in_", value_parser = super::parse_in, conflicts_with = "at")]
+        #[arg(long = "in", id = "in_", value_parser = crate::cli::parse_in, conflicts_with = "at")]
         in_: Option<Duration>,
         /// Payload text of every child added.
         #[arg(long)]

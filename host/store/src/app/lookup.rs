@@ -7,9 +7,9 @@ use redis::Value;
 use serde::Serialize;
 
 use super::progress::ProgressView;
-use super::reply::{array, int, opt_bytes, opt_int, score};
-use super::{Store, duration_ms};
+use crate::reply::{array, int, opt_bytes, opt_int, score};
 use crate::task_type::TaskType;
+use crate::{Store, duration_ms};
 
 /// Payload bytes read for a preview: enough for [`PREVIEW_CHARS`] characters of UTF-8 text.
 const PREVIEW_BYTES: usize = 800;

@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::group::{FireWhen, GroupId};
 use crate::task_type::TaskType;
+use crate::workflow::group::{FireWhen, GroupId};
 
 mod parse;
 
@@ -39,7 +39,7 @@ pub struct NodeSpec {
 }
 
 mod when_word {
-    use crate::group::FireWhen;
+    use crate::workflow::group::FireWhen;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(when: &FireWhen, s: S) -> Result<S::Ok, S::Error> {

@@ -1,22 +1,36 @@
-//! What the outbox holds for groups: a child's end (a report) and a run's work on a group, and their encodings.
+//! What the outbox holds, and its encodings: a follow-up, a run's work on a group, and a child's (or a graph node's) end, its report.
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::mode;
 use crate::group::{Callback, FireWhen, GroupId, GroupRef};
-use crate::task::GroupWork;
+use crate::task::{FollowUp, GroupWork};
 use crate::task_type::TaskType;
 
-/// A child's end, as a report entry holds it.
+/// How the outbox entry id of a report ends (written by the scripts).
+pub(super) const REPORT: &[u8] = b":report";
+
+/// What a report goes to: a workflow group (its callback's type is the
+/// home) or a workflow graph (its home type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Parent {
+    /// The task was a group's child.
+    Group,
+    /// The task was a graph's node: its mark's type began with the unit separator.
+    Graph,
+}
+
+/// A report: a group child's or a graph node's end, as its outbox entry holds it.
 pub(crate) struct Report {
+    /// The group or graph: its home type and id.
     pub(crate) group: GroupRef,
+    /// Which of the two it is.
+    pub(crate) parent: Parent,
     pub(super) child_type: String,
     pub(super) id: Vec<u8>,
     pub(crate) outcome: String,
-    /// The join it ended (its group's `added` when it joined); a graph node's index.
+    /// Its place in its parent: a group child's join (its group's `added`
+    /// when it joined), a graph node's index.
     pub(crate) number: u64,
-    /// A graph's node, not a group's child: its mark's type began with the unit separator.
-    pub(crate) graph: bool,
 }
 
 /// The child type is the entry id's first part; the value is
@@ -34,9 +48,9 @@ pub(crate) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
     let outcome = text("outcome")?.to_owned();
     let home = text("callback type")?;
     // A graph node's mark names the graph's home type after a unit separator (the prelude's graph_node_entry).
-    let (graph, home) = match home.strip_prefix('\u{1f}') {
-        Some(home) => (true, home),
-        None => (false, home),
+    let (parent, home) = match home.strip_prefix('\u{1f}') {
+        Some(home) => (Parent::Graph, home),
+        None => (Parent::Group, home),
     };
     let callback_type: TaskType = home.parse()?;
     let id: GroupId = text("group id")?.parse()?;
@@ -48,7 +62,7 @@ pub(crate) fn decode_report(entry_id: &[u8], data: &[u8]) -> Result<Report> {
         id: child,
         outcome,
         number,
-        graph,
+        parent,
     })
 }
 
@@ -122,6 +136,42 @@ pub fn decode_work(mut data: &[u8]) -> Result<GroupWork> {
     Ok(GroupWork { group: GroupRef { callback_type, id }, open, children, seal })
 }
 
+/// How a follow-up's entry names whether it may replace a waiting task.
+pub(crate) fn mode(replace: bool) -> &'static str {
+    if replace { "replace" } else { "create" }
+}
+
+/// How an outbox entry id ends when its follow-up is create-only (settle.lua).
+const CREATE_ONLY: &[u8] = b":create";
+
+/// Encodes a follow-up for the outbox: `<type>\n<due_ms>\n<id_len>\n<id><payload>`
+/// (binary-safe). Whether it may replace is in the entry id (settle.lua).
+pub fn encode_followup(f: &FollowUp) -> Vec<u8> {
+    let mut out = format!("{}\n{}\n{}\n", f.task_type, f.due_ms, f.id.len()).into_bytes();
+    out.extend_from_slice(&f.id);
+    out.extend_from_slice(&f.payload);
+    out
+}
+
+/// Decodes the outbox entry `entry_id` holding what [`encode_followup`] wrote.
+pub fn decode_followup(entry_id: &[u8], data: &[u8]) -> Result<FollowUp> {
+    let mut parts = data.splitn(4, |&b| b == b'\n');
+    let mut text = |what: &str| -> Result<&str> {
+        let part = parts.next().ok_or_else(|| anyhow!("outbox entry has no {what}"))?;
+        std::str::from_utf8(part).with_context(|| format!("outbox entry {what} is not text"))
+    };
+    let task_type: TaskType = text("type")?.parse()?;
+    let due_ms: i64 = text("due time")?.parse().context("bad due time in outbox entry")?;
+    let id_len: usize = text("id length")?.parse().context("bad id length in outbox entry")?;
+    let rest = parts.next().unwrap_or_default();
+    if rest.len() < id_len {
+        bail!("outbox entry is truncated");
+    }
+    let (id, payload) = rest.split_at(id_len);
+    let replace = !entry_id.ends_with(CREATE_ONLY);
+    Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms, replace })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +213,20 @@ mod tests {
         assert_eq!(r.group.to_string(), "order.done/o-1");
         assert!(decode_report(b"ship:41:report", b"dead\nBAD TYPE\ng\n1\nid").is_err());
         assert!(decode_report(b"ship:41:report", b"dead\norder.done\ng\nseven\nid").is_err(), "no join number");
+    }
+
+    #[test]
+    fn followup_encoding_round_trips() {
+        let f = FollowUp {
+            task_type: "a.b".parse().unwrap(),
+            id: vec![0, 10, 255, b'\n'],
+            payload: vec![b'\n', 0, 1],
+            due_ms: -5,
+            replace: true,
+        };
+        assert_eq!(decode_followup(b"src:7:0", &encode_followup(&f)).unwrap(), f);
+        let created = FollowUp { replace: false, ..f.clone() };
+        assert_eq!(decode_followup(b"src:7:0:create", &encode_followup(&created)).unwrap(), created);
+        assert!(decode_followup(b"src:7:0", b"a\n1\n9\nxy").is_err());
     }
 }

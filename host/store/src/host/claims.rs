@@ -3,15 +3,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use redis::Value;
 use serde::Deserialize;
 
-use super::outbox::encode_followup;
-use super::reply::parse_claim;
-use super::{Store, duration_ms};
-use crate::task::{Claim, Ended, Lease, Outcome, Settlement};
+use crate::reply::{array, bytes, int, opt_bytes, opt_int, score};
+use crate::task::{Claim, ClaimedTask, Ended, Lease, Outcome, Settlement};
 use crate::task_type::TaskType;
+use crate::workflow::entries::encode_followup;
+use crate::{Store, duration_ms};
 
 /// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
 pub const FAIR_WINDOW: usize = 1000;
@@ -188,7 +188,7 @@ impl Store {
             }
             for g in groups {
                 let mut arg = vec![b'g'];
-                arg.extend(super::groups::encode_work(g));
+                arg.extend(crate::workflow::entries::encode_work(g));
                 inv.arg(arg);
             }
             for g in graphs {
@@ -200,7 +200,7 @@ impl Store {
         let mut conn = self.conn.clone();
         let mut replies: Vec<Value> =
             inv.invoke_async(&mut conn).await.with_context(|| format!("cannot settle {} {t} tasks", batch.len()))?;
-        let reports = replies.pop().map(super::reply::int).transpose().context("settle: no count of group reports")?;
+        let reports = replies.pop().map(crate::reply::int).transpose().context("settle: no count of group reports")?;
         if replies.len() != entries.len() {
             bail!("settle of {t}: {} results for {} entries", replies.len(), entries.len());
         }
@@ -209,7 +209,7 @@ impl Store {
         for (entry, reply) in entries.iter().zip(replies) {
             match entry {
                 BatchEntry::Plain { tasks, .. } => {
-                    let taken = super::reply::bytes(reply).context("settle: a claim's acks are not a mask")?;
+                    let taken = crate::reply::bytes(reply).context("settle: a claim's acks are not a mask")?;
                     for &(i, index) in tasks {
                         if taken.get(index) == Some(&b'1') {
                             results[i] = Ended::Succeeded;
@@ -217,7 +217,7 @@ impl Store {
                     }
                 }
                 BatchEntry::Full(i) => {
-                    let name = super::reply::bytes(reply).context("settle: a task's end is not a name")?;
+                    let name = crate::reply::bytes(reply).context("settle: a task's end is not a name")?;
                     results[*i] = std::str::from_utf8(&name)
                         .ok()
                         .and_then(Ended::from_name)
@@ -368,6 +368,70 @@ impl TryFrom<String> for Rate {
             return Err(format!("invalid rate {s:?}: the count must be at least 1"));
         }
         Ok(Rate { count, per })
+    }
+}
+
+fn parse_claim(t: &TaskType, value: Value) -> Result<Claim> {
+    let mut top = array(value)?.into_iter();
+    let mut next = || top.next().ok_or_else(|| anyhow!("short reply"));
+    let now_ms = int(next()?)?;
+    let claimed = array(next()?)?;
+    // Both absent (false, read as nil) when no task has a payload or a retried attempt.
+    let payloads = opt_array(next()?)?;
+    let attempts = opt_array(next()?)?;
+    let dead = array(next()?)?;
+    let next_due_ms = score(next()?)?;
+    let next_lease_expiry_ms = score(next()?)?;
+    let lease_expiry_ms = int(next()?)?;
+    let first_token = u64::try_from(int(next()?)?).context("negative token")?;
+    let throttled_ms = opt_int(top.next().unwrap_or(Value::Nil))?;
+    let paused = opt_int(top.next().unwrap_or(Value::Nil))?.unwrap_or(0) == 1;
+
+    let n = claimed.len() / 2;
+    if claimed.len() % 2 != 0 || dead.len() % 2 != 0 {
+        bail!("odd list lengths");
+    }
+    if payloads.as_ref().is_some_and(|p| p.len() != n) || attempts.as_ref().is_some_and(|a| a.len() != n) {
+        bail!("payloads or attempts do not match the {n} tasks claimed");
+    }
+    let mut payloads = payloads.map(Vec::into_iter);
+    let mut attempts = attempts.map(Vec::into_iter);
+    let mut tasks = Vec::with_capacity(n);
+    let mut it = claimed.into_iter();
+    let mut token = first_token;
+    while let (Some(id), Some(due)) = (it.next(), it.next()) {
+        let payload = match payloads.as_mut().and_then(Iterator::next) {
+            Some(p) => opt_bytes(p)?.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let attempt = match attempts.as_mut().and_then(Iterator::next) {
+            Some(a) => u32::try_from(int(a)?).unwrap_or(u32::MAX),
+            None => 1,
+        };
+        tasks.push(ClaimedTask {
+            task_type: t.clone(),
+            id: bytes(id)?,
+            payload,
+            attempt,
+            due_ms: score(due)?.unwrap_or(0),
+            token,
+            claim: first_token,
+        });
+        token += 1;
+    }
+    let mut dead_lettered = Vec::with_capacity(dead.len() / 2);
+    let mut it = dead.into_iter();
+    while let (Some(id), Some(reason)) = (it.next(), it.next()) {
+        dead_lettered.push((bytes(id)?, String::from_utf8_lossy(&bytes(reason)?).into_owned()));
+    }
+    Ok(Claim { now_ms, tasks, dead_lettered, next_due_ms, next_lease_expiry_ms, lease_expiry_ms, throttled_ms, paused })
+}
+
+/// An array, or `None` for the nil a script's `false` becomes.
+fn opt_array(v: Value) -> Result<Option<Vec<Value>>> {
+    match v {
+        Value::Nil => Ok(None),
+        other => array(other).map(Some),
     }
 }
 

@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use redis::Value;
 
-use super::Store;
-use super::reply::{array, bytes};
+use crate::Store;
+use crate::reply::array;
 use crate::task_type::TaskType;
 
 /// One schedule as Redis holds it.
@@ -40,7 +40,7 @@ pub enum SyncOutcome {
     Stale,
 }
 
-fn join(times: &[i64]) -> String {
+pub(crate) fn join(times: &[i64]) -> String {
     times.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
 
@@ -147,37 +147,5 @@ impl Store {
             }
         }
         Ok(out)
-    }
-
-    /// Stores the times after `seen` (the armed id the host read) and re-arms
-    /// the schedule if its chain stopped; see `recur_sync.lua`.
-    pub async fn recur_sync(
-        &self,
-        t: &TaskType,
-        name: &str,
-        definition: &str,
-        seen: Option<&str>,
-        times: &[i64],
-    ) -> Result<SyncOutcome> {
-        let k = self.keys(t);
-        let mut conn = self.conn.clone();
-        let value: Value = self
-            .scripts
-            .recur_sync
-            .key(&k.recur)
-            .key(&k.due)
-            .key(&k.payload)
-            .arg(name)
-            .arg(definition)
-            .arg(seen.unwrap_or(""))
-            .arg(join(times))
-            .invoke_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot sync the recurring schedule {t}/{name}"))?;
-        Ok(match bytes(value)?.as_slice() {
-            b"armed" => SyncOutcome::Armed,
-            b"kept" => SyncOutcome::Kept,
-            _ => SyncOutcome::Stale,
-        })
     }
 }

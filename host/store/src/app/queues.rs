@@ -4,10 +4,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use redis::{Script, Value};
 use serde::Serialize;
 
-use super::conn::CONNECT_TIMEOUT;
-use super::reply::{array, bytes, opt_bytes, opt_int, score};
-use super::{BATCH, Store};
+use crate::conn::CONNECT_TIMEOUT;
+use crate::reply::{array, bytes, opt_bytes, opt_int, score};
 use crate::task_type::TaskType;
+use crate::{BATCH, Store};
 
 /// Queue sizes and counters of a type.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::AdminState;
-use super::page::{bad_query, esc, header, live, state_name, unreadable};
+use crate::admin::AdminState;
+use crate::admin::page::{bad_query, esc, header, live, state_name, unreadable};
 use crate::clock::format_ms;
 use crate::group::{GroupId, GroupRef};
 use crate::task_type::TaskType;
@@ -74,13 +74,13 @@ pub(crate) async fn open_groups(state: &AdminState, t: &TaskType, h: &mut String
 }
 
 /// The link to a task's page (`child` is `<type>/<id>`, as groups list their children).
-pub(super) fn task_link(child: &str) -> String {
+pub(crate) fn task_link(child: &str) -> String {
     let (t, id) = child.split_once('/').unwrap_or(("", child));
     format!("<a href=\"/task?type={}&amp;id={}\"><code>{}</code></a>", percent(t), percent(id), esc(child))
 }
 
 /// Every byte percent-encoded: safe in a query string whatever the name holds.
-pub(super) fn percent(s: &str) -> String {
+pub(crate) fn percent(s: &str) -> String {
     s.bytes().map(|b| format!("%{b:02X}")).collect()
 }
 

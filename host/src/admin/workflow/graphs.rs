@@ -9,9 +9,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::AdminState;
 use super::groups::{percent, task_link};
-use super::page::{bad_query, esc, header, live, unreadable};
+use crate::admin::AdminState;
+use crate::admin::page::{bad_query, esc, header, live, unreadable};
 use crate::clock::format_ms;
 use crate::group::GroupId;
 use crate::store::{GraphProgress, GraphView};
@@ -38,7 +38,7 @@ pub(crate) struct GraphQuery {
 }
 
 /// The link to a graph's page.
-pub(super) fn link(home: &str, graph: &str) -> String {
+pub(crate) fn link(home: &str, graph: &str) -> String {
     format!("<a href=\"/graph?type={}&amp;graph={}\">{}</a>", percent(home), percent(graph), esc(graph))
 }
 

@@ -1,11 +1,12 @@
 //! The outbox: follow-ups and workflow reports committed with a settle, moved on to their target types exactly once.
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 
+use super::entries::{Parent, decode_followup};
 use super::groups::{GroupDelivery, GroupMoves};
-use super::{BATCH, Store};
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
+use crate::{BATCH, Store};
 
 /// What one pass over an outbox did.
 #[derive(Debug, Default)]
@@ -57,8 +58,8 @@ impl Store {
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
                 // What can never be delivered (corrupt) is logged and dropped, to keep the outbox moving.
-                let undeliverable = if entry_id.ends_with(super::groups::REPORT) {
-                    match super::groups::decode_report(entry_id, encoded) {
+                let undeliverable = if entry_id.ends_with(super::entries::REPORT) {
+                    match super::entries::decode_report(entry_id, encoded) {
                         Ok(report) => {
                             reports.push((entry_id.clone(), report));
                             continue;
@@ -114,12 +115,12 @@ impl Store {
                 flushed.moved += 1;
             }
             self.deliver_graph_nodes(t, nodes, &mut flushed).await?;
-            // A node's end goes to its graph, a child's to its group.
-            let (graph_reports, reports): (Vec<_>, Vec<_>) = reports.into_iter().partition(|(_, r)| r.graph);
-            homes.extend(graph_reports.iter().map(|(_, r)| r.group.callback_type.clone()));
+            // A node's end goes to its graph, a child's to its group: one delivery for both.
+            let graph_homes = reports.iter().filter(|(_, r)| r.parent == Parent::Graph);
+            homes.extend(graph_homes.map(|(_, r)| r.group.callback_type.clone()));
             homes.sort_by(|a, b| a.as_str().cmp(b.as_str()));
             homes.dedup();
-            self.deliver_graph_reports(t, graph_reports, &mut flushed).await?;
+            self.deliver_reports(t, reports, &mut flushed).await?;
             // The nodes those ends released wait in their home type's outbox (this one too, when
             // nodes and graph share a type): schedule them now, not at that type's next pass.
             for home in &homes {
@@ -131,7 +132,6 @@ impl Store {
                     flushed.failed.push((home.clone(), e));
                 }
             }
-            self.deliver_reports(t, reports, &mut flushed).await?;
             cursor = next;
             if cursor == 0 {
                 return Ok(flushed);
@@ -209,56 +209,5 @@ impl Store {
             Err(e) => return Err(e),
         }
         Ok(true)
-    }
-}
-
-/// How an outbox entry id ends when its follow-up is create-only (settle.lua).
-const CREATE_ONLY: &[u8] = b":create";
-
-/// Encodes a follow-up for the outbox: `<type>\n<due_ms>\n<id_len>\n<id><payload>`
-/// (binary-safe). Whether it may replace is in the entry id (settle.lua).
-pub fn encode_followup(f: &FollowUp) -> Vec<u8> {
-    let mut out = format!("{}\n{}\n{}\n", f.task_type, f.due_ms, f.id.len()).into_bytes();
-    out.extend_from_slice(&f.id);
-    out.extend_from_slice(&f.payload);
-    out
-}
-
-/// Decodes the outbox entry `entry_id` holding what [`encode_followup`] wrote.
-pub fn decode_followup(entry_id: &[u8], data: &[u8]) -> Result<FollowUp> {
-    let mut parts = data.splitn(4, |&b| b == b'\n');
-    let mut text = |what: &str| -> Result<&str> {
-        let part = parts.next().ok_or_else(|| anyhow!("outbox entry has no {what}"))?;
-        std::str::from_utf8(part).with_context(|| format!("outbox entry {what} is not text"))
-    };
-    let task_type: TaskType = text("type")?.parse()?;
-    let due_ms: i64 = text("due time")?.parse().context("bad due time in outbox entry")?;
-    let id_len: usize = text("id length")?.parse().context("bad id length in outbox entry")?;
-    let rest = parts.next().unwrap_or_default();
-    if rest.len() < id_len {
-        bail!("outbox entry is truncated");
-    }
-    let (id, payload) = rest.split_at(id_len);
-    let replace = !entry_id.ends_with(CREATE_ONLY);
-    Ok(FollowUp { task_type, id: id.to_vec(), payload: payload.to_vec(), due_ms, replace })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn followup_encoding_round_trips() {
-        let f = FollowUp {
-            task_type: "a.b".parse().unwrap(),
-            id: vec![0, 10, 255, b'\n'],
-            payload: vec![b'\n', 0, 1],
-            due_ms: -5,
-            replace: true,
-        };
-        assert_eq!(decode_followup(b"src:7:0", &encode_followup(&f)).unwrap(), f);
-        let created = FollowUp { replace: false, ..f.clone() };
-        assert_eq!(decode_followup(b"src:7:0:create", &encode_followup(&created)).unwrap(), created);
-        assert!(decode_followup(b"src:7:0", b"a\n1\n9\nxy").is_err());
     }
 }

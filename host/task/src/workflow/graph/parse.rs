@@ -8,8 +8,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::{MAX_EDGES, MAX_NODES, NodeSpec};
-use crate::group::{FireWhen, GroupId};
 use crate::task_type::TaskType;
+use crate::workflow::group::{FireWhen, GroupId};
 
 /// What a parse may allocate, what it holds, and the most it held at once.
 pub(super) struct Meter {

@@ -6,7 +6,9 @@
 
 use redis::Script;
 
-/// Every script the store runs.
+/// Every script the store runs (an application's build, without the `host`
+/// feature, loads the host's scripts too and never runs them).
+#[cfg_attr(not(feature = "host"), allow(dead_code))]
 pub(super) struct Scripts {
     pub(super) schedule: Script,
     pub(super) cancel: Script,
@@ -40,7 +42,7 @@ pub(super) struct Scripts {
 }
 
 /// The shared helpers every script starts with.
-const PRELUDE: &str = include_str!("scripts/prelude.lua");
+const PRELUDE: &str = include_str!("prelude.lua");
 
 /// The prelude's reading of the server's clock, which a manual clock replaces.
 #[cfg(feature = "manual-clock")]
@@ -53,13 +55,13 @@ const SERVER_CLOCK: &str =
 /// the fault tests do at the instant they stall Redis. The store's own reader
 /// is [`Store::holders`](crate::Store::holders).
 pub fn holders_source() -> String {
-    format!("{PRELUDE}{}", include_str!("scripts/holders.lua"))
+    format!("{PRELUDE}{}", include_str!("holders.lua"))
 }
 
 /// `scripts/<name>.lua` behind `$prelude`.
 macro_rules! script {
     ($prelude:expr, $name:literal) => {
-        Script::new(&format!("{}{}", $prelude, include_str!(concat!("scripts/", $name, ".lua"))))
+        Script::new(&format!("{}{}", $prelude, include_str!(concat!($name, ".lua"))))
     };
 }
 

@@ -12,19 +12,13 @@
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
-mod entries;
+use super::entries::{decode_work, mode};
 
-pub(super) use entries::Report;
-pub(super) use entries::decode_report;
-pub use entries::{decode_work, encode_work};
-
-use super::{BATCH, Store};
 use crate::group::{Callback, GroupRef};
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
+use crate::{BATCH, Store};
 
-/// How the outbox entry id of a child's end report ends (written by the scripts).
-pub(super) const REPORT: &[u8] = b":report";
 /// How the outbox entry id of a run's work on a group ends (settle.lua).
 pub(super) const WORK: &[u8] = b":group";
 
@@ -53,7 +47,7 @@ pub enum Fired {
 }
 
 impl Fired {
-    fn parse(s: &[u8]) -> Option<Fired> {
+    pub(super) fn parse(s: &[u8]) -> Option<Fired> {
         match s {
             b"callback" => Some(Fired::Callback),
             b"skipped" => Some(Fired::Skipped),
@@ -402,61 +396,6 @@ impl Store {
         }
     }
 
-    /// Delivers children's ends (outbox entries of `t`, decoded) to their
-    /// groups, exactly once: one group_reports.lua per callback type and
-    /// [`REPORTS_PER_CALL`], then one HDEL of the delivered entries. Entries
-    /// whose callback type's keys are broken wait in the outbox.
-    pub(super) async fn deliver_reports(
-        &self,
-        t: &TaskType,
-        mut reports: Vec<(Vec<u8>, Report)>,
-        flushed: &mut super::OutboxFlush,
-    ) -> Result<()> {
-        // One slot per callback type: batch each type's reports together.
-        reports.sort_by(|a, b| a.1.group.callback_type.as_str().cmp(b.1.group.callback_type.as_str()));
-        let of_one_type = reports.chunk_by(|a, b| a.1.group.callback_type == b.1.group.callback_type);
-        for batch in of_one_type.flat_map(|run| run.chunks(REPORTS_PER_CALL)) {
-            let c = batch[0].1.group.callback_type.clone();
-            let k = self.keys(&c);
-            let mut inv = self.scripts.group_reports.prepare_invoke();
-            inv.key(&k.groups).key(&k.stats).key(&k.due).key(&k.payload).key(&k.dead);
-            for (_, r) in batch {
-                let gk = k.group(&r.group.id);
-                inv.key(&gk.group).key(&gk.pending).key(&gk.failed);
-                let member = [r.child_type.as_bytes(), b"\n", &r.id].concat();
-                inv.arg(r.group.id.as_str()).arg(member).arg(&r.outcome).arg(r.number);
-            }
-            let mut conn = self.conn.clone();
-            let fired: Result<Vec<Vec<u8>>> = inv
-                .invoke_async(&mut conn)
-                .await
-                .with_context(|| format!("cannot deliver {} child ends from {t} to their {c} groups", batch.len()));
-            let fired = match fired {
-                Ok(fired) => fired,
-                Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
-                Err(e) => {
-                    // The callback type's keys are broken: its reports wait in the outbox.
-                    flushed.failed.push((c, e));
-                    continue;
-                }
-            };
-            for ((_, r), fired) in batch.iter().zip(&fired) {
-                if let Some(f) = Fired::parse(fired) {
-                    flushed.groups.completed.push((r.group.clone(), f));
-                }
-            }
-            let ids: Vec<&[u8]> = batch.iter().map(|(id, _)| id.as_slice()).collect();
-            let _: i64 = redis::cmd("HDEL")
-                .arg(&self.keys(t).outbox)
-                .arg(&ids)
-                .query_async(&mut conn)
-                .await
-                .with_context(|| format!("cannot clear the {t} outbox"))?;
-            flushed.moved += batch.len();
-        }
-        Ok(())
-    }
-
     /// Delivers the outbox entry `entry_id` of a run's work on one group:
     /// open and join, schedule each child, then seal; each step once (its
     /// own marker), so a pass cut short anywhere is finished by the next.
@@ -504,15 +443,11 @@ impl Store {
 
 /// The marker key (in `k`'s slot) of a step that runs once, or a key that
 /// the script does not use (it is still declared, in the same slot).
-fn marker_key(inv: &mut redis::ScriptInvocation<'_>, k: &super::Keys, marker: Option<&[u8]>) {
+fn marker_key(inv: &mut redis::ScriptInvocation<'_>, k: &crate::Keys, marker: Option<&[u8]>) {
     match marker {
         Some(m) => inv.key(k.delivered(m)),
         None => inv.key(k.delivered(b"-")),
     };
-}
-
-pub(super) fn mode(replace: bool) -> &'static str {
-    if replace { "replace" } else { "create" }
 }
 
 /// A group's own refusal (HGGROUP) is the run's mistake: recorded, dropped.
@@ -570,6 +505,3 @@ fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
 
 /// Children scheduled per script call (all of one type).
 const CHILDREN_PER_CALL: usize = 256;
-
-/// Reports delivered per script call (all to one callback type).
-const REPORTS_PER_CALL: usize = 256;
