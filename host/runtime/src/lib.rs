@@ -23,6 +23,7 @@
 //!
 //! - `compile.rs`: compiling in a child process under limits (`compile-worker`); `cache.rs`: the
 //!   on-disk cache of compiled plugins; `check.rs`: a component checked against the world;
+//!   `component.rs`: a compiled plugin ([`Component`]) and what its instances share;
 //!   `priority.rs`: compiles at low CPU priority;
 //! - `policy.rs`: what a type's runs are held to; `handler.rs`: a component bound to it, one run
 //!   from a fresh state (`handler/kept.rs`: on a kept instance reset to its checkpoint, or reused);
@@ -42,6 +43,7 @@ mod cache;
 mod check;
 mod checkpoints;
 mod compile;
+mod component;
 mod handler;
 mod host_state;
 mod pipe;
@@ -62,7 +64,7 @@ use anyhow::{Context, Result};
 use bytesize::ByteSize;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Checkpoint, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use check::{CheckReport, CompileReport};
 pub use checkpoints::RunCost;
@@ -70,6 +72,8 @@ pub use compile::{
     CompileLimits, CompileStats, Compiler, DEFAULT_COMPILE_THREADS, Refused, WorkerArgs, is_refused,
     worker as compile_worker, worker_if_asked as compile_worker_if_asked,
 };
+pub use component::Component;
+use component::ComponentInner;
 pub use handler::{Failure, Handler, Limits, TaskRun};
 pub use host_state::{FOLLOWUPS_REFUSED_TOTAL, LOG_CAP};
 pub use policy::SandboxPolicy;
@@ -530,62 +534,4 @@ fn wt(e: wasmtime::Error) -> anyhow::Error {
 /// Joins a multi-line error into one line.
 pub(crate) fn one_line(text: &str) -> String {
     text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
-}
-
-/// A compiled plugin, checked against [`WORLD`]; cheap to clone.
-#[derive(Clone)]
-pub struct Component {
-    inner: Arc<ComponentInner>,
-}
-
-struct ComponentInner {
-    pre: TaskHandlerPre<HostState>,
-    path: PathBuf,
-    hash: String,
-    /// What compiling it took, when it was compiled rather than mapped from the cache.
-    compiled: Option<CompileStats>,
-    max_memory: u64,
-    warm_idle: Arc<AtomicUsize>,
-    kept_per_handler: usize,
-    /// The first checkpoint of one of its instances: later ones share its
-    /// memory images where the contents are the same (they are for a
-    /// deterministic start), so kept instances of a plugin hold one copy.
-    reset_template: OnceLock<Arc<Checkpoint>>,
-    /// Why its instances cannot be reset, once that is known: each task then
-    /// gets a fresh instance.
-    reset_refused: OnceLock<String>,
-    /// [`ComponentInner::reset_template`] of checkpoints taken after a warm-up call.
-    warm_template: OnceLock<Arc<Checkpoint>>,
-    /// Why its warm-up call cannot be used, once that is known: its
-    /// instances are then checkpointed right after instantiation.
-    warm_up_refused: OnceLock<String>,
-    /// Runs of it since it was loaded, and their wall time in all.
-    runs: AtomicU64,
-    run_nanos: AtomicU64,
-}
-
-impl fmt::Debug for Component {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Component")
-            .field("path", &self.inner.path)
-            .field("hash", &self.inner.hash)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Component {
-    /// First 12 hex digits of the SHA-256 of the file: names this version in logs.
-    pub fn hash(&self) -> &str {
-        &self.inner.hash
-    }
-
-    /// The file it was loaded from.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
-    /// What compiling it took; `None` when it was mapped from the cache.
-    pub fn compile_stats(&self) -> Option<CompileStats> {
-        self.inner.compiled
-    }
 }
