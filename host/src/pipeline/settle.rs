@@ -29,21 +29,25 @@ const SETTLE_LINGER: Duration = Duration::from_micros(500);
 /// Outcomes the settler has taken from its queue for one script call.
 #[derive(Default)]
 struct Gathered {
+    /// The settlements, side by side as the script call takes them.
     batch: Vec<Settlement>,
-    permits: Vec<Permits>,
-    /// The runs' spans (traced types only), ended with what the settle committed.
-    spans: Vec<(usize, RunSpan)>,
+    /// What each of `batch`, in its order, holds until it is stored.
+    held: Vec<Holding>,
     /// Unreported-outcome counters of the claims in `batch`, each once.
     claims: Vec<Arc<AtomicUsize>>,
 }
 
+/// What one queued outcome holds until the settle stores it: its slots, and
+/// its run's span (traced types only), ended with what the settle committed.
+struct Holding {
+    permits: Permits,
+    span: Option<RunSpan>,
+}
+
 impl Gathered {
     fn push(&mut self, queued: Queued) {
-        if let Some(span) = queued.span {
-            self.spans.push((self.batch.len(), span));
-        }
         self.batch.push(queued.settlement);
-        self.permits.push(queued.permits);
+        self.held.push(Holding { permits: queued.permits, span: queued.span });
         if !self.claims.iter().any(|c| Arc::ptr_eq(c, &queued.claim_unreported)) {
             self.claims.push(queued.claim_unreported);
         }
@@ -125,7 +129,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
         while let Some(first) = queue.outcomes.recv().await {
             gathered.push(first);
             gathered.take_more(&mut queue).await;
-            let Gathered { batch, permits, spans, .. } = std::mem::take(&mut gathered);
+            let Gathered { batch, mut held, .. } = std::mem::take(&mut gathered);
             let events = || self.plugins.config().events_maxlen(&task_type);
             let (results, group_reports) = write_outcomes(&self.ledger, &self.health, &task_type, &batch, events).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
@@ -157,11 +161,13 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
             }
             metrics.settled(&batch, &results);
             // A run's span ends with what Redis committed, not what the run asked for.
-            for (i, span) in spans {
-                span.end(results[i], batch[i].outcome.error());
+            for ((holding, s), ended) in held.iter_mut().zip(&batch).zip(&results) {
+                if let Some(span) = holding.span.take() {
+                    span.end(*ended, s.outcome.error());
+                }
             }
             in_flight.settled(batch.iter().map(|s| &s.lease));
-            drop(permits); // frees the concurrency slots only now that the outcome is stored
+            drop(held); // frees the concurrency slots only now that the outcome is stored
             if self.plugins.serving(&task_type).is_some_and(|e| e.policy.max_running > 0) {
                 // A slot of max_running is free: this host's claim loop need not wait to poll for it.
                 self.wakeups.of(&task_type).notify_one();
@@ -237,7 +243,7 @@ mod tests {
         second.store(0, Ordering::Release);
         assert!(gathered.claims_reported());
         assert_eq!(batch_ids(&gathered), ["a", "b", "c"]);
-        assert_eq!(gathered.permits.len(), 3, "every slot is held until the settle");
+        assert_eq!(gathered.held.len(), 3, "every slot is held until the settle");
     }
 
     fn queue() -> (mpsc::UnboundedSender<Queued>, SettleQueue) {
