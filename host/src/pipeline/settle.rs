@@ -40,14 +40,15 @@ struct Gathered {
 /// What one queued outcome holds until the settle stores it: its slots, and
 /// its run's span (traced types only), ended with what the settle committed.
 struct Holding {
-    permits: Permits,
+    /// Held, never read: dropping it frees the slots.
+    _permits: Permits,
     span: Option<RunSpan>,
 }
 
 impl Gathered {
     fn push(&mut self, queued: Queued) {
         self.batch.push(queued.settlement);
-        self.held.push(Holding { permits: queued.permits, span: queued.span });
+        self.held.push(Holding { _permits: queued.permits, span: queued.span });
         if !self.claims.iter().any(|c| Arc::ptr_eq(c, &queued.claim_unreported)) {
             self.claims.push(queued.claim_unreported);
         }
