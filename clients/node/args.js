@@ -73,6 +73,8 @@ function payloadOf(p) {
   if (Buffer.isBuffer(p)) return p;
   if (p instanceof Uint8Array) return Buffer.from(p);
   if (typeof p === "string") return Buffer.from(p);
+  const lost = unfaithful(p, "payload", new Set());
+  if (lost) throw new InvalidArgument(`${lost}: JSON would not keep it; pass plain data, a string or a Buffer`);
   let json;
   try {
     json = JSON.stringify(p);
@@ -83,6 +85,54 @@ function payloadOf(p) {
     throw new InvalidArgument(`payload ${describe(p)} is not a Buffer, a string or JSON-able`);
   }
   return Buffer.from(json);
+}
+
+/**
+ * Where `v` holds what `JSON.stringify` would drop or flatten without an error (a Map or a Set
+ * becomes `{}`, `undefined` and functions vanish or become null, NaN becomes null, a class
+ * instance loses its class), as `<path> is <what>`; null when JSON keeps all of it. A value with
+ * its own `toJSON` (a Date) chose its JSON form and is kept as that. Cycles and BigInts are left
+ * to `JSON.stringify`, which throws on them.
+ */
+function unfaithful(v, path, seen) {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+    case "bigint":
+      return null;
+    case "number":
+      return Number.isFinite(v) ? null : `${path} is ${v}`;
+    case "undefined":
+      return `${path} is undefined`;
+    case "function":
+      return `${path} is a function`;
+    case "symbol":
+      return `${path} is a symbol`;
+  }
+  if (v === null || typeof v.toJSON === "function" || seen.has(v)) return null;
+  seen.add(v);
+  try {
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const lost = unfaithful(v[i], `${path}[${i}]`, seen);
+        if (lost) return lost;
+      }
+      return null;
+    }
+    const proto = Object.getPrototypeOf(v);
+    if (proto !== Object.prototype && proto !== null) {
+      const name = (v.constructor && v.constructor.name) || "object";
+      return `${path} is ${/^[AEIOU]/i.test(name) ? "an" : "a"} ${name}`;
+    }
+    if (Object.getOwnPropertySymbols(v).length > 0) return `${path} has symbol keys`;
+    for (const key of Object.keys(v)) {
+      const lost = unfaithful(v[key], `${path}.${key}`, seen);
+      if (lost) return lost;
+    }
+    return null;
+  } finally {
+    seen.delete(v);
+  }
 }
 
 /** This machine's clock in ms since the epoch. */

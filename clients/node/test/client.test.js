@@ -138,6 +138,30 @@ test("ids and payloads are written as given or refused, and so are unknown optio
   for (const bad of [Symbol("s"), () => 1, Infinity, 10n]) {
     await assert.rejects(client.schedule("bad", "id", { payload: bad }), hg.InvalidArgument);
   }
+  // What JSON.stringify would flatten or drop without an error is refused too, naming where it is.
+  class Order {
+    constructor() {
+      this.order = 42;
+    }
+  }
+  const unfaithful = [
+    [new Map([["order", 42]]), /payload is a Map/],
+    [new Set([1]), /payload is a Set/],
+    [[1, undefined], /payload\[1\] is undefined/],
+    [{ order: 42, note: undefined }, /payload\.note is undefined/],
+    [{ order: 42, total() {} }, /payload\.total is a function/],
+    [new Order(), /payload is an Order/],
+    [{ lines: [{ tags: new Set(["a"]) }] }, /payload\.lines\[0\]\.tags is a Set/],
+    [{ n: NaN }, /payload\.n is NaN/],
+    [{ [Symbol("s")]: 1 }, /payload has symbol keys/],
+  ];
+  for (const [bad, why] of unfaithful) {
+    await assert.rejects(client.schedule("bad", "id", { payload: bad }), (e) => e instanceof hg.InvalidArgument && why.test(e.message));
+    await assert.rejects(client.scheduleMany([{ taskType: "bad", id: "id", payload: bad }]), (e) => e instanceof hg.InvalidArgument && why.test(e.message));
+  }
+  // A value that chose its JSON form (toJSON: a Date) is written as that form.
+  await client.schedule("ok", "dated", { payload: { at: new Date(0) } });
+  assert.equal(await redis.hget("hourglass:{ok}:payload", "dated"), '{"at":"1970-01-01T00:00:00.000Z"}');
   // BullMQ's `delay` would have been due now: it is named, with the option it meant.
   await assert.rejects(client.schedule("bad", "id", { delay: 600000 }), (e) => {
     assert.ok(e instanceof hg.InvalidArgument && /unknown option "delay" of schedule: did you mean delayMs/.test(e.message), e.message);

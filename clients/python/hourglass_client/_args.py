@@ -68,10 +68,40 @@ def payload(value: Payload) -> bytes:
         return value.encode()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
+    lost = _unfaithful(value, "payload", set())
+    if lost:
+        raise InvalidArgument(f"{lost}: JSON would not keep it; pass dicts with str keys, lists, str, numbers, bytes")
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError) as e:
         raise InvalidArgument(f"payload of type {type(value).__name__} is not bytes, str or JSON-able: {e}") from None
+
+
+def _unfaithful(value: object, path: str, inside: "set[int]") -> Optional[str]:
+    """Where ``value`` holds what ``json.dumps`` would change without an error, as ``<path> is <what>``:
+    a tuple (read back as a list) or a dict key that is not a str (read back as text); None when JSON
+    keeps it all. What ``json.dumps`` refuses (a set, an object, NaN, a cycle) is left to it."""
+    if isinstance(value, tuple):
+        return f"{path} is a tuple"
+    if not isinstance(value, (list, dict)) or id(value) in inside:
+        return None
+    inside.add(id(value))
+    try:
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                lost = _unfaithful(item, f"{path}[{i}]", inside)
+                if lost:
+                    return lost
+        else:
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return f"{path} has a key {key!r} of type {type(key).__name__}, not str"
+                lost = _unfaithful(item, f"{path}[{key!r}]", inside)
+                if lost:
+                    return lost
+        return None
+    finally:
+        inside.discard(id(value))
 
 
 def mode(value: str) -> str:

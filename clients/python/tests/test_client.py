@@ -181,6 +181,21 @@ class ClientTest(ServerTest):
         for bad in (object(), float("nan"), {1, 2}):
             with self.assertRaises(hg.InvalidArgument, msg=repr(bad)):
                 self.hg.schedule("bad", "id", payload=bad)
+        # What json.dumps would change without an error is refused too, naming where it is.
+        unfaithful = [
+            ((1, 2), "payload is a tuple"),
+            ({"lines": [{"at": (1, 2)}]}, "payload['lines'][0]['at'] is a tuple"),
+            ({1: "x"}, "payload has a key 1 of type int"),
+            ({"order": {None: 1}}, "payload['order'] has a key None"),
+        ]
+        for bad, why in unfaithful:
+            for call in (
+                lambda: self.hg.schedule("bad", "id", payload=bad),
+                lambda: self.hg.schedule_many([{"task_type": "bad", "id": "id", "payload": bad}]),
+            ):
+                with self.assertRaises(hg.InvalidArgument, msg=repr(bad)) as caught:
+                    call()
+                self.assertIn(why, str(caught.exception))
         self.assertEqual(self.r.keys("hourglass:{bad}:*"), [])
 
     def test_a_client_that_decodes_replies_is_refused_at_construction(self):
