@@ -11,6 +11,7 @@ mod bad_data;
 mod cli;
 mod controls;
 mod layout;
+mod limits;
 mod progress;
 mod recurring;
 mod runner;

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod compile;
 mod containment;
 mod http;
 mod isolation;

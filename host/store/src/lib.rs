@@ -10,7 +10,8 @@
 //! (claim, settle, extend, release, presence, progress writes) is behind the
 //! `host` feature, which the `hourglass` crate turns on: an application that
 //! links this crate alone cannot call it (`cargo test -p hourglass-store
-//! --doc --no-default-features` shows a settle refused at compile time).
+//! --doc`, run on its own so the host's features are not merged in, shows a
+//! settle refused at compile time).
 //!
 //! # Key layout (prefix `P`, task type `T`, a group's or graph's home type `C`, its id `G`)
 //!

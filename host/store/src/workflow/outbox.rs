@@ -30,6 +30,7 @@ pub struct OutboxFlush {
     /// task in use): (home type, graph id, why); dropped, not retried.
     pub graphs_refused: Vec<(TaskType, crate::group::GroupId, String)>,
 }
+
 impl Store {
     /// Moves every follow-up in `t`'s outbox into its target type's due set
     /// (exactly once, see `deliver.lua`). An entry whose target type's keys
@@ -49,8 +50,8 @@ impl Store {
                 .query_async(&mut conn)
                 .await
                 .with_context(|| format!("cannot read the {t} outbox"))?;
-            // Children's ends are delivered together after the page, a batch per callback type;
-            // graph nodes' schedules too, a batch per type.
+            // Reports (children's and nodes' ends) are delivered together after the page, a batch
+            // per parent kind and home type; graph nodes' schedules too, a batch per type.
             let mut reports = Vec::new();
             let mut nodes = Vec::new();
             // Home types whose graphs were declared here: their roots are scheduled after the page.
