@@ -5,7 +5,8 @@
 // see ../../../shared/peers/README.md; BULLMQ=<path to the bullmq package> to point elsewhere).
 // Each the same N tasks, batches of 1000 with 4 in flight, after a warm-up; the kinds take turns,
 // ROUNDS times (the machine's speed drifts), and each figure is the median of its rounds (all of
-// them in `rounds`). Prints one JSON line.
+// them in `rounds`), with what each cost Redis per task (its INFO cpu before and after,
+// `redis_cpu_us_per_task`). Prints one JSON line.
 //
 //   node bench-bulk.js [N=100000] [ROUNDS=3]
 "use strict";
@@ -69,11 +70,23 @@ async function batched(n, send) {
   await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
 }
 
+/** Redis's own CPU time so far (INFO cpu: user + sys), in µs. */
+async function redisCpuUs(redis) {
+  const info = await redis.info("cpu");
+  const field = (name) => Number(info.match(new RegExp(`${name}:([0-9.]+)`))[1]);
+  return (field("used_cpu_user") + field("used_cpu_sys")) * 1e6;
+}
+
+/** Per label, the Redis CPU each of its runs cost per task (µs). */
+const redisCpu = {};
+
 async function timed(redis, label, count, run) {
   await redis.flushall();
+  const cpuBefore = await redisCpuUs(redis);
   const started = process.hrtime.bigint();
   await run();
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  (redisCpu[label] ||= []).push(Math.round(((await redisCpuUs(redis)) - cpuBefore) / N * 100) / 100);
   const stored = await count();
   if (stored !== N && stored !== undefined) throw new Error(`${label}: ${stored} stored, not ${N}`);
   return Math.round(N / seconds);
@@ -143,6 +156,11 @@ async function main() {
     }
     for (const [name, all] of Object.entries(rounds)) result[name] = [...all].sort((a, b) => a - b)[Math.floor(all.length / 2)];
     result.rounds = rounds;
+    // What each kind cost Redis per task (µs of its CPU), the median of its rounds, and every round.
+    result.redis_cpu_us_per_task = Object.fromEntries(
+      Object.entries(redisCpu).map(([label, all]) => [label, [...all].sort((a, b) => a - b)[Math.floor(all.length / 2)]]),
+    );
+    result.redis_cpu_rounds = redisCpu;
     if (queue) await queue.close();
   } finally {
     stop();

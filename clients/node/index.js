@@ -19,7 +19,7 @@ const { taskType, describe, rawId, checkOptions, textId, payloadOf, nowMs, msOf,
 const GROUP_ID_MAX = 200;
 // Children per script call, as the host sends them (its CHILDREN_PER_CALL).
 const CHILDREN_PER_CALL = 256;
-const SCRIPTS = ["schedule", "reschedule", "cancel", "show", "pause", "resume", "stats"].concat([
+const SCRIPTS = ["schedule", "schedule_batch", "reschedule", "cancel", "show", "pause", "resume", "stats"].concat([
   "group_join",
   "group_child",
   "group_end",
@@ -186,8 +186,9 @@ class Hourglass {
   }
 
   /**
-   * Schedules many tasks ({ taskType, id, payload?, at? | atMs? | delayMs?, mode? }) in pipelined
-   * batches, each to its shard; every task is checked before anything is sent. Resolves to whether
+   * Schedules many tasks ({ taskType, id, payload?, at? | atMs? | delayMs?, mode? }) in batches of
+   * 1000, each to its shard and written as schedule would: one schedule_batch script call per shard
+   * (type) and 200 tasks, atomic; every task is checked before anything is sent. Resolves to whether
    * each due time was written, in the order given. No traceparent here: use schedule for that.
    * Options: `replicas` and `replicasTimeoutMs`, as for schedule (one WAIT after every batch was sent).
    */

@@ -353,3 +353,21 @@ fn the_lock_file_keeps_url_off_icu4x() {
     let icu: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).filter(|n| n.starts_with("icu_")).collect();
     assert!(icu.is_empty(), "Cargo.lock pulls in ICU4X again: {icu:?}");
 }
+
+/// The clients cut `schedule_batch` calls at the host's bounds (a call holds
+/// Redis about a millisecond at most): the numbers in their sources are the store's.
+#[test]
+fn the_clients_cut_schedule_batches_as_the_host_does() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let number = |file: &str, name: &str| -> usize {
+        let code = std::fs::read_to_string(root.join(file)).unwrap();
+        let line =
+            code.lines().find(|l| l.contains(&format!("{name} = "))).unwrap_or_else(|| panic!("{file}: no {name}"));
+        let value = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
+        value.split('*').map(|f| f.trim().parse::<usize>().unwrap_or_else(|e| panic!("{file}: {line}: {e}"))).product()
+    };
+    for file in ["clients/python/hourglass_client/_bulk.py", "clients/node/bulk.js"] {
+        assert_eq!(number(file, "MAX_BATCH_TASKS"), hourglass::store::MAX_BATCH_TASKS, "{file}");
+        assert_eq!(number(file, "MAX_BATCH_BYTES"), hourglass::store::MAX_BATCH_BYTES, "{file}");
+    }
+}

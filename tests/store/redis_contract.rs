@@ -3,6 +3,8 @@
 //! Here: claims and leases, fencing, extend, retry, release, client schedules, stats, type names, connecting;
 //! the child modules hold claim records, dead letters and follow-ups.
 
+// Scheduling many tasks in one script call per type and batch.
+mod batches;
 // Claim records left by older versions, damaged or outliving their token counter, and acks of part of a claim.
 mod claim_records;
 // The dead-letter set: requeue, purge, revival, and dead letters at claim.

@@ -134,6 +134,18 @@ test("on a Cluster each pipeline stays in one slot", async () => {
   assert.equal((await client.stats("hot")).scheduledLater + (await client.stats("cold")).scheduledLater, 1500);
 });
 
+test("after SCRIPT FLUSH a later batch still sees an earlier one's write", async () => {
+  await redis.script("FLUSH");
+  // Three batches in flight at once, each refused with NOSCRIPT and sent again: in their order.
+  const tasks = Array.from({ length: 2500 }, (_, i) => ({ taskType: "ordered", id: `t-${i}`, payload: String(i), delayMs: 600000 }));
+  tasks[1700] = { taskType: "ordered", id: "t-0", delayMs: 1, mode: "if-absent", payload: "late" };
+  tasks[2300] = { taskType: "ordered", id: "t-1", delayMs: 1, payload: "replaced" };
+  const written = await client.scheduleMany(tasks);
+  assert.deepEqual(written.flatMap((w, i) => (w ? [] : [i])), [1700]);
+  assert.equal(await redis.hget("hourglass:{ordered}:payload", "t-0"), "0");
+  assert.equal(await redis.hget("hourglass:{ordered}:payload", "t-1"), "replaced");
+});
+
 test("after SCRIPT FLUSH (NOSCRIPT) it loads the script and writes the same bytes as schedule", async () => {
   await redis.script("FLUSH");
   const ids = ["é-1", "日本-2", "😀", 42, Buffer.from([0, 255]), "{x}", "plain"];

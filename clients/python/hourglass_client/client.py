@@ -76,11 +76,15 @@ class Hourglass(GraphSteps):
     def schedule_many(
         self, tasks: Iterable[NewTaskLike], *, replicas: Optional[int] = None, replicas_timeout_ms: Optional[int] = None
     ) -> List[bool]:
-        """Schedules many tasks (:class:`NewTask`, or dicts with its fields), pipelined 1000 to a round
-        trip, each routed to its shard; returns, in their order, whether each due time was written.
+        """Schedules many tasks (:class:`NewTask`, or dicts with its fields), 1000 to a round trip, each
+        routed to its shard and written as :meth:`schedule` would; returns, in their order, whether each
+        due time was written. Each round trip is one ``schedule_batch`` script call per type (or shard)
+        and 200 tasks, as the host sends them.
 
         Every task is checked before anything is sent (a bad one: :class:`InvalidArgument` naming its
-        index). Each task is atomic on its own, not the whole call. ``delay`` counts from the call.
+        index). Each script call is atomic (its tasks in order), not the whole call; an error from
+        Redis (a :class:`DataFault`) names the first task of its call, which wrote nothing, and stops
+        after its round trip. ``delay`` counts from the call.
         No ``traceparent`` in bulk: use :meth:`schedule` for a task that carries one. ``replicas=N``:
         each round trip ends with ``WAIT N``, as for :meth:`schedule`.
         """

@@ -134,7 +134,7 @@ pub use app::lookup::{LeaseView, PayloadPreview, TaskState, TaskView};
 pub use app::progress::{ProgressReport, ProgressView};
 pub use app::queues::{DeadTask, Paused, TypeStats};
 pub use app::recurring::{RecurState, SyncOutcome};
-pub use app::tasks::ScheduleMode;
+pub use app::tasks::{MAX_BATCH_BYTES, MAX_BATCH_TASKS, NewTask, ScheduleMode};
 pub use conn::{ClusterNode, Conn, Trouble, classify, parse_cluster_nodes};
 #[cfg(feature = "host")]
 pub use host::claims::{ClaimLimits, Extended, Rate};

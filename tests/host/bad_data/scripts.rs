@@ -1,4 +1,4 @@
-//! Every task script (schedule, cancel, claim, settle, extend, release, the outbox's delivery, the dead letters, stats, pause and resume) with each of its keys broken fails cleanly, loses no task, and completes once the key is fixed.
+//! Every task script (schedule, one or in a batch, cancel, claim, settle, extend, release, the outbox's delivery, the dead letters, stats, pause and resume) with each of its keys broken fails cleanly, loses no task, and completes once the key is fixed.
 
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ fn fail(task: &ClaimedTask, dead: bool) -> Settlement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Script {
     Schedule,
+    /// Many tasks in one call (`schedule_batch.lua`).
+    ScheduleBatch,
     Cancel,
     Claim,
     Settle,
@@ -44,7 +46,7 @@ impl Script {
     /// `(key suffix of type "wt" or "next", expected kind)`; "next:" marks the follow-up target.
     fn keys(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Script::Schedule => &[("due", "zset"), ("payload", "hash")],
+            Script::Schedule | Script::ScheduleBatch => &[("due", "zset"), ("payload", "hash")],
             Script::Cancel => &[
                 ("due", "zset"),
                 ("payload", "hash"),
@@ -177,7 +179,7 @@ struct Scene {
 async fn scene(s: &Store, c: &mut redis::Connection, script: Script) -> Scene {
     let _: () = redis::cmd("FLUSHALL").query(c).unwrap();
     let t = ty("wt");
-    if script == Script::Schedule {
+    if matches!(script, Script::Schedule | Script::ScheduleBatch) {
         return Scene { claimed: Vec::new(), marker: String::new() };
     }
     for id in IDS {
@@ -232,6 +234,16 @@ async fn run(s: &Store, script: Script, scene: &Scene) -> Result<Vec<ClaimedTask
     let err = |e: anyhow::Error| format!("{e:#}");
     match script {
         Script::Schedule => s.schedule(&t, b"w-9", 1, Some(b"body"), ScheduleMode::Upsert).await.map(none).map_err(err),
+        Script::ScheduleBatch => {
+            let task = |id: &str| hourglass::store::NewTask {
+                task_type: t.clone(),
+                id: id.into(),
+                due_ms: 1,
+                payload: Some(b"body".to_vec()),
+                mode: ScheduleMode::Upsert,
+            };
+            s.schedule_many(&[task("w-9"), task("w-8")]).await.map(none).map_err(err)
+        }
         Script::Cancel => s.cancel(&t, b"w-5").await.map(none).map_err(err),
         Script::Claim => s.claim(&t, &limits()).await.map(|claim| claim.tasks).map_err(err),
         Script::Settle => {
@@ -320,7 +332,7 @@ async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &
     let accounted = succeeded.unwrap_or(0) as usize + dead;
     match script {
         Script::DeadPurge => assert!(accounted >= 2, "{script:?}: succeeded {succeeded:?}, dead {dead}"),
-        Script::Schedule => assert_eq!(due, 0),
+        Script::Schedule | Script::ScheduleBatch => assert_eq!(due, 0),
         Script::Cancel => assert_eq!(accounted, 4, "{script:?}: one task was cancelled, the rest ran"),
         _ => assert!(accounted >= 5, "{script:?}: only {accounted} of 5 tasks accounted for"),
     }
@@ -334,7 +346,7 @@ async fn complete(s: &Store, c: &mut redis::Connection, script: Script, scene: &
 /// Every id of the scene is somewhere: due, leased or dead (or, the one the
 /// Deliver scene acked with its follow-up, settled).
 fn no_task_vanished(c: &mut redis::Connection, script: Script, scene: &Scene) {
-    if matches!(script, Script::Schedule) {
+    if matches!(script, Script::Schedule | Script::ScheduleBatch) {
         return;
     }
     for id in IDS {
@@ -361,6 +373,7 @@ async fn a_broken_key_fails_every_script_cleanly_and_loses_nothing() {
     let s = Store::connect(&server.url(), &prefix).await.unwrap();
     let scripts = [
         Script::Schedule,
+        Script::ScheduleBatch,
         Script::Cancel,
         Script::Claim,
         Script::Settle,

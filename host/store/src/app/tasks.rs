@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use futures_util::{StreamExt, TryStreamExt};
 
 use crate::task_type::TaskType;
 use crate::{Store, duration_ms};
@@ -31,6 +32,59 @@ impl ScheduleMode {
         }
     }
 }
+/// One task for [`Store::schedule_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    /// Its type (a sharded type's task goes to the shard its id picks).
+    pub task_type: TaskType,
+    /// Its id.
+    pub id: Vec<u8>,
+    /// When it is due, ms since the epoch.
+    pub due_ms: i64,
+    /// Its payload (`None` or empty: none).
+    pub payload: Option<Vec<u8>>,
+    /// What happens to an id already scheduled.
+    pub mode: ScheduleMode,
+}
+
+/// Most tasks in one `schedule_batch.lua` call.
+///
+/// Where the bounds come from: a call holds Redis while it runs, and should
+/// hold it about a millisecond at most. A task costs Redis about 3 to 5 µs
+/// with a small payload and more with a large one (BENCHMARKS.md,
+/// "Scheduling in batches"), so a call takes at most 200 tasks and
+/// [`MAX_BATCH_BYTES`] of ids and payloads.
+pub const MAX_BATCH_TASKS: usize = 200;
+/// Most bytes of ids and payloads in one `schedule_batch.lua` call (see [`MAX_BATCH_TASKS`]).
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Types (or shards) whose batches are in flight at once: Redis runs one while the next is sent.
+const QUEUES_IN_FLIGHT: usize = 4;
+
+/// `indexes` (tasks of one type, in order) cut into batches of at most
+/// [`MAX_BATCH_TASKS`] tasks and [`MAX_BATCH_BYTES`] of ids and payloads.
+fn cut<'a>(tasks: &'a [NewTask], indexes: &'a [usize]) -> impl Iterator<Item = &'a [usize]> + 'a {
+    let mut rest = indexes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut len = 0;
+        while len < rest.len() && len < MAX_BATCH_TASKS {
+            let task = &tasks[rest[len]];
+            let size = task.id.len() + task.payload.as_ref().map_or(0, Vec::len);
+            if len > 0 && bytes + size > MAX_BATCH_BYTES {
+                break;
+            }
+            bytes += size;
+            len += 1;
+        }
+        let (batch, after) = rest.split_at(len);
+        rest = after;
+        Some(batch)
+    })
+}
+
 impl Store {
     /// Schedules (or re-schedules) a task, as an app would: payload and due
     /// time in one atomic step; `mode` picks what happens to an id already
@@ -61,6 +115,62 @@ impl Store {
             .await
             .with_context(|| format!("cannot schedule a {t} task"))?;
         Ok(written == 1)
+    }
+
+    /// Schedules many tasks, each as [`Store::schedule`] would, in batches:
+    /// one `schedule_batch.lua` call per type (or shard) and at most
+    /// [`MAX_BATCH_TASKS`] tasks or [`MAX_BATCH_BYTES`], a few calls in flight
+    /// at once. Returns, in the tasks' order, whether each due time was
+    /// written. Each batch is atomic; an error (a type's keys of the wrong
+    /// type) names the first task of its batch, which wrote nothing, while the
+    /// batches sent before or beside it may be written.
+    pub async fn schedule_many(&self, tasks: &[NewTask]) -> Result<Vec<bool>> {
+        // Each task's shard, then the tasks of each shard in their order, cut into batches.
+        let mut by_queue: Vec<(TaskType, Vec<usize>)> = Vec::new();
+        let mut at: std::collections::BTreeMap<TaskType, usize> = std::collections::BTreeMap::new();
+        for (i, task) in tasks.iter().enumerate() {
+            let q = self.shard_for(&task.task_type, &task.id);
+            let k = *at.entry(q.clone()).or_insert_with(|| {
+                by_queue.push((q, Vec::new()));
+                by_queue.len() - 1
+            });
+            by_queue[k].1.push(i);
+        }
+        // One type's batches go one after the other, so a later task sees an earlier one's write
+        // (a script reloaded after NOSCRIPT cannot reorder them); types go side by side.
+        let queues = futures_util::stream::iter(by_queue).map(|(q, indexes)| async move {
+            let mut done: Vec<(usize, bool)> = Vec::with_capacity(indexes.len());
+            for batch in cut(tasks, &indexes) {
+                let k = self.keys(&q);
+                let mut inv = self.scripts.schedule_batch.prepare_invoke();
+                inv.key(&k.due).key(&k.payload);
+                for &i in batch {
+                    let task = &tasks[i];
+                    inv.arg(&task.id)
+                        .arg(task.due_ms)
+                        .arg(task.payload.as_deref().unwrap_or_default())
+                        .arg(task.mode.as_str());
+                }
+                let mut conn = self.conn.clone();
+                let written: Vec<i64> = inv.invoke_async(&mut conn).await.with_context(|| {
+                    format!("cannot schedule tasks[{}] and the {} after it in {q}", batch[0], batch.len() - 1)
+                })?;
+                anyhow::ensure!(
+                    written.len() == batch.len(),
+                    "schedule_batch: {} answers for {} tasks",
+                    written.len(),
+                    batch.len()
+                );
+                done.extend(batch.iter().zip(written).map(|(&i, w)| (i, w == 1)));
+            }
+            anyhow::Ok(done)
+        });
+        let done: Vec<Vec<(usize, bool)>> = queues.buffer_unordered(QUEUES_IN_FLIGHT).try_collect().await?;
+        let mut out = vec![false; tasks.len()];
+        for (i, w) in done.into_iter().flatten() {
+            out[i] = w;
+        }
+        Ok(out)
     }
 
     /// Waits until `replicas` replicas acknowledged this connection's writes,

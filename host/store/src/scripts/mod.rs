@@ -11,6 +11,7 @@ use redis::Script;
 #[cfg_attr(not(feature = "host"), allow(dead_code))]
 pub(super) struct Scripts {
     pub(super) schedule: Script,
+    pub(super) schedule_batch: Script,
     pub(super) cancel: Script,
     pub(super) claim: Script,
     pub(super) settle: Script,
@@ -84,6 +85,7 @@ impl Scripts {
     fn with_prelude(prelude: &str) -> Scripts {
         Scripts {
             schedule: script!(prelude, "schedule"),
+            schedule_batch: script!(prelude, "schedule_batch"),
             cancel: script!(prelude, "cancel"),
             claim: script!(prelude, "claim"),
             settle: script!(prelude, "settle"),
