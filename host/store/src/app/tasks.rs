@@ -126,22 +126,16 @@ impl Store {
     /// batches sent before or beside it may be written.
     pub async fn schedule_many(&self, tasks: &[NewTask]) -> Result<Vec<bool>> {
         // Each task's shard, then the tasks of each shard in their order, cut into batches.
-        let mut by_queue: Vec<(TaskType, Vec<usize>)> = Vec::new();
-        let mut at: std::collections::BTreeMap<TaskType, usize> = std::collections::BTreeMap::new();
+        let mut by_queue: std::collections::BTreeMap<TaskType, Vec<usize>> = std::collections::BTreeMap::new();
         for (i, task) in tasks.iter().enumerate() {
-            let q = self.shard_for(&task.task_type, &task.id);
-            let k = *at.entry(q.clone()).or_insert_with(|| {
-                by_queue.push((q, Vec::new()));
-                by_queue.len() - 1
-            });
-            by_queue[k].1.push(i);
+            by_queue.entry(self.shard_for(&task.task_type, &task.id)).or_default().push(i);
         }
         // One type's batches go one after the other, so a later task sees an earlier one's write
         // (a script reloaded after NOSCRIPT cannot reorder them); types go side by side.
         let queues = futures_util::stream::iter(by_queue).map(|(q, indexes)| async move {
+            let k = self.keys(&q);
             let mut done: Vec<(usize, bool)> = Vec::with_capacity(indexes.len());
             for batch in cut(tasks, &indexes) {
-                let k = self.keys(&q);
                 let mut inv = self.scripts.schedule_batch.prepare_invoke();
                 inv.key(&k.due).key(&k.payload);
                 for &i in batch {
@@ -153,7 +147,7 @@ impl Store {
                 }
                 let mut conn = self.conn.clone();
                 let written: Vec<i64> = inv.invoke_async(&mut conn).await.with_context(|| {
-                    format!("cannot schedule tasks[{}] and the {} after it in {q}", batch[0], batch.len() - 1)
+                    format!("cannot schedule a batch of {} {q} tasks, from tasks[{}]", batch.len(), batch[0])
                 })?;
                 anyhow::ensure!(
                     written.len() == batch.len(),
