@@ -106,7 +106,9 @@ impl Script {
             ],
             Script::Extend => &[("claims", "zset"), ("claimed", "hash"), ("cancels", "hash")],
             Script::Release => &[("claims", "zset"), ("claimed", "hash"), ("due", "zset")],
-            Script::Deliver => &[("next:due", "zset"), ("next:payload", "hash"), ("next:marker", "string")],
+            Script::Deliver => {
+                &[("next:due", "zset"), ("next:payload", "hash"), ("next:dead", "zset"), ("next:marker", "string")]
+            }
             Script::DeadRequeue => &[("dead", "zset"), ("attempts", "hash"), ("errors", "hash"), ("due", "zset")],
             Script::DeadPurge => {
                 &[("dead", "zset"), ("attempts", "hash"), ("errors", "hash"), ("due", "zset"), ("payload", "hash")]
@@ -402,6 +404,7 @@ async fn a_broken_key_fails_every_script_cleanly_and_loses_nothing() {
             let k = match suffix {
                 "next:due" => key("next", "due"),
                 "next:payload" => key("next", "payload"),
+                "next:dead" => key("next", "dead"),
                 "next:marker" => scene.marker.clone(),
                 other => key("wt", other),
             };

@@ -105,3 +105,78 @@ async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
     assert_eq!(hget(&mut c, &key("victim", "payload"), b"fresh"), Some(b"crafted".to_vec()));
     assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 0, "nothing is left to retry");
 }
+
+/// `cmdstat_evalsha`'s calls since the last `CONFIG RESETSTAT`.
+fn evalsha_calls(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("");
+    line.split(|ch| ch == ':' || ch == ',')
+        .find_map(|part| part.strip_prefix("calls=").map(|n| n.parse().unwrap()))
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn followups_are_delivered_a_batch_per_target_and_a_broken_marker_holds_back_only_its_entry() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let src = ty("fan");
+    let now = redis_now(&mut c);
+    let outbox = key("fan", "outbox");
+    let followup = |target: &str, id: String, replace: bool| FollowUp {
+        task_type: ty(target),
+        payload: format!("body of {id}").into_bytes(),
+        id: id.into_bytes(),
+        due_ms: now + 1000,
+        replace,
+    };
+    // 450 follow-ups into one type and 10 create-only ones into another, one of which finds its id waiting.
+    for i in 0..450 {
+        let f = followup("inv", format!("i{i}"), true);
+        let _: () = c.hset(&outbox, format!("fan:1:{i}"), encode_followup(&f)).unwrap();
+    }
+    for i in 0..10 {
+        let f = followup("mail", format!("m{i}"), false);
+        let _: () = c.hset(&outbox, format!("fan:2:{i}:create"), encode_followup(&f)).unwrap();
+    }
+    let _: () = c.zadd(key("mail", "due"), "m3", now + 60_000).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+
+    let flushed = s.flush_outbox(&src).await.unwrap();
+    assert_eq!(flushed.moved, 460);
+    assert!(flushed.failed.is_empty(), "{:?}", flushed.failed);
+    assert_eq!(flushed.kept_existing, vec![(ty("mail"), b"m3".to_vec())]);
+    // 450 entries cut at 200 per call, and one call for the 10 of the other type: 4, and a few
+    // more where HSCAN's pages cut a batch (a call per entry would be 460).
+    let calls = evalsha_calls(&mut c);
+    assert!((4..=8).contains(&calls), "{calls} deliver.lua calls: one per target, batch and page");
+    for i in 0..450 {
+        let id = format!("i{i}");
+        assert_eq!(zscore(&mut c, &key("inv", "due"), id.as_bytes()), Some(now + 1000), "{id}");
+        assert_eq!(hget(&mut c, &key("inv", "payload"), id.as_bytes()), Some(format!("body of {id}").into_bytes()));
+    }
+    assert_eq!(zscore(&mut c, &key("mail", "due"), b"m3"), Some(now + 60_000), "create-only kept the waiting one");
+    assert_eq!(zscore(&mut c, &key("mail", "due"), b"m4"), Some(now + 1000));
+    let left: usize = c.hlen(&outbox).unwrap();
+    assert_eq!(left, 0);
+
+    // One entry's marker holds the wrong type: its batch is refused whole, then tried entry by
+    // entry, so only that entry waits in the outbox; fixed, it is delivered at the next pass.
+    for i in 0..20 {
+        let f = followup("inv", format!("j{i}"), true);
+        let _: () = c.hset(&outbox, format!("fan:3:{i}"), encode_followup(&f)).unwrap();
+    }
+    let bad_marker = "hourglass:{inv}:delivered:fan:3:7";
+    let _: () = c.hset(bad_marker, "x", "y").unwrap();
+    let flushed = s.flush_outbox(&src).await.unwrap();
+    assert_eq!(flushed.moved, 19);
+    assert_eq!(flushed.failed.len(), 1, "{:?}", flushed.failed);
+    assert!(format!("{:#}", flushed.failed[0].1).contains(bad_marker), "{:#}", flushed.failed[0].1);
+    let waiting: Vec<String> = c.hkeys(&outbox).unwrap();
+    assert_eq!(waiting, vec!["fan:3:7".to_string()]);
+    assert_eq!(zscore(&mut c, &key("inv", "due"), b"j7"), None);
+    assert_eq!(zscore(&mut c, &key("inv", "due"), b"j8"), Some(now + 1000));
+    let _: () = c.del(bad_marker).unwrap();
+    assert_eq!(s.flush_outbox(&src).await.unwrap().moved, 1);
+    assert_eq!(zscore(&mut c, &key("inv", "due"), b"j7"), Some(now + 1000));
+}

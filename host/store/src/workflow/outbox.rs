@@ -6,7 +6,7 @@ use super::entries::{Parent, decode_followup};
 use super::groups::{GroupDelivery, GroupMoves};
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
-use crate::{BATCH, Store};
+use crate::{BATCH, MAX_BATCH_BYTES, MAX_BATCH_TASKS, Store};
 
 /// What one pass over an outbox did.
 #[derive(Debug, Default)]
@@ -56,6 +56,10 @@ impl Store {
             let mut nodes = Vec::new();
             // Home types whose graphs were declared here: their roots are scheduled after the page.
             let mut homes: Vec<TaskType> = Vec::new();
+            // Follow-ups are delivered after the page too, a batch per target type (or shard); every
+            // entry done with is cleared in one HDEL.
+            let mut followups: Vec<(Vec<u8>, FollowUp)> = Vec::new();
+            let mut done: Vec<Vec<u8>> = Vec::new();
             for pair in flat.chunks_exact(2) {
                 let (entry_id, encoded) = (&pair[0], &pair[1]);
                 // What can never be delivered (corrupt) is logged and dropped, to keep the outbox moving.
@@ -97,24 +101,19 @@ impl Store {
                     match decode_followup(entry_id, encoded) {
                         Err(e) => Some(e),
                         Ok(f) => {
-                            if !self.deliver_followup(t, entry_id, f, &mut flushed).await? {
-                                continue;
-                            }
-                            None
+                            followups.push((entry_id.clone(), f));
+                            continue;
                         }
                     }
                 };
                 if let Some(e) = undeliverable {
                     tracing::error!(task_type = %t, "dropping a bad outbox entry: {e:#}");
                 }
-                let _: i64 = redis::cmd("HDEL")
-                    .arg(&k.outbox)
-                    .arg(entry_id)
-                    .query_async(&mut conn)
-                    .await
-                    .with_context(|| format!("cannot clear the {t} outbox"))?;
-                flushed.moved += 1;
+                done.push(entry_id.clone());
             }
+            done.extend(self.deliver_followups(t, followups, &mut flushed).await?);
+            self.clear_outbox(t, &done).await?;
+            flushed.moved += done.len();
             self.deliver_graph_nodes(t, nodes, &mut flushed).await?;
             // A node's end goes to its graph, a child's to its group: one delivery for both.
             let graph_homes = reports.iter().filter(|(_, r)| r.parent == Parent::Graph);
@@ -167,48 +166,121 @@ impl Store {
         }
     }
 
-    /// Delivers follow-up `f` (outbox entry `entry_id` of `t`) to its type,
-    /// exactly once (deliver.lua's marker). Returns whether the entry is done
-    /// with: `false` when the target's keys are broken and it waits.
-    async fn deliver_followup(
+    /// Delivers follow-ups (outbox entries of `t`, in the page's order) to
+    /// their types, exactly once (deliver.lua's markers): one call per target
+    /// type (or shard) and [`MAX_BATCH_TASKS`] entries or [`MAX_BATCH_BYTES`].
+    /// Returns the entries done with; an entry whose target's keys are broken
+    /// waits in the outbox (in [`OutboxFlush::failed`]). A call refused as a
+    /// whole is tried again entry by entry, so one bad marker holds back only
+    /// its own entry, not the batch beside it.
+    async fn deliver_followups(
         &self,
         t: &TaskType,
-        entry_id: &[u8],
-        f: FollowUp,
+        followups: Vec<(Vec<u8>, FollowUp)>,
         flushed: &mut OutboxFlush,
-    ) -> Result<bool> {
-        // Into the shard of the target type that holds the follow-up's id.
-        let tk = self.keys(&self.shard_for(&f.task_type, &f.id));
-        let mut conn = self.conn.clone();
-        let delivered: Result<i64> = self
-            .scripts
-            .deliver
-            .key(&tk.due)
-            .key(&tk.payload)
-            .key(tk.delivered(entry_id))
-            .key(&tk.dead)
-            .arg(&f.id)
-            .arg(f.due_ms)
-            .arg(&f.payload)
-            .arg(if f.payload.is_empty() { "0" } else { "1" })
-            .arg(if f.replace { "replace" } else { "create" })
-            .invoke_async(&mut conn)
-            .await
-            .with_context(|| format!("cannot deliver a follow-up from {t} to {}", f.task_type));
-        match delivered {
-            Ok(2) => flushed.kept_existing.push((f.task_type, f.id)),
-            Ok(_) => {
-                if !flushed.delivered_to.contains(&f.task_type) {
-                    flushed.delivered_to.push(f.task_type.clone());
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut by_target: std::collections::BTreeMap<TaskType, Vec<(Vec<u8>, FollowUp)>> =
+            std::collections::BTreeMap::new();
+        for (entry_id, f) in followups {
+            by_target.entry(self.shard_for(&f.task_type, &f.id)).or_default().push((entry_id, f));
+        }
+        let mut done = Vec::new();
+        for (target, entries) in by_target {
+            let mut rest = entries.as_slice();
+            while !rest.is_empty() {
+                let len = batch_len(rest);
+                let (batch, after) = rest.split_at(len);
+                rest = after;
+                match self.deliver_batch(t, &target, batch).await {
+                    Ok(results) => {
+                        for ((entry_id, f), result) in batch.iter().zip(results) {
+                            note_delivery(flushed, f, result);
+                            done.push(entry_id.clone());
+                        }
+                    }
+                    Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
+                    Err(e) if batch.len() == 1 => {
+                        // The target's keys are broken: the entry waits in the outbox.
+                        flushed.failed.push((batch[0].1.task_type.clone(), e));
+                    }
+                    Err(_) => {
+                        for one in batch {
+                            match self.deliver_batch(t, &target, std::slice::from_ref(one)).await {
+                                Ok(results) => {
+                                    note_delivery(flushed, &one.1, results[0]);
+                                    done.push(one.0.clone());
+                                }
+                                Err(e) if crate::classify(&e) == crate::Trouble::Outage => return Err(e),
+                                Err(e) => flushed.failed.push((one.1.task_type.clone(), e)),
+                            }
+                        }
+                    }
                 }
             }
-            Err(e) if crate::classify(&e) != crate::Trouble::Outage => {
-                // The target's keys are broken: the entry waits in the outbox.
-                flushed.failed.push((f.task_type, e));
-                return Ok(false);
-            }
-            Err(e) => return Err(e),
         }
-        Ok(true)
+        Ok(done)
+    }
+
+    /// deliver.lua on one batch of follow-ups of `t`'s outbox, all for `target`:
+    /// per entry 1 delivered, 0 delivered before, 2 kept (create-only, id taken).
+    async fn deliver_batch(&self, t: &TaskType, target: &TaskType, batch: &[(Vec<u8>, FollowUp)]) -> Result<Vec<i64>> {
+        let tk = self.keys(target);
+        let mut inv = self.scripts.deliver.prepare_invoke();
+        inv.key(&tk.due).key(&tk.payload).key(&tk.dead);
+        for (entry_id, f) in batch {
+            inv.key(tk.delivered(entry_id));
+            inv.arg(&f.id)
+                .arg(f.due_ms)
+                .arg(&f.payload)
+                .arg(if f.payload.is_empty() { "0" } else { "1" })
+                .arg(super::entries::mode(f.replace));
+        }
+        let mut conn = self.conn.clone();
+        let results: Vec<i64> = inv
+            .invoke_async(&mut conn)
+            .await
+            .with_context(|| format!("cannot deliver follow-ups from {t} to {target}"))?;
+        anyhow::ensure!(results.len() == batch.len(), "deliver: {} answers for {} entries", results.len(), batch.len());
+        Ok(results)
+    }
+
+    /// Removes `entries` from `t`'s outbox (HDELs of at most [`BATCH`] fields).
+    async fn clear_outbox(&self, t: &TaskType, entries: &[Vec<u8>]) -> Result<()> {
+        let k = self.keys(t);
+        let mut conn = self.conn.clone();
+        for chunk in entries.chunks(BATCH) {
+            let _: i64 = redis::cmd("HDEL")
+                .arg(&k.outbox)
+                .arg(chunk)
+                .query_async(&mut conn)
+                .await
+                .with_context(|| format!("cannot clear the {t} outbox"))?;
+        }
+        Ok(())
+    }
+}
+
+/// How many of `entries` (from the first) make one deliver.lua call: at most
+/// [`MAX_BATCH_TASKS`] and [`MAX_BATCH_BYTES`] of ids and payloads, and one at least.
+fn batch_len(entries: &[(Vec<u8>, FollowUp)]) -> usize {
+    let mut bytes = 0;
+    let mut len = 0;
+    for (_, f) in entries.iter().take(MAX_BATCH_TASKS) {
+        let size = f.id.len() + f.payload.len();
+        if len > 0 && bytes + size > MAX_BATCH_BYTES {
+            break;
+        }
+        bytes += size;
+        len += 1;
+    }
+    len
+}
+
+/// Counts one delivery's result (deliver.lua's 1, 0 or 2) in `flushed`.
+fn note_delivery(flushed: &mut OutboxFlush, f: &FollowUp, result: i64) {
+    if result == 2 {
+        flushed.kept_existing.push((f.task_type.clone(), f.id.clone()));
+    } else if !flushed.delivered_to.contains(&f.task_type) {
+        flushed.delivered_to.push(f.task_type.clone());
     }
 }
