@@ -59,6 +59,8 @@ pub const MAX_BATCH_TASKS: usize = 200;
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 /// Types (or shards) whose batches are in flight at once: Redis runs one while the next is sent.
 const QUEUES_IN_FLIGHT: usize = 4;
+/// Batches of one type (or shard) per round trip: about 1,000 small tasks, as the clients send.
+const BATCHES_PER_TRIP: usize = 5;
 
 /// `indexes` (tasks of one type, in order) cut into batches of at most
 /// [`MAX_BATCH_TASKS`] tasks and [`MAX_BATCH_BYTES`] of ids and payloads.
@@ -130,32 +132,41 @@ impl Store {
         for (i, task) in tasks.iter().enumerate() {
             by_queue.entry(self.shard_for(&task.task_type, &task.id)).or_default().push(i);
         }
-        // One type's batches go one after the other, so a later task sees an earlier one's write
-        // (a script reloaded after NOSCRIPT cannot reorder them); types go side by side.
+        // One type's batches go out in order on one connection, several per round trip, so a later
+        // task sees an earlier one's write; types go side by side.
         let queues = futures_util::stream::iter(by_queue).map(|(q, indexes)| async move {
             let k = self.keys(&q);
+            let batches: Vec<&[usize]> = cut(tasks, &indexes).collect();
             let mut done: Vec<(usize, bool)> = Vec::with_capacity(indexes.len());
-            for batch in cut(tasks, &indexes) {
-                let mut inv = self.scripts.schedule_batch.prepare_invoke();
-                inv.key(&k.due).key(&k.payload);
-                for &i in batch {
-                    let task = &tasks[i];
-                    inv.arg(&task.id)
-                        .arg(task.due_ms)
-                        .arg(task.payload.as_deref().unwrap_or_default())
-                        .arg(task.mode.as_str());
+            for trip in batches.chunks(BATCHES_PER_TRIP) {
+                let invocations: Vec<redis::ScriptInvocation<'_>> = trip
+                    .iter()
+                    .map(|batch| {
+                        let mut inv = self.scripts.schedule_batch.prepare_invoke();
+                        inv.key(&k.due).key(&k.payload);
+                        for &i in *batch {
+                            let task = &tasks[i];
+                            inv.arg(&task.id)
+                                .arg(task.due_ms)
+                                .arg(task.payload.as_deref().unwrap_or_default())
+                                .arg(task.mode.as_str());
+                        }
+                        inv
+                    })
+                    .collect();
+                let written = self.invoke_in_order(&invocations).await;
+                for (batch, written) in trip.iter().zip(written) {
+                    let written = written.with_context(|| {
+                        format!("cannot schedule a batch of {} {q} tasks, from tasks[{}]", batch.len(), batch[0])
+                    })?;
+                    anyhow::ensure!(
+                        written.len() == batch.len(),
+                        "schedule_batch: {} answers for {} tasks",
+                        written.len(),
+                        batch.len()
+                    );
+                    done.extend(batch.iter().zip(written).map(|(&i, w)| (i, w == 1)));
                 }
-                let mut conn = self.conn.clone();
-                let written: Vec<i64> = inv.invoke_async(&mut conn).await.with_context(|| {
-                    format!("cannot schedule a batch of {} {q} tasks, from tasks[{}]", batch.len(), batch[0])
-                })?;
-                anyhow::ensure!(
-                    written.len() == batch.len(),
-                    "schedule_batch: {} answers for {} tasks",
-                    written.len(),
-                    batch.len()
-                );
-                done.extend(batch.iter().zip(written).map(|(&i, w)| (i, w == 1)));
             }
             anyhow::Ok(done)
         });
@@ -165,6 +176,61 @@ impl Store {
             out[i] = w;
         }
         Ok(out)
+    }
+
+    /// Runs `invocations` (of one script) in one pipeline, in order, and
+    /// returns each one's reply. Those Redis answered NOSCRIPT (after a
+    /// `SCRIPT FLUSH`, or a failover to a replica that never ran it) wrote
+    /// nothing and are sent again, in their order, once the script is loaded.
+    /// The one case that can reorder writes: another client loads the script
+    /// between two of them, so a later one runs before an earlier one's
+    /// resend (an id in both then ends as the earlier one left it).
+    async fn invoke_in_order(&self, invocations: &[redis::ScriptInvocation<'_>]) -> Vec<Result<Vec<i64>>> {
+        let mut replies: Vec<Option<Result<Vec<i64>>>> = invocations.iter().map(|_| None).collect();
+        let mut todo: Vec<usize> = (0..invocations.len()).collect();
+        for last_try in [false, true] {
+            let mut pipe = redis::pipe();
+            for &i in &todo {
+                pipe.invoke_script(&invocations[i]);
+            }
+            let mut conn = self.conn.clone();
+            let sent: redis::RedisResult<Vec<redis::RedisResult<Vec<i64>>>> =
+                pipe.ignore_errors().query_async(&mut conn).await;
+            let answers = match sent {
+                Ok(answers) if answers.len() == todo.len() => answers,
+                Ok(answers) => {
+                    let e = anyhow::anyhow!("{} replies to a pipeline of {}", answers.len(), todo.len());
+                    return invocations.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect();
+                }
+                Err(e) => {
+                    // The connection failed: nothing is known of any of them.
+                    let e = anyhow::Error::new(e);
+                    return invocations.iter().map(|_| Err(anyhow::anyhow!("{e:#}"))).collect();
+                }
+            };
+            let mut missing = Vec::new();
+            for (i, answer) in todo.iter().copied().zip(answers) {
+                match answer {
+                    Err(e) if !last_try && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                        missing.push(i)
+                    }
+                    other => replies[i] = Some(other.map_err(anyhow::Error::new)),
+                }
+            }
+            if missing.is_empty() {
+                break;
+            }
+            let mut conn = self.conn.clone();
+            if let Err(e) = invocations[missing[0]].load_async(&mut conn).await {
+                let e = anyhow::Error::new(e);
+                for i in missing {
+                    replies[i] = Some(Err(anyhow::anyhow!("{e:#}")));
+                }
+                break;
+            }
+            todo = missing;
+        }
+        replies.into_iter().map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("no reply")))).collect()
     }
 
     /// Waits until `replicas` replicas acknowledged this connection's writes,
