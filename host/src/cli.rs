@@ -11,12 +11,14 @@ use crate::config::Config;
 use crate::store::Store;
 use crate::task_type::TaskType;
 
+mod bulk;
 mod plugin;
 mod queues;
 mod recurring;
 mod tasks;
 mod workflow;
 
+pub use bulk::ScheduleManyArgs;
 pub use queues::DeadCommand;
 pub use recurring::{CronArgs, EveryArgs, MissedArg, RecurArgs};
 pub use tasks::{HexId, ScheduleArgs, ShowArgs};
@@ -69,6 +71,8 @@ pub enum Command {
 pub enum StoreCommand {
     /// Schedule a task (or re-schedule it: the same id is an upsert).
     Schedule(ScheduleArgs),
+    /// Schedule many tasks from a JSON Lines file (one task a line), in batches; every line is checked before the first write.
+    ScheduleMany(ScheduleManyArgs),
     /// List the recurring schedules with their next fire times.
     Schedules {
         /// Print JSON instead of a table.
@@ -219,6 +223,7 @@ pub async fn execute(cli: Cli, config: Config) -> Result<ExitCode> {
             let store = connect(&config, redis_override.as_deref()).await?;
             match command {
                 StoreCommand::Schedule(args) => tasks::schedule(&store, args).await,
+                StoreCommand::ScheduleMany(args) => bulk::schedule_many(&store, args).await,
                 StoreCommand::Cancel { task_type, id } => tasks::cancel(&store, task_type, id).await,
                 StoreCommand::Show(args) => tasks::show(&store, args).await,
                 StoreCommand::Schedules { json } => recurring::list(&store, json).await,

@@ -9,6 +9,7 @@ mod support;
 mod admin;
 mod bad_data;
 mod cli;
+mod cli_bulk;
 mod controls;
 mod layout;
 mod limits;
