@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any, Dict, Generator, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
+from typing import Any, Dict, Generator, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
 
 from . import _args
 from ._args import Id, Mode, Payload, When
@@ -60,7 +60,19 @@ class Batch(NamedTuple):
     calls: List[Union[Script, Cmd]]
 
 
-Step = Union[Script, Cmd, Batch]
+class Stream(NamedTuple):
+    """A step that sends batches of script calls one after another on one connection, several in flight
+    (each batch is packed when its turn comes, while Redis runs the ones before it), then ``then`` (a
+    ``WAIT``) on that connection. It sends no batch after the first error reply (NOSCRIPT aside: those
+    calls are sent again once the script is loaded). Its reply: ``(replies, then_reply)``, one list per
+    batch sent, each one item per call as a :class:`Batch`'s reply; ``then_reply`` is None when ``then``
+    was not sent (no ``then``, or an error before it)."""
+
+    batches: Iterator[List[Script]]
+    then: Optional[Cmd] = None
+
+
+Step = Union[Script, Cmd, Batch, Stream]
 Steps = Generator[Step, Any, T]
 
 

@@ -5,7 +5,7 @@ and each client drives it, so both clients always do the same."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Iterable, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import redis
 import redis.asyncio
@@ -13,7 +13,7 @@ import redis.asyncio
 from . import _args, _wire
 from ._args import Id, Mode, Payload, When
 from ._bulk import schedule_many_steps
-from ._core import Batch, Cmd, Script, Steps
+from ._core import Batch, Cmd, Script, Steps, Stream
 from ._graphs import GraphSteps
 from ._wait import wait_steps
 from .errors import InvalidArgument, from_reply
@@ -76,17 +76,21 @@ class Hourglass(GraphSteps):
     def schedule_many(
         self, tasks: Iterable[NewTaskLike], *, replicas: Optional[int] = None, replicas_timeout_ms: Optional[int] = None
     ) -> List[bool]:
-        """Schedules many tasks (:class:`NewTask`, or dicts with its fields), 1000 to a round trip, each
+        """Schedules many tasks (:class:`NewTask`, or dicts with its fields), 1000 to a batch, each
         routed to its shard and written as :meth:`schedule` would; returns, in their order, whether each
-        due time was written. Each round trip is one ``schedule_batch`` script call per type (or shard)
-        and 200 tasks, as the host sends them.
+        due time was written. Each batch is one ``schedule_batch`` script call per type (or shard)
+        and 200 tasks, as the host sends them; on a plain Redis the batches go on one connection, up
+        to 4 in flight (in order: a later task sees an earlier one's write), on a cluster one
+        pipeline per batch.
 
         Every task is checked before anything is sent (a bad one: :class:`InvalidArgument` naming its
         index). Each script call is atomic (its tasks in order), not the whole call; an error from
-        Redis (a :class:`DataFault`) names the first task of its call, which wrote nothing, and stops
-        after its round trip. ``delay`` counts from the call.
+        Redis (a :class:`DataFault`) names the first task of its call, which wrote nothing, and no
+        batch is sent after it (those already in flight run: the error says up to which task was
+        sent). ``delay`` counts from the call.
         No ``traceparent`` in bulk: use :meth:`schedule` for a task that carries one. ``replicas=N``:
-        each round trip ends with ``WAIT N``, as for :meth:`schedule`.
+        one ``WAIT N`` after the last batch, on its connection (it counts every batch), as for
+        :meth:`schedule`.
         """
         return self._drive(schedule_many_steps(self, tasks, replicas, replicas_timeout_ms))
 
@@ -214,7 +218,22 @@ class Hourglass(GraphSteps):
                 return getattr(self.redis, step.method)(*step.args, **(step.kwargs or {}))
         except redis.ResponseError as e:
             raise from_reply(e) from None
+        if isinstance(step, Stream):
+            return self._stream(step)
         return self._batch(step)
+
+    def _stream(self, step: Stream) -> Tuple[List[List[Any]], Any]:
+        if isinstance(self.redis, redis.Redis):
+            replies, then = _wire.stream(self.redis, step.batches, self._scripts, self._heads, step.then)
+            return [[_typed(r) for r in batch] for batch in replies], _typed(then)
+        # A cluster client: a pipeline per batch, one after the other (each node gets its own part).
+        assert step.then is None, "WAIT is refused on a cluster client (Core._wait_cmd)"
+        out: List[List[Any]] = []
+        for calls in step.batches:
+            out.append(self._batch(Batch(list(calls))))
+            if any(isinstance(r, BaseException) for r in out[-1]):
+                break
+        return out, None
 
     def _batch(self, step: Batch) -> List[Any]:
         replies: List[Any] = [None] * len(step.calls)
@@ -374,7 +393,21 @@ class AsyncHourglass(GraphSteps):
                 return await getattr(self.redis, step.method)(*step.args, **(step.kwargs or {}))
         except redis.ResponseError as e:
             raise from_reply(e) from None
+        if isinstance(step, Stream):
+            return await self._stream(step)
         return await self._batch(step)
+
+    async def _stream(self, step: Stream) -> Tuple[List[List[Any]], Any]:
+        if isinstance(self.redis, redis.asyncio.Redis):
+            replies, then = await _wire.stream_async(self.redis, step.batches, self._scripts, self._heads, step.then)
+            return [[_typed(r) for r in batch] for batch in replies], _typed(then)
+        assert step.then is None, "WAIT is refused on a cluster client (Core._wait_cmd)"
+        out: List[List[Any]] = []
+        for calls in step.batches:
+            out.append(await self._batch(Batch(list(calls))))
+            if any(isinstance(r, BaseException) for r in out[-1]):
+                break
+        return out, None
 
     async def _batch(self, step: Batch) -> List[Any]:
         replies: List[Any] = [None] * len(step.calls)
@@ -417,6 +450,11 @@ def _sort_replies(step: Batch, todo: List[int], out: List[Any], replies: List[An
         else:
             replies[i] = reply
     return missing
+
+
+def _typed(reply: Any) -> Any:
+    """A reply, an error reply as its typed error."""
+    return from_reply(reply) if isinstance(reply, redis.ResponseError) else reply
 
 
 def _waits(step: Batch) -> List[int]:
