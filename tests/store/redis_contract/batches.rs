@@ -84,3 +84,23 @@ async fn a_batch_that_cannot_be_written_whole_writes_nothing() {
         assert_eq!(n, 0, "{args:?} wrote something");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_script_flush_the_batches_of_one_round_trip_are_sent_again_in_their_order() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    s.schedule_many(&[task("warm", "w", 1, None, ScheduleMode::Upsert)]).await.unwrap();
+    // Six batches of 200 (two round trips), every one refused NOSCRIPT at first.
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+    let mut tasks: Vec<NewTask> =
+        (0..1199).map(|i| task("flushed", &format!("t-{i}"), 1_000 + i, None, ScheduleMode::Upsert)).collect();
+    // In the fifth batch, against the first: run out of order, t-0 would end at 1000.
+    tasks.insert(900, task("flushed", "t-0", 5, Some("sooner"), ScheduleMode::OnlyEarlier));
+    let written = s.schedule_many(&tasks).await.unwrap();
+    assert!(written.iter().all(|w| *w));
+    let card: usize = c.zcard(key("flushed", "due")).unwrap();
+    assert_eq!(card, 1199);
+    assert_eq!(zscore(&mut c, &key("flushed", "due"), b"t-0"), Some(5));
+    assert_eq!(hget(&mut c, &key("flushed", "payload"), b"t-0"), Some(b"sooner".to_vec()));
+}
