@@ -842,7 +842,8 @@ impl MemoryImageSlot {
         })?;
         // The slot must be instantiated again even on failure: whoever drops
         // it next resets it as a dirty slot.
-        self.instantiate(size_bytes, Some(image), ty, memory_tunables)?;
+        // A memory of no bytes keeps no image: a later remove_image would mmap zero bytes (EINVAL).
+        self.instantiate(size_bytes, Some(image).filter(|i| !i.len.is_zero()), ty, memory_tunables)?;
         if let Some(e) = decommit_failed {
             bail!("could not give back a reset memory's pages: {e}");
         }
