@@ -110,9 +110,7 @@ async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
 fn evalsha_calls(c: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
     let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("");
-    line.split(|ch| ch == ':' || ch == ',')
-        .find_map(|part| part.strip_prefix("calls=").map(|n| n.parse().unwrap()))
-        .unwrap_or(0)
+    line.split([':', ',']).find_map(|part| part.strip_prefix("calls=").map(|n| n.parse().unwrap())).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
