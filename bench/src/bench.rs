@@ -31,6 +31,7 @@ mod footprint;
 mod groups;
 mod hostile;
 mod hosts;
+mod ingest;
 mod instance;
 mod setup;
 mod steady;
@@ -163,7 +164,12 @@ pub enum Scenario {
     /// One plugin's runs one at a time, no Redis: a new instance each, a kept one reset after each (the default)
     /// and `--reuse` (64 unless given): the host CPU a new instance and a reset cost.
     Instance,
-    /// Every scenario in turn (but `backlog-scale`).
+    /// What scheduling costs Redis per task (`INFO cpu`) and tasks/s, side by side: raw ZADD+HSET, `Store::schedule_many`,
+    /// `hourglass schedule-many`, the Python and Node clients against their raw pipelines, BullMQ's `addBulk`, follow-ups,
+    /// group children and graph nodes (100,000 tasks unless --tasks, 3 rounds). One server only; not part of `all`:
+    /// it runs the clients' interpreters.
+    Ingest,
+    /// Every scenario in turn (but `backlog-scale` and `ingest`).
     All,
 }
 
@@ -303,6 +309,9 @@ impl Bench {
         }
         if s == Scenario::BacklogScale {
             self.backlog_scale().await?;
+        }
+        if s == Scenario::Ingest {
+            self.ingest().await?;
         }
         Ok(())
     }
