@@ -191,10 +191,12 @@ impl Registry {
             match before.get(t) {
                 Some(old) if old.hash == e.hash => {}
                 Some(old) => {
-                    info!(task_type = %t, file = %e.file.display(), from = %old.hash, to = %e.hash, "plugin replaced")
+                    let engine = e.handler.component().interpreter().as_str();
+                    info!(task_type = %t, file = %e.file.display(), from = %old.hash, to = %e.hash, engine, "plugin replaced")
                 }
                 None => {
-                    info!(task_type = %t, file = %e.file.display(), hash = %e.hash, "plugin loaded")
+                    let engine = e.handler.component().interpreter().as_str();
+                    info!(task_type = %t, file = %e.file.display(), hash = %e.hash, engine, "plugin loaded")
                 }
             }
         }

@@ -1,7 +1,9 @@
-//! Handlers written in Python (componentize-py) and JavaScript (componentize-js)
+//! Handlers written in Python (componentize-py) and JavaScript (on QuickJS-ng through
+//! componentize-qjs, the default, and on StarlingMonkey through componentize-js)
 //! run as real tasks through a real `hourglass run`, under the default limits.
 //!
-//! Both examples (`plugins/python/echo`, `plugins/js/echo`) echo every task they
+//! The examples (`plugins/python/echo`, `plugins/js/echo`, the latter built as
+//! `js.echo` and `js-sm.echo`) echo every task they
 //! acknowledge as a follow-up of type `<type>.out` with the same id and payload,
 //! fail their first N attempts on `{"fail_times": N}` and dead-letter on
 //! `{"permanent": "..."}`; the tests check each end to end through Redis.
@@ -30,7 +32,8 @@ const LONG: Duration = Duration::from_secs(600);
 /// fan out to children of its own type under a group whose callback is of type `<type>.done`.
 const CONFIG: &str = "[defaults]\nbackoff_base = \"20ms\"\nbackoff_cap = \"100ms\"\nmax_attempts = 3\n\
                       [types.\"py.echo\"]\nmay_schedule = [\"py.echo.out\", \"py.echo\", \"py.echo.done\"]\n\
-                      [types.\"js.echo\"]\nmay_schedule = [\"js.echo.out\", \"js.echo\", \"js.echo.done\"]\n";
+                      [types.\"js.echo\"]\nmay_schedule = [\"js.echo.out\", \"js.echo\", \"js.echo.done\"]\n\
+                      [types.\"js-sm.echo\"]\nmay_schedule = [\"js-sm.echo.out\", \"js-sm.echo\", \"js-sm.echo.done\"]\n";
 
 /// Children of the fan-out task's workflow group.
 const KIDS: [&str; 3] = ["kid-0", "kid-1", "kid-2"];
@@ -268,6 +271,11 @@ fn javascript_progress_reaches_the_host() {
 }
 
 #[test]
+fn javascript_progress_reaches_the_host_on_starlingmonkey() {
+    progress_reaches_the_host("js-sm.echo");
+}
+
+#[test]
 fn python_module_globals_do_not_reach_the_next_task() {
     module_state_stays_with_its_task("py.echo");
 }
@@ -278,6 +286,11 @@ fn javascript_module_variables_do_not_reach_the_next_task() {
 }
 
 #[test]
+fn javascript_module_variables_do_not_reach_the_next_task_on_starlingmonkey() {
+    module_state_stays_with_its_task("js-sm.echo");
+}
+
+#[test]
 fn python_handler_succeeds_retries_dead_letters_and_round_trips_payloads() {
     echo_plugin_end_to_end("py.echo");
 }
@@ -285,6 +298,11 @@ fn python_handler_succeeds_retries_dead_letters_and_round_trips_payloads() {
 #[test]
 fn javascript_handler_succeeds_retries_dead_letters_and_round_trips_payloads() {
     echo_plugin_end_to_end("js.echo");
+}
+
+#[test]
+fn javascript_handler_succeeds_retries_dead_letters_and_round_trips_payloads_on_starlingmonkey() {
+    echo_plugin_end_to_end("js-sm.echo");
 }
 
 // ---------------------------------------------------------------------------
@@ -352,6 +370,7 @@ mod measure {
             ("flaky", crate::support::plugin("flaky"), br#"{"fail_times": 0}"#),
             ("py.echo", polyglot_plugin("py.echo"), br#"{"fail_times": 0}"#),
             ("js.echo", polyglot_plugin("js.echo"), br#"{"fail_times": 0}"#),
+            ("js-sm.echo", polyglot_plugin("js-sm.echo"), br#"{"fail_times": 0}"#),
         ];
         let runs: u32 = std::env::var("POLYGLOT_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

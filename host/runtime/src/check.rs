@@ -50,6 +50,8 @@ pub struct CheckReport {
     pub hash: String,
     /// The world it appears to implement.
     pub world: String,
+    /// The interpreter it bundles, if any.
+    pub interpreter: crate::interpreter::Interpreter,
     /// Its imports, one per line (`name: kind`).
     pub imports: Vec<String>,
     /// Its exports, one per line (`name: kind`).
@@ -98,7 +100,8 @@ impl CheckReport {
             "an unknown world".to_owned()
         };
 
-        CheckReport { path: path.to_owned(), hash, world, imports, exports, problems, compile }
+        let interpreter = crate::interpreter::Interpreter::None;
+        CheckReport { path: path.to_owned(), hash, world, interpreter, imports, exports, problems, compile }
     }
 
     /// Whether the component implements [`WORLD`], so the host can run it.
@@ -119,6 +122,7 @@ impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "plugin:  {} (sha256 {})", self.path.display(), self.hash)?;
         writeln!(f, "world:   {}", self.world)?;
+        writeln!(f, "engine:  {}", self.interpreter)?;
         writeln!(f, "compile: {}", self.compile)?;
         writeln!(f, "imports:")?;
         if self.imports.is_empty() {

@@ -21,6 +21,8 @@ pub(crate) struct ComponentInner {
     pub(crate) pre: TaskHandlerPre<HostState>,
     pub(crate) path: PathBuf,
     pub(crate) hash: String,
+    /// The interpreter it bundles, if any.
+    pub(crate) interpreter: crate::interpreter::Interpreter,
     /// What compiling it took, when it was compiled rather than mapped from the cache.
     pub(crate) compiled: Option<CompileStats>,
     pub(crate) max_memory: u64,
@@ -56,6 +58,11 @@ impl Component {
     /// First 12 hex digits of the SHA-256 of the file: names this version in logs.
     pub fn hash(&self) -> &str {
         &self.inner.hash
+    }
+
+    /// The interpreter it bundles (CPython, QuickJS-ng, StarlingMonkey), if any.
+    pub fn interpreter(&self) -> crate::interpreter::Interpreter {
+        self.inner.interpreter
     }
 
     /// The file it was loaded from.

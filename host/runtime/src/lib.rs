@@ -23,6 +23,7 @@
 //!
 //! - `compile.rs`: compiling in a child process under limits (`compile-worker`); `cache.rs`: the
 //!   on-disk cache of compiled plugins; `check.rs`: a component checked against the world;
+//!   [`interpreter`]: which interpreter a plugin bundles (CPython, QuickJS-ng, StarlingMonkey);
 //!   `component.rs`: a compiled plugin ([`Component`]) and what its instances share;
 //!   `priority.rs`: compiles at low CPU priority;
 //! - `policy.rs`: what a type's runs are held to; `handler.rs`: a component bound to it, one run
@@ -34,6 +35,7 @@
 //! - [`outbound`]: allow-lists and address checks; `wasi_http.rs`: `wasi:http` requests through them;
 //!   [`trace`]: the client spans of a traced run's requests.
 
+pub mod interpreter;
 pub mod outbound;
 pub mod progress;
 pub mod reset;
@@ -356,6 +358,7 @@ impl Runtime {
                 pre,
                 path: path.to_owned(),
                 hash: short_hash(bytes),
+                interpreter: interpreter::Interpreter::of(bytes),
                 compiled,
                 max_memory: self.inner.max_memory,
                 warm_idle: self.inner.warm_idle.clone(),
@@ -464,7 +467,10 @@ impl Runtime {
         let link_error = linked.err().map(|e| one_line(&format!("{e:#}")));
         let compile =
             CompileReport { stats: compiled, limits: self.compile_limits(), compiler: self.inner.compiler.clone() };
-        CheckReport::new(&self.inner.engine, path, short_hash(bytes), wasm, link_error, typed, compile)
+        let mut report =
+            CheckReport::new(&self.inner.engine, path, short_hash(bytes), wasm, link_error, typed, compile);
+        report.interpreter = interpreter::Interpreter::of(bytes);
+        report
     }
 }
 

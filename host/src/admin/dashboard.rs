@@ -459,8 +459,8 @@ fn recent(h: &mut String) {
 /// Loaded plugins with their version, types and limits, and files that failed to load.
 fn plugins(state: &AdminState, h: &mut String) {
     use std::collections::BTreeMap;
-    // File -> (version, its types with their limits, what its runs cost).
-    let mut by_file: BTreeMap<std::path::PathBuf, (String, Vec<String>, String)> = BTreeMap::new();
+    // File -> (version, its engine, its types with their limits, what its runs cost).
+    let mut by_file: BTreeMap<std::path::PathBuf, (String, String, Vec<String>, String)> = BTreeMap::new();
     for t in state.registry.types() {
         if let Some(e) = state.registry.get(&t) {
             let p = &e.policy;
@@ -485,8 +485,9 @@ fn plugins(state: &AdminState, h: &mut String) {
                 Some(why) => format!("{cost}; its instances cannot be reset ({why})"),
                 None => cost,
             };
-            let slot = by_file.entry(e.file.clone()).or_insert_with(|| (e.hash.clone(), Vec::new(), cost));
-            slot.1.push(limits);
+            let engine = component.interpreter().to_string();
+            let slot = by_file.entry(e.file.clone()).or_insert_with(|| (e.hash.clone(), engine, Vec::new(), cost));
+            slot.2.push(limits);
         }
     }
     let errors = state.registry.load_errors();
@@ -498,7 +499,7 @@ fn plugins(state: &AdminState, h: &mut String) {
         esc(&state.registry.runtime().memory_reset().to_string()),
     );
     h.push_str(
-        "<table id=plugins><thead><tr><th>file</th><th>version</th><th>types and limits</th>\
+        "<table id=plugins><thead><tr><th>file</th><th>version</th><th>engine</th><th>types and limits</th>\
          <th>cost per run</th><th>last load error</th></tr></thead><tbody>",
     );
     let mut files: Vec<_> = by_file.keys().chain(errors.keys()).cloned().collect();
@@ -506,14 +507,17 @@ fn plugins(state: &AdminState, h: &mut String) {
     files.dedup();
     for f in files {
         let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (hash, types, cost) =
-            by_file.get(&f).cloned().unwrap_or_else(|| ("—".into(), vec!["not serving".into()], String::new()));
+        let (hash, engine, types, cost) = by_file
+            .get(&f)
+            .cloned()
+            .unwrap_or_else(|| ("—".into(), "—".into(), vec!["not serving".into()], String::new()));
         let error = errors.get(&f).map(|e| esc(e)).unwrap_or_default();
         let _ = write!(
             h,
-            "<tr data-plugin=\"{n}\"><td>{n}</td><td><code>{}</code></td><td>{}</td><td class=cost>{}</td>\
+            "<tr data-plugin=\"{n}\"><td>{n}</td><td><code>{}</code></td><td class=engine>{}</td><td>{}</td><td class=cost>{}</td>\
              <td class=error>{error}</td></tr>",
             esc(&hash),
+            esc(&engine),
             types.iter().map(|t| esc(t)).collect::<Vec<_>>().join("<br>"),
             esc(&cost),
             n = esc(&name),

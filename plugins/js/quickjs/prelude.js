@@ -1,0 +1,200 @@
+// The QuickJS build's prelude: the Web APIs a handler on StarlingMonkey has and QuickJS-ng lacks, and a
+// Math.random that is not the same in every task.
+//
+// plugins/build-polyglot.sh puts this module first in every QuickJS build (entry.js imports it before the
+// handler), so the handler's own top-level code already sees these globals. Each is written against the
+// standard (WHATWG Encoding, the console's methods, WebCrypto's getRandomValues) for the parts a handler
+// uses; what is missing throws a clear error rather than doing something else.
+//
+// - TextEncoder / TextDecoder: UTF-8 only (what StarlingMonkey's support too), `fatal` and `ignoreBOM`.
+// - console.log/info/debug/warn/error/trace: the host's log at the matching level (no console otherwise).
+// - crypto.getRandomValues / crypto.randomUUID: wasi:random, fresh bytes from the host.
+// - Math.random: the engine's generator is seeded when the build's snapshot is taken, so every fresh
+//   instance would draw the same numbers; this one is seeded from wasi:random at its first use in each
+//   task (entry.js marks each task's start).
+// - fetch: not available (componentize-qjs 0.4.3 cannot build a component that imports wasi:http, and the
+//   StarlingMonkey build leaves its fetch out too); calling it throws an Error that says so.
+
+import { log } from "hourglass:plugin/log@0.1.0";
+import { getRandomBytes } from "wasi:random/random@0.2.12";
+
+const REPLACEMENT = 0xfffd;
+
+class TextEncoder {
+  get encoding() {
+    return "utf-8";
+  }
+
+  encode(input = "") {
+    const s = String(input);
+    const out = [];
+    for (let i = 0; i < s.length; i++) {
+      let c = s.charCodeAt(i);
+      if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+        const d = s.charCodeAt(i + 1);
+        if (d >= 0xdc00 && d <= 0xdfff) {
+          c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+          i++;
+        }
+      }
+      // A lone surrogate is not a scalar value: WHATWG encodes it as U+FFFD.
+      if (c >= 0xd800 && c <= 0xdfff) c = REPLACEMENT;
+      if (c < 0x80) out.push(c);
+      else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 0x3f));
+      else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f));
+      else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 0x3f), 0x80 | ((c >> 6) & 0x3f), 0x80 | (c & 0x3f));
+    }
+    return new Uint8Array(out);
+  }
+
+  encodeInto(input, dest) {
+    const bytes = this.encode(input);
+    const n = Math.min(bytes.length, dest.length);
+    dest.set(bytes.subarray(0, n));
+    return { read: String(input).length, written: n };
+  }
+}
+
+class TextDecoder {
+  constructor(label = "utf-8", options = {}) {
+    const name = String(label).trim().toLowerCase();
+    if (name !== "utf-8" && name !== "utf8" && name !== "unicode-1-1-utf-8") {
+      throw new RangeError(`TextDecoder: the encoding ${JSON.stringify(label)} is not supported on QuickJS (UTF-8 only)`);
+    }
+    this.fatal = Boolean(options.fatal);
+    this.ignoreBOM = Boolean(options.ignoreBOM);
+  }
+
+  get encoding() {
+    return "utf-8";
+  }
+
+  decode(input = new Uint8Array(0)) {
+    const b =
+      input instanceof Uint8Array
+        ? input
+        : ArrayBuffer.isView(input)
+          ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength)
+          : new Uint8Array(input);
+    let i = !this.ignoreBOM && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf ? 3 : 0;
+    let out = "";
+    const bad = () => {
+      if (this.fatal) throw new TypeError("TextDecoder: the input is not valid UTF-8");
+      out += String.fromCharCode(REPLACEMENT);
+    };
+    const cont = (k) => i + k < b.length && (b[i + k] & 0xc0) === 0x80;
+    while (i < b.length) {
+      const c = b[i];
+      let cp = -1;
+      let len = 1;
+      if (c < 0x80) cp = c;
+      else if (c >= 0xc2 && c <= 0xdf && cont(1)) {
+        cp = ((c & 0x1f) << 6) | (b[i + 1] & 0x3f);
+        len = 2;
+      } else if (c >= 0xe0 && c <= 0xef && cont(1) && cont(2)) {
+        cp = ((c & 0x0f) << 12) | ((b[i + 1] & 0x3f) << 6) | (b[i + 2] & 0x3f);
+        len = 3;
+        // Overlong forms and surrogates are not UTF-8.
+        if (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)) cp = -1;
+      } else if (c >= 0xf0 && c <= 0xf4 && cont(1) && cont(2) && cont(3)) {
+        cp = ((c & 0x07) << 18) | ((b[i + 1] & 0x3f) << 12) | ((b[i + 2] & 0x3f) << 6) | (b[i + 3] & 0x3f);
+        len = 4;
+        if (cp < 0x10000 || cp > 0x10ffff) cp = -1;
+      }
+      if (cp < 0) {
+        bad();
+        i += 1;
+        continue;
+      }
+      out += cp > 0xffff ? String.fromCharCode(0xd800 + ((cp - 0x10000) >> 10), 0xdc00 + ((cp - 0x10000) & 0x3ff)) : String.fromCharCode(cp);
+      i += len;
+    }
+    return out;
+  }
+}
+
+// The console StarlingMonkey has writes to stdout, which the host logs; here it goes to the log directly.
+const text = (args) =>
+  args
+    .map((a) => {
+      if (typeof a === "string") return a;
+      if (a instanceof Error) return a.stack ? `${a}\n${a.stack}` : String(a);
+      try {
+        return typeof a === "object" && a !== null ? JSON.stringify(a) : String(a);
+      } catch {
+        return String(a);
+      }
+    })
+    .join(" ");
+const console = {
+  log: (...args) => log("info", text(args)),
+  info: (...args) => log("info", text(args)),
+  debug: (...args) => log("debug", text(args)),
+  trace: (...args) => log("trace", text(args)),
+  warn: (...args) => log("warn", text(args)),
+  error: (...args) => log("error", text(args)),
+};
+
+// Math.random as xorshift128+ on 32-bit halves, seeded from wasi:random at its first use in a task.
+let state = null;
+export function taskStarts() {
+  state = null;
+}
+function random() {
+  if (state === null) {
+    const seed = getRandomBytes(16);
+    state = new Uint32Array(4);
+    for (let k = 0; k < 4; k++) {
+      state[k] = seed[4 * k] | (seed[4 * k + 1] << 8) | (seed[4 * k + 2] << 16) | (seed[4 * k + 3] << 24);
+    }
+    if ((state[0] | state[1] | state[2] | state[3]) === 0) state[0] = 1;
+  }
+  // xorshift128 (Marsaglia), two draws make the 53 bits of a double.
+  const draw = () => {
+    let t = state[3];
+    const s = state[0];
+    state[3] = state[2];
+    state[2] = state[1];
+    state[1] = s;
+    t ^= t << 11;
+    t ^= t >>> 8;
+    state[0] = t ^ s ^ (s >>> 19);
+    return state[0] >>> 0;
+  };
+  return ((draw() >>> 5) * 67108864 + (draw() >>> 6)) / 9007199254740992;
+}
+
+const crypto = {
+  getRandomValues(array) {
+    if (!ArrayBuffer.isView(array) || array instanceof Float32Array || array instanceof Float64Array) {
+      throw new TypeError("crypto.getRandomValues takes an integer typed array");
+    }
+    if (array.byteLength > 65536) throw new RangeError("crypto.getRandomValues: at most 65536 bytes");
+    const bytes = getRandomBytes(array.byteLength);
+    new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(bytes);
+    return array;
+  },
+  randomUUID() {
+    const b = getRandomBytes(16);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  },
+};
+
+function fetch() {
+  throw new Error(
+    "fetch is not available to JavaScript handlers: componentize-qjs cannot build a component that imports " +
+      "wasi:http (docs/sandbox.md, \"JavaScript engines\"); write outbound HTTP in a Rust or Python handler",
+  );
+}
+
+const define = (name, value) =>
+  Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
+if (typeof globalThis.TextEncoder === "undefined") define("TextEncoder", TextEncoder);
+if (typeof globalThis.TextDecoder === "undefined") define("TextDecoder", TextDecoder);
+if (typeof globalThis.console === "undefined") define("console", console);
+if (typeof globalThis.crypto === "undefined") define("crypto", crypto);
+if (typeof globalThis.fetch === "undefined") define("fetch", fetch);
+Math.random = random;
