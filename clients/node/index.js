@@ -18,7 +18,7 @@ const { taskType, describe, rawId, checkOptions, textId, payloadOf, nowMs, msOf,
 
 const GROUP_ID_MAX = 200;
 // Children per script call, as the host sends them (its CHILDREN_PER_CALL).
-const CHILDREN_PER_CALL = 256;
+const CHILDREN_PER_CALL = 128;
 const SCRIPTS = ["schedule", "schedule_batch", "reschedule", "cancel", "show", "pause", "resume", "stats"].concat([
   "group_join",
   "group_child",

@@ -357,7 +357,7 @@ fn the_lock_file_keeps_url_off_icu4x() {
 /// The clients cut `schedule_batch` calls at the host's bounds (a call holds
 /// Redis about a millisecond at most): the numbers in their sources are the store's.
 #[test]
-fn the_clients_cut_schedule_batches_as_the_host_does() {
+fn the_clients_cut_schedule_batches_and_group_children_as_the_host_does() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let number = |file: &str, name: &str| -> usize {
         let code = std::fs::read_to_string(root.join(file)).unwrap();
@@ -369,5 +369,8 @@ fn the_clients_cut_schedule_batches_as_the_host_does() {
     for file in ["clients/python/hourglass_client/_bulk.py", "clients/node/bulk.js"] {
         assert_eq!(number(file, "MAX_BATCH_TASKS"), hourglass::store::MAX_BATCH_TASKS, "{file}");
         assert_eq!(number(file, "MAX_BATCH_BYTES"), hourglass::store::MAX_BATCH_BYTES, "{file}");
+    }
+    for file in ["clients/python/hourglass_client/_core.py", "clients/node/index.js"] {
+        assert_eq!(number(file, "CHILDREN_PER_CALL"), hourglass::store::CHILDREN_PER_CALL, "{file}");
     }
 }

@@ -32,7 +32,7 @@ from .shards import shard_of, shard_tags
 T = TypeVar("T")
 
 #: Children per script call, as the host sends them (its CHILDREN_PER_CALL).
-CHILDREN_PER_CALL = 256
+CHILDREN_PER_CALL = 128
 SCRIPTS: Tuple[str, ...] = ("schedule", "schedule_batch", "reschedule", "cancel", "show", "pause", "resume", "stats")
 SCRIPTS += ("group_join", "group_child", "group_end", "graph_open", "graph_cancel")
 

@@ -150,7 +150,9 @@ pub use workflow::entries::{decode_followup, decode_work, encode_followup, encod
 pub use workflow::graphs::{
     Declared, GraphCancelEffect, GraphRefusal, GraphView, MAX_EDGES, MAX_NODES, NodeSpec, NodeView,
 };
-pub use workflow::groups::{Added, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, group_refusal};
+pub use workflow::groups::{
+    Added, CHILDREN_PER_CALL, Fired, GroupMoves, GroupRefusal, GroupView, NewChild, Sealed, group_refusal,
+};
 pub use workflow::outbox::OutboxFlush;
 pub use workflow::progress::{GraphProgress, GroupProgress};
 

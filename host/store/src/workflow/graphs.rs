@@ -485,8 +485,9 @@ impl Store {
     }
 }
 
-/// Nodes scheduled per script call (all in one shard of one type).
-const NODES_PER_CALL: usize = 256;
+/// Nodes scheduled per script call (all in one shard of one type): group_child.lua, as
+/// [`CHILDREN_PER_CALL`](super::groups::CHILDREN_PER_CALL) bounds it.
+const NODES_PER_CALL: usize = super::groups::CHILDREN_PER_CALL;
 
 #[cfg(test)]
 mod tests {

@@ -14,10 +14,10 @@ use serde::Serialize;
 
 use super::entries::{decode_work, mode};
 
+use crate::Store;
 use crate::group::{Callback, GroupRef};
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
-use crate::{BATCH, Store};
 
 /// How the outbox entry id of a run's work on a group ends (settle.lua).
 pub(super) const WORK: &[u8] = b":group";
@@ -166,7 +166,7 @@ impl Store {
     pub async fn group_add(&self, g: &GroupRef, children: &[NewChild]) -> Result<Added> {
         let members: Vec<String> = children.iter().map(|c| format!("{}\n{}", c.task_type, c.id)).collect();
         let mut added = Added::default();
-        for chunk in children.chunks(BATCH).zip(members.chunks(BATCH)) {
+        for chunk in children.chunks(CHILDREN_PER_CALL).zip(members.chunks(CHILDREN_PER_CALL)) {
             let (kids, names) = chunk;
             let (_, joined, numbers) = self.group_join(g, None, names, None).await?;
             added.joined += joined;
@@ -503,5 +503,6 @@ fn classified(t: &TaskType, e: anyhow::Error) -> GroupDelivery {
     }
 }
 
-/// Children scheduled per script call (all of one type).
-const CHILDREN_PER_CALL: usize = 256;
+/// Children scheduled per script call (all of one type): 128 of them hold Redis about 0.7–0.9 ms a
+/// call, as `schedule_batch`'s bound does (BENCHMARKS.md, "Scheduling in batches"; 256 took 1.3–1.5 ms).
+pub const CHILDREN_PER_CALL: usize = 128;
