@@ -21,7 +21,13 @@
 #
 # A plugin is rebuilt only when its sources, the WIT or the toolchain changed
 # (a stamp per output in plugins/.polyglot-stamps/); --force rebuilds all.
+#
+# Your own handler, anywhere: --handler <file.js | file.py> --out <type>.wasm
+# builds that one file (its folder goes along, for its imports) with the same
+# toolchains, on QuickJS unless --engine starlingmonkey.
+#
 # Usage: bash plugins/build-polyglot.sh [--force] [--install-only] [py|js|js-sm ...]
+#        bash plugins/build-polyglot.sh --handler <file> --out <file.wasm> [--engine quickjs|starlingmonkey]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,14 +40,23 @@ componentize_qjs_version="0.4.3"
 qjs_root="${HOURGLASS_CACHE:-$HOME/.cache/hourglass}/componentize-qjs-$componentize_qjs_version"
 qjs="$qjs_root/bin/componentize-qjs"
 
-force=0 install_only=0 langs=()
-for arg in "$@"; do
-    case "$arg" in
+usage() {
+    echo "usage: $0 [--force] [--install-only] [py|js|js-sm ...]" >&2
+    echo "       $0 --handler <file.js|file.py> --out <file.wasm> [--engine quickjs|starlingmonkey]" >&2
+    exit 2
+}
+force=0 install_only=0 langs=() handler="" out="" engine="quickjs"
+while (($#)); do
+    case "$1" in
         --force) force=1 ;;
         --install-only) install_only=1 ;;
-        py | js | js-sm) langs+=("$arg") ;;
-        *) echo "usage: $0 [--force] [--install-only] [py|js|js-sm ...]" >&2; exit 2 ;;
+        --handler) handler="${2:-}"; shift ;;
+        --out) out="${2:-}"; shift ;;
+        --engine) engine="${2:-}"; shift ;;
+        py | js | js-sm) langs+=("$1") ;;
+        *) usage ;;
     esac
+    shift
 done
 ((${#langs[@]})) || langs=(py js js-sm)
 
@@ -97,13 +112,20 @@ inputs_digest() { # <source dir> <toolchain id>
 }
 
 # Compile one plugin from <source dir> into <out>.
-compile_py() { # componentize-py finds the module `app` (app.py) on -p, the source folder.
-    (cd "$1" && "$here/.venv/bin/componentize-py" -d "$wit" -w "$world" componentize -p . app -o "$2")
+# compile_<lang> <source dir> <out> [<main file>]: the main file defaults to app.py / handler.js.
+compile_py() { # componentize-py finds the module (app.py: `app`) on -p, the source folder.
+    local module="${3:-app.py}"
+    (cd "$1" && "$here/.venv/bin/componentize-py" -d "$wit" -w "$world" componentize -p . "${module%.py}" -o "$2")
 }
 compile_js() { # QuickJS: the handler's folder beside the prelude and entry.js, on the world for QuickJS.
-    local work
+    local work main="${3:-handler.js}"
     work="$(mktemp -d)"
     cp -r "$1" "$work/handler"
+    # entry.js imports ../handler.js: another name is re-exported under it.
+    if [[ "$main" != handler.js ]]; then
+        [[ ! -e "$work/handler/handler.js" ]] || { echo "error: $1 has a handler.js beside $main: build that one" >&2; exit 1; }
+        echo "export { handle } from \"./$main\";" >"$work/handler/handler.js"
+    fi
     mkdir -p "$work/handler/__hourglass"
     cp "$here/js/quickjs/prelude.js" "$work/handler/__hourglass/prelude.js"
     cp "$here/js/quickjs/entry.js" "$work/handler/__hourglass/entry.js"
@@ -113,7 +135,7 @@ compile_js() { # QuickJS: the handler's folder beside the prelude and entry.js, 
     rm -rf "$work"
 }
 compile_js-sm() { # -d http fetch-event: the engine's own wasi:http support stays out.
-    "$here/js/node_modules/.bin/componentize-js" "$1/handler.js" --wit "$wit" --world-name "$world" \
+    "$here/js/node_modules/.bin/componentize-js" "$1/${3:-handler.js}" --wit "$wit" --world-name "$world" \
         -d http fetch-event -o "$2" >/dev/null
 }
 
@@ -152,6 +174,27 @@ build_one() {
     echo "$digest" >"$stamp"
     echo "built $task_type.wasm ($(($(stat -c %s "$dest") / 1024)) KiB) in $((SECONDS - start)) s" >&2
 }
+
+if [[ -n "$handler" ]]; then
+    [[ -n "$out" ]] || usage
+    [[ -f "$handler" ]] || { echo "error: no handler file $handler" >&2; exit 1; }
+    case "$handler:$engine" in
+        *.py:*) lang=py ;;
+        *.js:quickjs) lang=js ;;
+        *.js:starlingmonkey) lang=js-sm ;;
+        *.js:*) echo "error: unknown engine $engine: quickjs or starlingmonkey" >&2; exit 2 ;;
+        *) echo "error: $handler is not a .js or .py file" >&2; exit 2 ;;
+    esac
+    "install_$lang"
+    src="$(cd "$(dirname "$handler")" && pwd)"
+    out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
+    tmpdir="$(mktemp -d)"
+    "compile_$lang" "$src" "$tmpdir/out.wasm" "$(basename "$handler")"
+    install_wasm "$tmpdir/out.wasm" "$out"
+    rm -rf "$tmpdir"
+    echo "built $out ($(($(stat -c %s "$out") / 1024)) KiB, $lang)" >&2
+    exit 0
+fi
 
 for lang in "${langs[@]}"; do
     "install_$lang"

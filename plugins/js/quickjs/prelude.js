@@ -12,8 +12,8 @@
 // - Math.random: the engine's generator is seeded when the build's snapshot is taken, so every fresh
 //   instance would draw the same numbers; this one is seeded from wasi:random at its first use in each
 //   task (entry.js marks each task's start).
-// - fetch: not available (componentize-qjs 0.4.3 cannot build a component that imports wasi:http, and the
-//   StarlingMonkey build leaves its fetch out too); calling it throws an Error that says so.
+// - fetch: not available (componentize-qjs 0.4.3 cannot build a component that imports wasi:http; the
+//   StarlingMonkey build leaves that engine's own wasi:http out too); calling it throws an Error that says so.
 
 import { log } from "hourglass:plugin/log@0.1.0";
 import { getRandomBytes } from "wasi:random/random@0.2.12";
@@ -186,7 +186,7 @@ const crypto = {
 function fetch() {
   throw new Error(
     "fetch is not available to JavaScript handlers: componentize-qjs cannot build a component that imports " +
-      "wasi:http (docs/sandbox.md, \"JavaScript engines\"); write outbound HTTP in a Rust or Python handler",
+      "wasi:http (plugin-sdk/README.md, \"JavaScript\"); write a handler that calls a URL in Rust",
   );
 }
 
