@@ -26,9 +26,9 @@ use hourglass::runtime::{Component, Failure, Handler, TaskRun};
 use hourglass::task::ClaimedTask;
 use redis::Commands;
 
-/// Where a probe's runs get their instance.
+/// Where a probe's runs get their instance (javascript.rs's probes use them too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// The default: one kept instance, reset after each task to its checkpoint,
     /// taken after a warm-up call.
     Reset,
@@ -41,7 +41,7 @@ enum Mode {
 }
 
 /// The modes that promise a fresh state.
-const ISOLATED: [Mode; 3] = [Mode::Reset, Mode::ResetCold, Mode::Fresh];
+pub(crate) const ISOLATED: [Mode; 3] = [Mode::Reset, Mode::ResetCold, Mode::Fresh];
 
 /// A handler of `component` with a 5 s deadline, in `mode`.
 fn handler(component: Component, mode: Mode) -> Handler {

@@ -157,18 +157,7 @@ pub(super) async fn schedule_many(store: &Store, args: ScheduleManyArgs) -> Resu
             tasks.len()
         );
     }
-    if let Some(wanted) = args.wait_replicas {
-        let acked = store.wait_replicas(wanted, args.wait_timeout).await?;
-        if acked < wanted {
-            eprintln!(
-                "error: only {acked} of {wanted} replicas acknowledged the writes within {} (--wait-replicas)",
-                humantime::format_duration(args.wait_timeout)
-            );
-            return Ok(ExitCode::FAILURE);
-        }
-        println!("{acked} replica(s) acknowledged them");
-    }
-    Ok(ExitCode::SUCCESS)
+    super::tasks::wait_for_replicas(store, args.wait_replicas, args.wait_timeout, "the writes", "them").await
 }
 
 #[cfg(test)]

@@ -116,16 +116,28 @@ pub(super) async fn schedule(store: &Store, args: ScheduleArgs) -> Result<ExitCo
         };
         println!("kept {}/{} as it was: {why}", args.task_type, args.id);
     }
-    if let Some(wanted) = args.wait_replicas {
-        let acked = store.wait_replicas(wanted, args.wait_timeout).await?;
+    wait_for_replicas(store, args.wait_replicas, args.wait_timeout, "the write", "it").await
+}
+
+/// `--wait-replicas`: waits until `wanted` replicas have this connection's writes (Redis WAIT), and
+/// says how many did; exit 1 if fewer did within `timeout`. `what` and `it` name the writes.
+pub(super) async fn wait_for_replicas(
+    store: &Store,
+    wanted: Option<u32>,
+    timeout: Duration,
+    what: &str,
+    it: &str,
+) -> Result<ExitCode> {
+    if let Some(wanted) = wanted {
+        let acked = store.wait_replicas(wanted, timeout).await?;
         if acked < wanted {
             eprintln!(
-                "error: only {acked} of {wanted} replicas acknowledged the write within {} (--wait-replicas)",
-                humantime::format_duration(args.wait_timeout)
+                "error: only {acked} of {wanted} replicas acknowledged {what} within {} (--wait-replicas)",
+                humantime::format_duration(timeout)
             );
             return Ok(ExitCode::FAILURE);
         }
-        println!("{acked} replica(s) acknowledged it");
+        println!("{acked} replica(s) acknowledged {it}");
     }
     Ok(ExitCode::SUCCESS)
 }
