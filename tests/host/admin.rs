@@ -64,6 +64,9 @@ fn endpoints_answer_with_the_right_content_and_status() {
         "data-action=requeue",
         "data-action=purge",
         "data-plugin=\"mail.wasm\"",
+        // Which engine each plugin runs on (issue 67): mail.wasm is chaos, compiled Rust.
+        "<th>engine</th>",
+        "<td class=engine>none (compiled WebAssembly)</td>",
         // How a freed instance's memory is reset on this machine, and its swap (issue 50).
         "<p id=memory-reset>",
         "; swap: ",

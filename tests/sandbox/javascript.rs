@@ -271,6 +271,12 @@ fn hostile_javascript_fails_only_its_own_tasks_and_the_host_stays_in_its_bound()
         );
     }
     let host = Host::start(&redis, &plugins, &config);
+    // The start log names each plugin's engine.
+    let log = host.log();
+    for (name, engine) in ENGINES {
+        let loaded = log.lines().find(|l| l.contains("plugin loaded") && l.contains(&format!("{name}.wasm")));
+        assert!(loaded.is_some_and(|l| l.contains(engine.as_str())), "{name}: {loaded:?}");
+    }
     let mut conn = redis.client();
     let noops = |conn: &mut redis::Connection, from: usize, n: usize, spread: i64| {
         let now = now_ms();
