@@ -105,7 +105,7 @@ fn every_example_compiles_under_the_default_limits_as_on_a_64_core_machine() {
     };
     let mut examples: Vec<_> =
         ["noop", "order.timeout", "webhook", "device.offline", "device.alert", "flaky"].map(plugin).to_vec();
-    examples.extend(["py.echo", "js.echo"].map(polyglot_plugin));
+    examples.extend(["py.echo", "js.echo", "js-sm.echo"].map(polyglot_plugin));
     for wasm in &examples {
         let (compiled, _, stderr) = compile(wasm, None);
         assert!(compiled, "{} was not compiled under {limit} bytes of address space: {stderr}", wasm.display());
