@@ -87,6 +87,16 @@ fn cut<'a>(tasks: &'a [NewTask], indexes: &'a [usize]) -> impl Iterator<Item = &
     })
 }
 
+/// Sets the replies at `indexes` to `e`: the first gets the error itself (what the caller
+/// reports, and what `classify` reads as an outage), the others its text.
+fn fail_all(replies: &mut [Option<Result<Vec<i64>>>], indexes: &[usize], e: anyhow::Error) {
+    let text = format!("{e:#}");
+    let mut first = Some(e);
+    for &i in indexes {
+        replies[i] = Some(Err(first.take().unwrap_or_else(|| anyhow::anyhow!("{text}"))));
+    }
+}
+
 impl Store {
     /// Schedules (or re-schedules) a task, as an app would: payload and due
     /// time in one atomic step; `mode` picks what happens to an id already
@@ -198,14 +208,14 @@ impl Store {
                 pipe.ignore_errors().query_async(&mut conn).await;
             let answers = match sent {
                 Ok(answers) if answers.len() == todo.len() => answers,
-                Ok(answers) => {
-                    let e = anyhow::anyhow!("{} replies to a pipeline of {}", answers.len(), todo.len());
-                    return invocations.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect();
-                }
-                Err(e) => {
-                    // The connection failed: nothing is known of any of them.
-                    let e = anyhow::Error::new(e);
-                    return invocations.iter().map(|_| Err(anyhow::anyhow!("{e:#}"))).collect();
+                failed => {
+                    // The connection failed (or answered out of step): nothing is known of the calls just sent.
+                    let e = match failed {
+                        Err(e) => anyhow::Error::new(e),
+                        Ok(answers) => anyhow::anyhow!("{} replies to a pipeline of {}", answers.len(), todo.len()),
+                    };
+                    fail_all(&mut replies, &todo, e);
+                    break;
                 }
             };
             let mut missing = Vec::new();
@@ -222,10 +232,7 @@ impl Store {
             }
             let mut conn = self.conn.clone();
             if let Err(e) = invocations[missing[0]].load_async(&mut conn).await {
-                let e = anyhow::Error::new(e);
-                for i in missing {
-                    replies[i] = Some(Err(anyhow::anyhow!("{e:#}")));
-                }
+                fail_all(&mut replies, &missing, anyhow::Error::new(e));
                 break;
             }
             todo = missing;
