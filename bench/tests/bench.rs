@@ -469,3 +469,29 @@ fn burst_writes_the_payload_and_keeps_the_configs_grants() {
     let followups: Vec<String> = redis::Commands::zrange(&mut c, "hourglass-bench:{noop.out}:due", 0, -1).unwrap();
     assert_eq!(followups, ["f"], "the tasks' payload asked for this follow-up");
 }
+
+#[test]
+fn ingest_writes_every_kind_whole_and_reports_its_redis_cpu() {
+    // Each kind checks it stored all its tasks (the run fails otherwise); here, that every row is there.
+    let runs = bench(None, &["ingest", "--tasks", "600"]);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(run["scenario"], "ingest");
+    let rows: Vec<(&String, &Value)> =
+        run.as_object().unwrap().iter().filter(|(k, _)| k.as_bytes()[0].is_ascii_digit()).collect();
+    for kind in ["raw ZADD+HSET", "Rust Store::schedule_many", "follow-ups delivered", "group children", "graph nodes"]
+    {
+        assert!(rows.iter().any(|(k, _)| k.contains(kind)), "no {kind} row: {run}");
+    }
+    for (kind, figure) in &rows {
+        let text = figure.as_str().unwrap();
+        assert!(text.starts_with("Redis CPU ") && text.contains("tasks/s"), "{kind}: {text}");
+    }
+    // What it could not run (a client's environment, BullMQ) it names, rather than leaving a row out silently.
+    let missing = run["not_measured"].as_array().unwrap();
+    if missing.is_empty() {
+        assert_eq!(rows.len(), 12, "{run}");
+    } else {
+        assert!(rows.len() < 12, "rows left out but none named: {run}");
+    }
+}
