@@ -62,26 +62,31 @@ const QUEUES_IN_FLIGHT: usize = 4;
 /// Batches of one type (or shard) per round trip: about 1,000 small tasks, as the clients send.
 const BATCHES_PER_TRIP: usize = 5;
 
-/// `indexes` (tasks of one type, in order) cut into batches of at most
-/// [`MAX_BATCH_TASKS`] tasks and [`MAX_BATCH_BYTES`] of ids and payloads.
+/// How many of a run of writes (their sizes, ids and payloads, in order) make one script call: at
+/// most [`MAX_BATCH_TASKS`] and [`MAX_BATCH_BYTES`], and one at least. `schedule_batch.lua`'s
+/// callers and the outbox's follow-up deliveries cut their calls with it.
+pub(crate) fn batch_len(sizes: impl IntoIterator<Item = usize>) -> usize {
+    let mut bytes = 0;
+    let mut len = 0;
+    for size in sizes.into_iter().take(MAX_BATCH_TASKS) {
+        if len > 0 && bytes + size > MAX_BATCH_BYTES {
+            break;
+        }
+        bytes += size;
+        len += 1;
+    }
+    len
+}
+
+/// `indexes` (tasks of one type, in order) cut into batches of [`batch_len`].
 fn cut<'a>(tasks: &'a [NewTask], indexes: &'a [usize]) -> impl Iterator<Item = &'a [usize]> + 'a {
     let mut rest = indexes;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        let mut bytes = 0;
-        let mut len = 0;
-        while len < rest.len() && len < MAX_BATCH_TASKS {
-            let task = &tasks[rest[len]];
-            let size = task.id.len() + task.payload.as_ref().map_or(0, Vec::len);
-            if len > 0 && bytes + size > MAX_BATCH_BYTES {
-                break;
-            }
-            bytes += size;
-            len += 1;
-        }
-        let (batch, after) = rest.split_at(len);
+        let sizes = rest.iter().map(|&i| tasks[i].id.len() + tasks[i].payload.as_ref().map_or(0, Vec::len));
+        let (batch, after) = rest.split_at(batch_len(sizes));
         rest = after;
         Some(batch)
     })

@@ -6,7 +6,7 @@ use super::entries::{Parent, decode_followup};
 use super::groups::{GroupDelivery, GroupMoves};
 use crate::task::FollowUp;
 use crate::task_type::TaskType;
-use crate::{BATCH, MAX_BATCH_BYTES, MAX_BATCH_TASKS, Store};
+use crate::{BATCH, Store};
 
 /// What one pass over an outbox did.
 #[derive(Debug, Default)]
@@ -168,7 +168,7 @@ impl Store {
 
     /// Delivers follow-ups (outbox entries of `t`, in the page's order) to
     /// their types, exactly once (deliver.lua's markers): one call per target
-    /// type (or shard) and [`MAX_BATCH_TASKS`] entries or [`MAX_BATCH_BYTES`].
+    /// type (or shard) and [`batch_len`](crate::app::tasks::batch_len) entries.
     /// Returns the entries done with; an entry whose target's keys are broken
     /// waits in the outbox (in [`OutboxFlush::failed`]). A call refused as a
     /// whole is tried again entry by entry, so one bad marker holds back only
@@ -188,7 +188,7 @@ impl Store {
         for (target, entries) in by_target {
             let mut rest = entries.as_slice();
             while !rest.is_empty() {
-                let len = batch_len(rest);
+                let len = crate::app::tasks::batch_len(rest.iter().map(|(_, f)| f.id.len() + f.payload.len()));
                 let (batch, after) = rest.split_at(len);
                 rest = after;
                 match self.deliver_batch(t, &target, batch).await {
@@ -258,22 +258,6 @@ impl Store {
         }
         Ok(())
     }
-}
-
-/// How many of `entries` (from the first) make one deliver.lua call: at most
-/// [`MAX_BATCH_TASKS`] and [`MAX_BATCH_BYTES`] of ids and payloads, and one at least.
-fn batch_len(entries: &[(Vec<u8>, FollowUp)]) -> usize {
-    let mut bytes = 0;
-    let mut len = 0;
-    for (_, f) in entries.iter().take(MAX_BATCH_TASKS) {
-        let size = f.id.len() + f.payload.len();
-        if len > 0 && bytes + size > MAX_BATCH_BYTES {
-            break;
-        }
-        bytes += size;
-        len += 1;
-    }
-    len
 }
 
 /// Counts one delivery's result (deliver.lua's 1, 0 or 2) in `flushed`.
