@@ -76,7 +76,7 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
         )
         .await
         .unwrap();
-    assert_eq!((results.len(), reports), (2, 2));
+    assert_eq!((results.len(), reports.outboxed), (2, 2));
     s.flush_outbox(&ty("step")).await.unwrap();
     assert!(summary(&mut c, "ship", "order-17").is_none(), "one child is still running");
     let view = s.group_show(&g).await.unwrap().unwrap();
@@ -86,7 +86,7 @@ async fn the_callback_fires_once_after_the_last_child_ends_and_learns_how_each_e
     // A retry is not an end: the group keeps waiting.
     let mail = by_id(b"mail");
     let retry = Outcome::Retry { delay: Duration::from_millis(1), error: "smtp".into(), progress: None };
-    assert_eq!(s.settle(&ty("step"), &[ended(mail, retry)], None).await.unwrap().1, 0);
+    assert_eq!(s.settle(&ty("step"), &[ended(mail, retry)], None).await.unwrap().1.outboxed, 0);
     std::thread::sleep(Duration::from_millis(5));
     let again = claim_all(&s, "step").await;
     assert_eq!(again.len(), 1);
@@ -150,7 +150,7 @@ async fn children_without_payloads_report_their_plain_acks() {
         assert_eq!(tasks.len(), n, "{t}");
         let acks: Vec<Settlement> = tasks.iter().map(|t| ack(t, vec![])).collect();
         let (_, reports) = s.settle(&ty(t), &acks, None).await.unwrap();
-        assert_eq!(reports, n);
+        assert_eq!(reports.outboxed, n);
         s.flush_outbox(&ty(t)).await.unwrap();
     }
     let sum = summary(&mut c, "done", "bare-1").expect("the callback is scheduled");
@@ -238,7 +238,7 @@ async fn a_running_child_cancelled_counts_as_cancelled_even_when_its_host_died()
     }
     // The first host stops its run and settles it as cancelled.
     let (_, reports) = s.settle(&ty("step"), &[ended(&stopped[0], Outcome::Cancelled)], None).await.unwrap();
-    assert_eq!(reports, 1);
+    assert_eq!(reports.outboxed, 1);
     // The second host died: its lease runs out, and the next claim reaps it.
     std::thread::sleep(Duration::from_millis(20));
     assert!(claim_all(&s, "step").await.is_empty(), "a cancelled run is not run again");

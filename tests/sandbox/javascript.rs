@@ -335,6 +335,11 @@ fn hostile_javascript_fails_only_its_own_tasks_and_the_host_stays_in_its_bound()
         let outbox: usize = conn.hlen(format!("hourglass:{{{name}}}:outbox")).unwrap();
         assert_eq!(outbox, 0, "{name}: a run over its budget committed follow-ups");
     }
+    // On one server a settle delivers follow-ups itself: none of the flood's reached noop (had
+    // one, it would wait there, run with its payload, or have counted past the 2,200).
+    let waiting: Option<f64> = conn.zscore("hourglass:{noop}:due", "big-0").unwrap();
+    let payload: bool = conn.hexists("hourglass:{noop}:payload", "big-0").unwrap();
+    assert!(waiting.is_none() && !payload, "a run over its budget delivered a follow-up");
     // docs/sandbox.md's bound: concurrency × (memory_limit + host_memory_limit + one host-call
     // argument's copy, at most the run's own memory): 8 × (32 + 4 + 32) MiB over the idle host.
     let peak = host.proc_status("VmHWM:");

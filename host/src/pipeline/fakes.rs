@@ -12,12 +12,12 @@ use crate::config::{Config, TypePolicy};
 use crate::registry::Entry;
 use crate::runtime::RunHooks;
 use crate::runtime::{Failure, TaskRun};
-use crate::store::{ClaimLimits, Extended, OutboxFlush, ProgressReport};
+use crate::store::{ClaimLimits, Committed, Extended, OutboxFlush, ProgressReport};
 use crate::task::{Claim, ClaimedTask, Ended, Lease, Settlement};
 use crate::task_type::TaskType;
 
-/// A settle's answer: how each outcome ended, and the group reports.
-pub(crate) type Settled = Result<(Vec<Ended>, usize)>;
+/// A settle's answer: how each outcome ended, and what else it committed.
+pub(crate) type Settled = Result<(Vec<Ended>, Committed)>;
 
 /// A ledger whose answers are scripted per call, and which records what it
 /// was asked (with the paused clock's time). Unscripted: a claim finds
@@ -118,7 +118,7 @@ impl Ledger for Scripted {
     async fn settle(&self, _: &TaskType, batch: &[Settlement], events: Option<u64>) -> Settled {
         self.record(format!("settle {} events {events:?}", batch.len()));
         let scripted = self.inner.settles.lock().unwrap().pop_front();
-        scripted.unwrap_or_else(|| Ok((vec![Ended::Succeeded; batch.len()], 0)))
+        scripted.unwrap_or_else(|| Ok((vec![Ended::Succeeded; batch.len()], Committed::default())))
     }
 
     async fn release(&self, _: &TaskType, leases: &[Lease]) -> Result<usize> {

@@ -10,7 +10,7 @@ use std::future::Future;
 
 use anyhow::Result;
 
-use crate::store::{ClaimLimits, Extended, OutboxFlush, ProgressReport, Store};
+use crate::store::{ClaimLimits, Committed, Extended, OutboxFlush, ProgressReport, Store};
 use crate::task::{Claim, Ended, Lease, Settlement};
 use crate::task_type::TaskType;
 
@@ -25,13 +25,13 @@ pub(crate) trait Ledger {
         leases: &[Lease],
         lease_ms: u64,
     ) -> impl Future<Output = Result<Vec<Extended>>> + Send;
-    /// Commits outcomes; per outcome how it ended, and the group reports put in the outbox (`Store::settle`).
+    /// Commits outcomes; per outcome how it ended, and what else it committed (`Store::settle`).
     fn settle(
         &self,
         t: &TaskType,
         batch: &[Settlement],
         events_maxlen: Option<u64>,
-    ) -> impl Future<Output = Result<(Vec<Ended>, usize)>> + Send;
+    ) -> impl Future<Output = Result<(Vec<Ended>, Committed)>> + Send;
     /// Hands leases back, due now for any host; how many were still held (`Store::release`).
     fn release(&self, t: &TaskType, leases: &[Lease]) -> impl Future<Output = Result<usize>> + Send;
     /// The traceparents clients left for claimed ids, in their order (`Store::trace_parents`; traced types only).
@@ -66,7 +66,7 @@ impl Ledger for Store {
         t: &TaskType,
         batch: &[Settlement],
         events_maxlen: Option<u64>,
-    ) -> impl Future<Output = Result<(Vec<Ended>, usize)>> + Send {
+    ) -> impl Future<Output = Result<(Vec<Ended>, Committed)>> + Send {
         Store::settle(self, t, batch, events_maxlen)
     }
 

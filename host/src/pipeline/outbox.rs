@@ -64,14 +64,7 @@ impl<L: Ledger> Outbox<L> {
                     self.health.failed(target, "deliver", e);
                 }
                 for (target, id) in &flushed.kept_existing {
-                    warn!(
-                        task_type = %task_type,
-                        target = %target,
-                        id = %clean_id(id),
-                        "follow-up not delivered: a {target} task with its id is waiting or dead-lettered, and \
-                         {task_type} may only create {target} tasks (may_replace in runner.toml lets it replace them)"
-                    );
-                    crate::observe::telemetry::followup_kept_existing(task_type, target);
+                    kept_existing(task_type, target, id);
                 }
                 for c in &flushed.groups.opened {
                     crate::observe::telemetry::group_opened(c);
@@ -103,4 +96,17 @@ impl<L: Ledger> Outbox<L> {
             }
         }
     }
+}
+
+/// Logs and counts a create-only follow-up from `task_type` that found its id
+/// taken in `target` (delivered through the outbox or in the settle).
+pub(crate) fn kept_existing(task_type: &TaskType, target: &TaskType, id: &[u8]) {
+    warn!(
+        task_type = %task_type,
+        target = %target,
+        id = %clean_id(id),
+        "follow-up not delivered: a {target} task with its id is waiting or dead-lettered, and \
+         {task_type} may only create {target} tasks (may_replace in runner.toml lets it replace them)"
+    );
+    crate::observe::telemetry::followup_kept_existing(task_type, target);
 }

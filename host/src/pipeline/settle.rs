@@ -17,8 +17,8 @@ use crate::observe::health::Health;
 use crate::observe::logging::clean_id;
 use crate::observe::traces::RunSpan;
 use crate::registry::Registry;
-use crate::store::Store;
-use crate::task::{Ended, Outcome, Settlement};
+use crate::store::{Committed, Store};
+use crate::task::{Ended, Settlement};
 use crate::task_type::TaskType;
 
 /// Most outcomes one settle call writes.
@@ -132,7 +132,7 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
             gathered.take_more(&mut queue).await;
             let Gathered { batch, mut held, .. } = std::mem::take(&mut gathered);
             let events = || self.plugins.config().events_maxlen(&task_type);
-            let (results, group_reports) = write_outcomes(&self.ledger, &self.health, &task_type, &batch, events).await;
+            let (results, committed) = write_outcomes(&self.ledger, &self.health, &task_type, &batch, events).await;
             // One event per stored outcome at trace level (target `hourglass::task`).
             if tracing::enabled!(target: "hourglass::task", tracing::Level::TRACE) {
                 for (s, r) in batch.iter().zip(&results) {
@@ -146,19 +146,14 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
                     );
                 }
             }
-            // Group children that ended left reports for their groups in the outbox.
-            let mut committed_followups = group_reports > 0;
             for (s, r) in batch.iter().zip(&results) {
-                match (r, &s.outcome) {
-                    (Ended::Fenced, _) => {
-                        warn!(task_type = %task_type, task_id = %clean_id(&s.lease.id), attempt = s.run.attempt,
-                        "outcome ignored: the lease had expired and the task was claimed again")
-                    }
-                    (Ended::Succeeded, Outcome::Ack { followups, groups, graphs }) => {
-                        committed_followups |= !followups.is_empty() || !groups.is_empty() || !graphs.is_empty()
-                    }
-                    _ => {}
+                if *r == Ended::Fenced {
+                    warn!(task_type = %task_type, task_id = %clean_id(&s.lease.id), attempt = s.run.attempt,
+                    "outcome ignored: the lease had expired and the task was claimed again")
                 }
+            }
+            for (target, id) in &committed.kept_existing {
+                super::outbox::kept_existing(&task_type, target, id);
             }
             metrics.settled(&batch, &results);
             // A run's span ends with what Redis committed, not what the run asked for.
@@ -173,8 +168,8 @@ impl<L: Ledger + Clone + Send + Sync + 'static, P: Plugins> Settler<L, P> {
                 // A slot of max_running is free: this host's claim loop need not wait to poll for it.
                 self.wakeups.of(&task_type).notify_one();
             }
-            if committed_followups {
-                // The acks are committed with their follow-ups in the outbox; move them on now.
+            if committed.outboxed > 0 {
+                // Follow-ups (in a cluster) and workflow reports wait in the outbox; move them on now.
                 flush_wanted.notify_one();
             }
         }
@@ -191,14 +186,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// One settle call for `batch`, retried until it is written: the script
 /// checks every key before its first write, so a failed call changed nothing.
-/// Returns how each outcome ended and how many group reports went into the outbox.
+/// Returns how each outcome ended and what else it committed.
 async fn write_outcomes(
     ledger: &impl Ledger,
     health: &Health,
     task_type: &TaskType,
     batch: &[Settlement],
     events_maxlen: impl Fn() -> Option<u64>,
-) -> (Vec<Ended>, usize) {
+) -> (Vec<Ended>, Committed) {
     let mut backoff = Duration::from_millis(50);
     loop {
         match ledger.settle(task_type, batch, events_maxlen()).await {
@@ -221,7 +216,7 @@ mod tests {
 
     use super::*;
     use crate::pipeline::fakes::{Scripted, Served};
-    use crate::task::Lease;
+    use crate::task::{Lease, Outcome};
 
     fn queued(id: &str, claim: &Arc<AtomicUsize>) -> Queued {
         let slots = Arc::new(Semaphore::new(2));
@@ -314,13 +309,17 @@ mod tests {
         "t".parse().unwrap()
     }
 
+    fn outboxed(entries: usize) -> Committed {
+        Committed { outboxed: entries, kept_existing: Vec::new() }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn outcomes_are_written_through_an_outage_once_redis_answers() {
         let ledger = Scripted::new();
         ledger.settles([
             Err(anyhow::anyhow!("Connection refused (os error 111)")),
             Err(anyhow::anyhow!("Connection refused (os error 111)")),
-            Ok((vec![Ended::Succeeded, Ended::Fenced], 1)),
+            Ok((vec![Ended::Succeeded, Ended::Fenced], outboxed(1))),
         ]);
         let batch: Vec<Settlement> = ["a", "b"]
             .iter()
@@ -332,7 +331,11 @@ mod tests {
             .collect();
         let started = tokio::time::Instant::now();
         let written = write_outcomes(&ledger, &Health::default(), &t(), &batch, || Some(7)).await;
-        assert_eq!(written, (vec![Ended::Succeeded, Ended::Fenced], 1), "the committed answer, as Redis gave it");
+        assert_eq!(
+            written,
+            (vec![Ended::Succeeded, Ended::Fenced], outboxed(1)),
+            "the committed answer, as Redis gave it"
+        );
         assert_eq!(ledger.calls(), ["settle 2 events Some(7)"; 3], "the same batch, three times");
         // Backoff between the failed calls: 50 ms, then 100 ms (paused time: exact).
         assert_eq!(started.elapsed(), Duration::from_millis(150));
@@ -343,7 +346,7 @@ mod tests {
         let ledger = Scripted::new();
         ledger.settles([
             Err(anyhow::anyhow!("Connection refused (os error 111)")),
-            Ok((vec![Ended::Succeeded, Ended::Fenced], 1)), // a group report went into the outbox
+            Ok((vec![Ended::Succeeded, Ended::Fenced], outboxed(1))), // a group report went into the outbox
         ]);
         let health = Health::default();
         let settler = Settler {

@@ -137,7 +137,7 @@ pub use app::recurring::{RecurState, SyncOutcome};
 pub use app::tasks::{MAX_BATCH_BYTES, MAX_BATCH_TASKS, NewTask, ScheduleMode};
 pub use conn::{ClusterNode, Conn, Trouble, classify, parse_cluster_nodes};
 #[cfg(feature = "host")]
-pub use host::claims::{ClaimLimits, Extended, Rate};
+pub use host::claims::{ClaimLimits, Committed, Extended, Rate};
 #[cfg(feature = "host")]
 pub use host::presence::{HolderCount, Presence};
 #[cfg(feature = "host")]
@@ -178,6 +178,9 @@ pub struct Store {
     holder: Arc<str>,
     /// The shards (their tags, shard 0 first) of the sharded types (`[types.T] shards`); absent: one.
     shards: Arc<HashMap<TaskType, Arc<[TaskType]>>>,
+    /// Whether settles deliver follow-ups themselves: on one server, until a
+    /// proxy in front of it refuses a script's keys of several slots (CROSSSLOT).
+    direct_followups: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -218,6 +221,7 @@ impl Store {
             target: Arc::new(target.clone()),
             holder: Arc::from(""),
             shards: Arc::default(),
+            direct_followups: Arc::new(std::sync::atomic::AtomicBool::new(!target.is_cluster())),
         };
         store.ping().await?;
         Ok(store)

@@ -1,6 +1,7 @@
 //! The path every task takes: claim, settle (with the batching of acks into masks), extend and release.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -12,6 +13,23 @@ use crate::task::{Claim, ClaimedTask, Ended, Lease, Outcome, Settlement};
 use crate::task_type::TaskType;
 use crate::workflow::entries::encode_followup;
 use crate::{Store, duration_ms};
+
+/// Whether `e` is a CROSSSLOT refusal: keys of several slots in one call.
+fn refuses_slots_together(e: &anyhow::Error) -> bool {
+    e.chain().filter_map(|c| c.downcast_ref::<redis::RedisError>()).any(|r| r.code() == Some("CROSSSLOT"))
+}
+
+/// What a settle committed besides the outcomes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// Entries it put in the type's outbox: group children's reports, group
+    /// work, graphs, and (in a cluster, or where a target's keys were
+    /// broken) follow-ups. [`Store::flush_outbox`] moves them on.
+    pub outboxed: usize,
+    /// Create-only follow-ups delivered in the settle that found their id
+    /// waiting or dead-lettered in their type, and left it as it was: (target, id).
+    pub kept_existing: Vec<(TaskType, Vec<u8>)>,
+}
 
 /// With `fair_by`, how many of the oldest (and of the newest) due tasks a claim looks at.
 pub const FAIR_WINDOW: usize = 1000;
@@ -105,19 +123,53 @@ impl Store {
     /// Commits the outcomes of finished tasks of type `t` in one atomic step
     /// (settle.lua), appending one entry per committed outcome to
     /// `P:{T}:events` (capped at about `events_maxlen`) when it is given.
-    /// Returns how each ended, and how many reports of workflow group
-    /// children that ended it put in the outbox. Follow-ups committed with
-    /// acks and those reports wait in the type's outbox until
-    /// [`Store::flush_outbox`] moves them on: the host does that right after.
+    /// Returns how each ended, and what else it committed ([`Committed`]).
+    ///
+    /// On one server the acks' follow-ups are delivered to their types in
+    /// that same step. In a cluster, where their types' keys are on other
+    /// slots, they wait in the type's outbox, as do workflow group reports,
+    /// group work and graphs, until [`Store::flush_outbox`] moves them on:
+    /// the host does that right after ([`Committed::outboxed`]). A direct
+    /// batch refused for anything but an outage (a follow-up's target key
+    /// of the wrong type, say) is settled again through the outbox, where an
+    /// entry for a broken target waits without holding back the rest.
     pub async fn settle(
         &self,
         t: &TaskType,
         batch: &[Settlement],
         events_maxlen: Option<u64>,
-    ) -> Result<(Vec<Ended>, usize)> {
+    ) -> Result<(Vec<Ended>, Committed)> {
         if batch.is_empty() {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), Committed::default()));
         }
+        let has_followups =
+            batch.iter().any(|s| matches!(&s.outcome, Outcome::Ack { followups, .. } if !followups.is_empty()));
+        if has_followups && self.direct_followups.load(Ordering::Relaxed) {
+            match self.settle_as(t, batch, events_maxlen, true).await {
+                Err(e) if refuses_slots_together(&e) => {
+                    // A proxy (a managed multi-shard endpoint) that holds each slot apart.
+                    tracing::info!(
+                        "this Redis refuses keys of several slots in one script: follow-ups go through the outbox"
+                    );
+                    self.direct_followups.store(false, Ordering::Relaxed);
+                }
+                Err(e) if crate::classify(&e) != crate::Trouble::Outage => {
+                    tracing::debug!(task_type = %t, "settling through the outbox: {e:#}");
+                }
+                answer => return answer,
+            }
+        }
+        self.settle_as(t, batch, events_maxlen, false).await
+    }
+
+    /// One settle.lua call: follow-ups `direct`ly into their types' keys, or into the outbox.
+    async fn settle_as(
+        &self,
+        t: &TaskType,
+        batch: &[Settlement],
+        events_maxlen: Option<u64>,
+        direct: bool,
+    ) -> Result<(Vec<Ended>, Committed)> {
         let k = self.keys(t);
         let mut inv = self.scripts.settle.prepare_invoke();
         inv.key(&k.due)
@@ -137,6 +189,8 @@ impl Store {
             .key(&k.progress)
             .arg(t.as_str())
             .arg(events_maxlen.unwrap_or(0));
+        // Direct follow-ups' targets (their shards, and their types), numbered from 1 as their keys follow the 15.
+        let mut targets: Vec<(TaskType, &TaskType)> = Vec::new();
         let entries = batch_entries(batch, events_maxlen.is_some());
         for entry in &entries {
             let s = match entry {
@@ -182,8 +236,28 @@ impl Store {
                 inv.arg(p);
             }
             for f in followups {
-                let mut arg = vec![if f.replace { b'r' } else { b'c' }];
-                arg.extend(encode_followup(f));
+                let arg = if direct {
+                    let target = self.shard_for(&f.task_type, &f.id);
+                    let number = match targets.iter().position(|(known, _)| *known == target) {
+                        Some(at) => at + 1,
+                        None => {
+                            let tk = self.keys(&target);
+                            inv.key(&tk.due).key(&tk.payload).key(&tk.dead);
+                            targets.push((target, &f.task_type));
+                            targets.len()
+                        }
+                    };
+                    let mode = if f.replace { 'r' } else { 'c' };
+                    let mut arg = format!("d{number},{mode},{},{},", f.due_ms, f.id.len()).into_bytes();
+                    arg.reserve(f.id.len() + f.payload.len());
+                    arg.extend_from_slice(&f.id);
+                    arg.extend_from_slice(&f.payload);
+                    arg
+                } else {
+                    let mut arg = vec![if f.replace { b'r' } else { b'c' }];
+                    arg.extend(encode_followup(f));
+                    arg
+                };
                 inv.arg(arg);
             }
             for g in groups {
@@ -200,11 +274,20 @@ impl Store {
         let mut conn = self.conn.clone();
         let mut replies: Vec<Value> =
             inv.invoke_async(&mut conn).await.with_context(|| format!("cannot settle {} {t} tasks", batch.len()))?;
-        let reports = replies.pop().map(crate::reply::int).transpose().context("settle: no count of group reports")?;
+        let kept = replies.pop().map(array).transpose().context("settle: no list of follow-ups kept")?;
+        let outboxed = replies.pop().map(int).transpose().context("settle: no count of outbox entries")?;
         if replies.len() != entries.len() {
             bail!("settle of {t}: {} results for {} entries", replies.len(), entries.len());
         }
-        // Follow-ups committed with acks wait in the outbox; the caller moves them on (`flush_outbox`).
+        let mut committed = Committed { outboxed: outboxed.unwrap_or(0) as usize, kept_existing: Vec::new() };
+        let mut kept = kept.unwrap_or_default().into_iter();
+        while let (Some(number), Some(id)) = (kept.next(), kept.next()) {
+            let number = int(number).context("settle: a kept follow-up's target is not a number")?;
+            let target = usize::try_from(number - 1).ok().and_then(|at| targets.get(at));
+            let (_, target) =
+                target.with_context(|| format!("settle: a kept follow-up's target {number} is unknown"))?;
+            committed.kept_existing.push(((*target).clone(), bytes(id).context("settle: a kept follow-up's id")?));
+        }
         let mut results = vec![Ended::Fenced; batch.len()];
         for (entry, reply) in entries.iter().zip(replies) {
             match entry {
@@ -225,7 +308,7 @@ impl Store {
                 }
             }
         }
-        Ok((results, reports.unwrap_or(0) as usize))
+        Ok((results, committed))
     }
 
     /// Extends the leases of running tasks to now + `lease_ms`.

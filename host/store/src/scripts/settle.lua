@@ -3,7 +3,9 @@
 -- KEYS: 1 due, 2 payload, 3 claims, 4 claimed (see the prelude), 5 attempts, 6 errors, 7 dead,
 --       8 stats, 9 outbox, 10 events, 11 cancels (id -> the token `hourglass cancel` asked to stop),
 --       12 member (id -> its workflow group, see the prelude's report_ended), 13 running, 14 held
---       (both: see the prelude's unhold), 15 progress (id -> the latest progress reported, JSON)
+--       (both: see the prelude's unhold), 15 progress (id -> the latest progress reported, JSON),
+--       then per follow-up target delivered directly (one server only: all keys on it), three:
+--       its due, payload and dead (target k, from 1, at 16 + 3(k-1))
 -- ARGV: 1 outbox entry prefix (the source type), 2 events maxlen (0 = no events), then entries:
 --       plain acks (no follow-ups, no events) of one claim: 'm', claim id, mask (byte k is
 --         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one),
@@ -11,7 +13,9 @@
 --         so the claim record need not be decoded)
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
 --         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
---         'c' (create-only) or 'r' (may replace) and then the encoded follow-up, or 'g'
+--         'c' (create-only) or 'r' (may replace) and then the encoded follow-up (into the
+--         outbox), or 'd' and then a follow-up delivered directly: 'k,mode,due_ms,id_len,' with
+--         mode 'c' or 'r', then the id's bytes and the payload's (empty: no payload), or 'g'
 --         and then a run's encoded work on one workflow group (entry id ends ":group"), or 'G'
 --         and then a workflow graph the run declares, as JSON (entry id ends ":graph");
 --         a retry's only item may be 'p' and then the run's last progress, as stored (JSON)
@@ -19,7 +23,10 @@
 --          others were fenced); for a task in full how it ended, by name:
 --          succeeded | retried | dead | cancelled | rescheduled (a dead letter
 --          a client's schedule overrode: failed, not dead) | fenced; then one
---          more element: how many group reports went into the outbox.
+--          two more elements: how many entries went into the outbox (follow-ups, group
+--          reports, workflow work and graphs: the host moves them on), and the create-only
+--          follow-ups delivered directly that found their id taken, as a flat list of target
+--          number k and id.
 -- Guarantees:
 --   * fencing: a task that is no longer leased under the given claim and
 --     token (its claim's lease expired and was reaped: someone else may hold
@@ -32,7 +39,13 @@
 --     schedule and its payload stay); follow-ups go into the outbox in the
 --     same atomic step, under entry ids "<type>:<token>:<n>" unique forever,
 --     ":create" appended for a create-only one (hosts before it deliver
---     every entry as a replace, none is lost in a rolling upgrade).
+--     every entry as a replace, none is lost in a rolling upgrade). A
+--     follow-up given directly ('d') is written into its target type's keys
+--     in this step instead, after everything else the settle writes, as
+--     deliver.lua would (same modes, in order): nothing to deliver later, no
+--     marker needed for exactly once. Its target's keys are checked with the
+--     rest: a broken one fails the whole batch (HGFAULT naming it), and the
+--     host settles again through the outbox.
 --   * retry: due again at now + delay_ms, ZADD NX so a client schedule wins;
 --     the attempt is recorded in attempts (claim counts on from it).
 --   * dead: dead-lettered with its attempt count unless a client re-scheduled
@@ -72,6 +85,16 @@ local events, cancels, member = KEYS[10], KEYS[11], KEYS[12]
 local running, held, progress = KEYS[13], KEYS[14], KEYS[15]
 local entry_prefix = ARGV[1]
 local events_maxlen = tonumber(ARGV[2])
+-- Targets of direct follow-ups: { due, payload, dead } each.
+local n_targets = (#KEYS - 15) / 3
+if n_targets < 0 or n_targets ~= math.floor(n_targets) then
+  return redis.error_reply('ERR settle takes 15 keys and three per direct follow-up target, got ' .. #KEYS)
+end
+local targets = {}
+for k = 1, n_targets do
+  local at = 16 + 3 * (k - 1)
+  targets[k] = { due = KEYS[at], payload = KEYS[at + 1], dead = KEYS[at + 2] }
+end
 
 -- Where each entry's arguments start; the ids of tasks in full (for ZMSCORE).
 local starts, full_ids = {}, {}
@@ -85,7 +108,7 @@ while i <= #ARGV do
     i = i + 11 + tonumber(ARGV[i + 10])
   end
 end
-if #starts == 0 then return { 0 } end
+if #starts == 0 then return { 0, {} } end
 
 -- The keys this batch touches: plain acks only need the claims, the
 -- counters and (when they exist) payload, attempts, errors and cancels;
@@ -97,6 +120,10 @@ local bad = check_keys({ { claims, 'zset' }, { running, 'set' } }, types)
   or check_rare({ { payload, 'hash' }, { attempts, 'hash' }, { errors, 'hash' }, { cancels, 'hash' },
     { member, 'hash' }, { held, 'hash' }, { progress, 'hash' } }, types)
 if bad then return bad end
+for _, t in ipairs(targets) do
+  bad = check_keys({ { t.due, 'zset' }, { t.payload, 'hash' }, { t.dead, 'zset' } })
+  if bad then return bad end
+end
 if #full_ids > 0 or types[payload] ~= 'none' or types[member] ~= 'none' or types[held] ~= 'none' then
   bad = check_keys({ { due, 'zset' } }, types)
   if not bad and (#full_ids > 0 or types[member] ~= 'none') then
@@ -129,6 +156,8 @@ local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}
 local succeeded, failed, retried, dead_n, cancelled_n = 0, 0, 0, 0, 0
 local drop_cancels, drop_progress, progress_pairs = {}, {}, {}
 local pending_events = {}
+-- Follow-ups delivered directly, in order: { target, mode, due_ms, id, body }.
+local direct = {}
 -- Acked ids that may still have something to drop (payload, attempts, errors, cancel marks).
 local plain_acked = {}
 -- A child with nothing else to drop still has its group to tell.
@@ -213,15 +242,25 @@ for e, at in ipairs(starts) do
           local follow = ARGV[at + 11 + n]
           local entry = entry_prefix .. ':' .. token .. ':' .. n
           local how = string.sub(follow, 1, 1)
-          if how == 'c' then
+          if how == 'd' then
+            local k, mode, due_ms, id_len, from = string.match(follow, '^d(%d+),([cr]),(%-?%d+),(%d+),()')
+            k, id_len = tonumber(k), tonumber(id_len)
+            if not k or not targets[k] or not is_integer(due_ms) or from + id_len - 1 > #follow then
+              return redis.error_reply('ERR settle: a direct follow-up is malformed')
+            end
+            direct[#direct + 1] = { targets[k], mode, due_ms, string.sub(follow, from, from + id_len - 1),
+              string.sub(follow, from + id_len), k }
+          elseif how == 'c' then
             entry = entry .. ':create'
           elseif how == 'g' then
             entry = entry .. ':group'
           elseif how == 'G' then
             entry = entry .. ':graph'
           end
-          outbox_pairs[#outbox_pairs + 1] = entry
-          outbox_pairs[#outbox_pairs + 1] = string.sub(follow, 2)
+          if how ~= 'd' then
+            outbox_pairs[#outbox_pairs + 1] = entry
+            outbox_pairs[#outbox_pairs + 1] = string.sub(follow, 2)
+          end
         end
         succeeded = succeeded + 1
         outcome = 'succeeded'
@@ -334,6 +373,24 @@ for _, fields in ipairs(pending_events) do
   redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*', unpack(fields))
 end
 
+-- Direct follow-ups, after the rest (a task's follow-up to its own id finds its payload dropped
+-- first), one at a time in order, as deliver.lua does: an id given twice ends as the second.
+local kept = {}
+for _, d in ipairs(direct) do
+  local t, mode, due_ms, id, body = d[1], d[2], d[3], d[4], d[5]
+  if mode == 'c' and (redis.call('ZSCORE', t.due, id) or redis.call('ZSCORE', t.dead, id)) then
+    kept[#kept + 1] = d[6]
+    kept[#kept + 1] = id
+  else
+    redis.call('ZADD', t.due, due_ms, id)
+    if body ~= '' then
+      redis.call('HSET', t.payload, id, body)
+    else
+      redis.call('HDEL', t.payload, id)
+    end
+  end
+end
+
 -- Group children that ended report to their groups (plain acks' marks read here, at once).
 local reports = 0
 if #ended > 0 then
@@ -370,5 +427,6 @@ if failed > 0 then redis.call('HINCRBY', stats, 'failed', failed) end
 if retried > 0 then redis.call('HINCRBY', stats, 'retried', retried) end
 if dead_n > 0 then redis.call('HINCRBY', stats, 'dead', dead_n) end
 if cancelled_n > 0 then redis.call('HINCRBY', stats, 'cancelled', cancelled_n) end
-results[#results + 1] = reports
+results[#results + 1] = reports + #outbox_pairs / 2
+results[#results + 1] = kept
 return results
