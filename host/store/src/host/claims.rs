@@ -236,6 +236,7 @@ impl Store {
                 inv.arg(p);
             }
             for f in followups {
+                let mode = if f.replace { b'r' } else { b'c' };
                 let arg = if direct {
                     let target = self.shard_for(&f.task_type, &f.id);
                     let number = match targets.iter().position(|(known, _)| *known == target) {
@@ -247,14 +248,13 @@ impl Store {
                             targets.len()
                         }
                     };
-                    let mode = if f.replace { 'r' } else { 'c' };
-                    let mut arg = format!("d{number},{mode},{},{},", f.due_ms, f.id.len()).into_bytes();
+                    let mut arg = format!("d{number},{},{},{},", char::from(mode), f.due_ms, f.id.len()).into_bytes();
                     arg.reserve(f.id.len() + f.payload.len());
                     arg.extend_from_slice(&f.id);
                     arg.extend_from_slice(&f.payload);
                     arg
                 } else {
-                    let mut arg = vec![if f.replace { b'r' } else { b'c' }];
+                    let mut arg = vec![mode];
                     arg.extend(encode_followup(f));
                     arg
                 };

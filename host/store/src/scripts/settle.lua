@@ -240,7 +240,6 @@ for e, at in ipairs(starts) do
         if not due_score then drop_payload[#drop_payload + 1] = id end
         for n = 0, task.n_follow - 1 do
           local follow = ARGV[at + 11 + n]
-          local entry = entry_prefix .. ':' .. token .. ':' .. n
           local how = string.sub(follow, 1, 1)
           if how == 'd' then
             local k, mode, due_ms, id_len, from = string.match(follow, '^d(%d+),([cr]),(%-?%d+),(%d+),()')
@@ -250,14 +249,15 @@ for e, at in ipairs(starts) do
             end
             direct[#direct + 1] = { targets[k], mode, due_ms, string.sub(follow, from, from + id_len - 1),
               string.sub(follow, from + id_len), k }
-          elseif how == 'c' then
-            entry = entry .. ':create'
-          elseif how == 'g' then
-            entry = entry .. ':group'
-          elseif how == 'G' then
-            entry = entry .. ':graph'
-          end
-          if how ~= 'd' then
+          else
+            local entry = entry_prefix .. ':' .. token .. ':' .. n
+            if how == 'c' then
+              entry = entry .. ':create'
+            elseif how == 'g' then
+              entry = entry .. ':group'
+            elseif how == 'G' then
+              entry = entry .. ':graph'
+            end
             outbox_pairs[#outbox_pairs + 1] = entry
             outbox_pairs[#outbox_pairs + 1] = string.sub(follow, 2)
           end
