@@ -94,6 +94,80 @@ fn the_host_names_each_engine() {
     assert_eq!(runtime().load(&plugin("noop")).unwrap().interpreter(), Interpreter::None);
 }
 
+/// What WHATWG's UTF-8 decoder makes of `bytes`: `fatal` refuses invalid input, the others replace each
+/// invalid sequence's maximal subpart with U+FFFD (as Rust's `from_utf8_lossy` does); all but `kept`
+/// drop a leading byte order mark.
+fn whatwg_decode(bytes: &[u8]) -> (Option<String>, String, String) {
+    let kept = String::from_utf8_lossy(bytes).into_owned();
+    let unmarked =
+        |s: &str| s.strip_prefix('\u{feff}').filter(|_| bytes.starts_with(b"\xef\xbb\xbf")).unwrap_or(s).to_owned();
+    let fatal = std::str::from_utf8(bytes).ok().map(unmarked);
+    (fatal, unmarked(&kept), kept)
+}
+
+#[test]
+fn text_decoder_and_encoder_read_and_write_utf8_as_the_standard_does_on_both_engines() {
+    let mut vectors: Vec<(String, Vec<u8>)> = [
+        &b""[..],
+        b"plain {\"order_id\": 1}",
+        "h\u{e9}llo \u{65e5}\u{672c} \u{1f600}".as_bytes(),
+        b"\xef\xbb\xbfmarked",
+        b"\xef\xbb\xbf",
+        b"\xff",
+        b"\x80",
+        b"\xc0\x80",
+        b"\xc1\xbf",
+        b"\xe0\x80\x80",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xf5\x80",
+        b"\xe2\x82",
+        b"\xe2\x82A",
+        b"\xf0\x9f\x98",
+        b"a\xffb\xe2\x82\xacc\xf0\x9f\x98\x80d\xc3",
+        "\u{fffe}\u{ffff}\u{10ffff}".as_bytes(),
+    ]
+    .iter()
+    .map(|v| (format!("{:?}", String::from_utf8_lossy(v)), v.to_vec()))
+    .collect();
+    // Long inputs cross the decoder's chunks of 8,192, a character split over a boundary included.
+    let ascii = "x".repeat(20_000).into_bytes();
+    let mixed = "\u{e9}\u{20ac}\u{1f600}a".repeat(3_000).into_bytes();
+    let mut broken = mixed.clone();
+    broken[15_001] = 0xff;
+    vectors.extend([
+        ("20,000 ASCII".into(), ascii),
+        ("30,000 mixed".into(), mixed),
+        ("one bad byte in 30,000".into(), broken),
+    ]);
+
+    for (name, _) in ENGINES {
+        let h = handler(name, Mode::Reset, &[]);
+        for (label, bytes) in &vectors {
+            let mut t = task("");
+            t.payload = [&b"utf8:"[..], bytes].concat();
+            let run = h.run_now(&t);
+            assert_eq!(run.result, Ok(()), "{name} {label}: {}", failure(&run));
+            let out: HashMap<String, Vec<u8>> =
+                run.followups.iter().map(|f| (String::from_utf8(f.id.clone()).unwrap(), f.payload.clone())).collect();
+            let (fatal, lossy, kept) = whatwg_decode(bytes);
+            match fatal {
+                Some(text) => {
+                    assert_eq!(out.get("fatal").map(|b| b.as_slice()), Some(text.as_bytes()), "{name} {label}: fatal")
+                }
+                None => assert_eq!(
+                    out.get("fatal-error").map(|b| b.as_slice()),
+                    Some(&b"TypeError"[..]),
+                    "{name} {label}: fatal"
+                ),
+            }
+            assert_eq!(out["lossy"], lossy.as_bytes(), "{name} {label}: replacing");
+            assert_eq!(out["kept"], kept.as_bytes(), "{name} {label}: ignoreBOM");
+            assert_eq!(out["surrogates"], "a\u{fffd}b\u{fffd}c\u{1f600}\u{fffd}".as_bytes(), "{name}: lone surrogates");
+        }
+    }
+}
+
 #[test]
 fn failures_map_one_to_one_and_runaways_are_stopped_on_both_engines() {
     for (name, engine) in ENGINES {

@@ -12,7 +12,12 @@
 //   `peek` sees those too; `hash-seed` fails with a Math.random() draw and crypto values;
 // - interpreter attacks: `eval:<code>` runs the code (indirect eval: global scope) and fails with what
 //   it returned or threw; `import:<specifier>` tries a dynamic import (files, `std`, `os`, `node:fs`);
-// - `log`, `stdout` (console.log), `config:<key>`.
+// - `log`, `stdout` (console.log), `config:<key>`;
+// - `utf8:<bytes>` decodes the bytes after the colon with TextDecoder (fatal, replacing, and keeping a
+//   byte order mark) and encodes what it read back with TextEncoder, the same as a string with lone
+//   surrogates: each result is a follow-up to `noop` (id `fatal`, `lossy`, `kept`, `surrogates`, and
+//   `fatal-error` with the error's name when the fatal decoder threw), which tests/sandbox/javascript.rs
+//   compares with Rust's UTF-8, on both engines.
 //
 // The host's warm-up call (attempt 0, empty payload) runs the command in config `warm-up`, as the Rust
 // chaos plugin does, so the warm-up rules are tested on both engines too.
@@ -149,6 +154,19 @@ export function handle(task) {
     }
     case "config":
       throw fail(`config ${arg}=${JSON.stringify(config(arg) ?? null)}`);
+    case "utf8": {
+      const bytes = task.payload.subarray("utf8:".length);
+      const out = (id, payload) => schedule("noop", new TextEncoder().encode(id), payload, task.dueMs);
+      try {
+        out("fatal", new TextEncoder().encode(new Decoder("utf-8", { fatal: true }).decode(bytes)));
+      } catch (e) {
+        out("fatal-error", new TextEncoder().encode(e.name));
+      }
+      out("lossy", new TextEncoder().encode(new Decoder().decode(bytes)));
+      out("kept", new TextEncoder().encode(new Decoder("utf-8", { ignoreBOM: true }).decode(bytes)));
+      out("surrogates", new TextEncoder().encode("a\ud800b\udc00c\ud83d\ude00\ud83d"));
+      return;
+    }
     case "stash":
       stash(arg);
       return;

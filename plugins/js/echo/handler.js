@@ -41,6 +41,8 @@ import { report } from "hourglass:plugin/progress@0.1.0";
 
 // The payload as a JSON object, or {} when it is anything else (binary, text, ...).
 function controls(payload) {
+  // Nothing to parse: a thrown SyntaxError would cost more than the rest of the task.
+  if (payload.length === 0) return {};
   try {
     const value = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(payload));
     return value !== null && typeof value === "object" && !Array.isArray(value) ? value : {};
