@@ -44,7 +44,19 @@ async fn on_one_server_the_settle_delivers_followups_itself() {
         due_ms: now + 60_000,
         replace: true,
     };
-    let followups = vec![with_payload.clone(), without, again, twice("first"), twice("second")];
+    // A payload then none, and none then one: the last one's stands (the settle writes them batched).
+    let then = |id: &[u8], payload: &str| FollowUp { id: id.to_vec(), ..twice(payload) };
+    let followups = vec![
+        with_payload.clone(),
+        without,
+        again,
+        twice("first"),
+        twice("second"),
+        then(b"i4", "dropped"),
+        then(b"i4", ""),
+        then(b"i5", ""),
+        then(b"i5", "kept"),
+    ];
     let (r, committed) = s.settle(&src, &[ack(&task, followups)], None).await.unwrap();
     assert_eq!(r, vec![Ended::Succeeded]);
     assert_eq!(committed.outboxed, 0, "nothing left for the outbox to move");
@@ -57,6 +69,8 @@ async fn on_one_server_the_settle_delivers_followups_itself() {
     assert_eq!(zscore(&mut c, &dst_due, b"i2"), Some(now));
     assert_eq!(hget(&mut c, &dst_payload, b"i2"), None, "an empty follow-up payload clears the old one");
     assert_eq!(hget(&mut c, &dst_payload, b"i3"), Some(b"second".to_vec()));
+    assert_eq!(hget(&mut c, &dst_payload, b"i4"), None, "a later follow-up without a payload clears an earlier one's");
+    assert_eq!(hget(&mut c, &dst_payload, b"i5"), Some(b"kept".to_vec()));
     assert_eq!(zscore(&mut c, &key("order", "due"), b"o1"), Some(now + 60_000));
     assert_eq!(hget(&mut c, &key("order", "payload"), b"o1"), Some(b"second run".to_vec()));
     let outbox: bool = c.exists(key("order", "outbox")).unwrap();
@@ -137,14 +151,21 @@ async fn create_only_followups_leave_waiting_and_dead_tasks_alone() {
     victims(&mut c, now);
     let task = s.claim(&src, &ClaimLimits::default()).await.unwrap().tasks.remove(0);
 
-    let batch = [ack(&task, vec![create_only("waiting", now), create_only("died", now), create_only("fresh", now)])];
+    // "fresh" twice: the second finds the id the first created in the same settle.
+    let again = FollowUp { payload: b"second".to_vec(), due_ms: now + 9, ..create_only("fresh", now) };
+    let batch =
+        [ack(&task, vec![create_only("waiting", now), create_only("died", now), create_only("fresh", now), again])];
     let (r, committed) = s.settle(&src, &batch, None).await.unwrap();
     assert_eq!(r, vec![Ended::Succeeded]);
     assert_eq!(committed.outboxed, 0);
     let mut kept = committed.kept_existing.clone();
     kept.sort();
-    assert_eq!(kept, vec![(ty("victim"), b"died".to_vec()), (ty("victim"), b"waiting".to_vec())]);
+    assert_eq!(
+        kept,
+        vec![(ty("victim"), b"died".to_vec()), (ty("victim"), b"fresh".to_vec()), (ty("victim"), b"waiting".to_vec())]
+    );
     victims_untouched(&mut c, now);
+    assert_eq!(hget(&mut c, &key("victim", "payload"), b"fresh"), Some(b"crafted".to_vec()), "the first one's payload");
 }
 
 /// A follow-up's target with a broken key does not hold back the settle:

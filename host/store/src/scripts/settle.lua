@@ -42,8 +42,9 @@
 --     every entry as a replace, none is lost in a rolling upgrade). A
 --     follow-up given directly ('d') is written into its target type's keys
 --     in this step instead, after everything else the settle writes, as
---     deliver.lua would (same modes, in order): nothing to deliver later, no
---     marker needed for exactly once. Its target's keys are checked with the
+--     deliver.lua would (same modes, the effect of writing them in order,
+--     batched per target): nothing to deliver later, no marker needed for
+--     exactly once. Its target's keys are checked with the
 --     rest: a broken one fails the whole batch (HGFAULT naming it), and the
 --     host settles again through the outbox.
 --   * retry: due again at now + delay_ms, ZADD NX so a client schedule wins;
@@ -374,20 +375,63 @@ for _, fields in ipairs(pending_events) do
 end
 
 -- Direct follow-ups, after the rest (a task's follow-up to its own id finds its payload dropped
--- first), one at a time in order, as deliver.lua does: an id given twice ends as the second.
+-- first), with the effect of deliver.lua's writes one at a time in order: an id given twice ends as
+-- the second, and a create-only one keeps an id that is waiting or dead, or that an earlier one here
+-- wrote. Batched per target, since each redis.call and each ZADD's keyspace event costs about as much
+-- as the write itself: one ZMSCORE of due and of dead for its create-only ids, then one ZADD, HSET
+-- and HDEL (each in chunks).
 local kept = {}
-for _, d in ipairs(direct) do
-  local t, mode, due_ms, id, body = d[1], d[2], d[3], d[4], d[5]
-  if mode == 'c' and (redis.call('ZSCORE', t.due, id) or redis.call('ZSCORE', t.dead, id)) then
-    kept[#kept + 1] = d[6]
-    kept[#kept + 1] = id
-  else
-    redis.call('ZADD', t.due, due_ms, id)
-    if body ~= '' then
-      redis.call('HSET', t.payload, id, body)
-    else
-      redis.call('HDEL', t.payload, id)
+if #direct > 0 then
+  local asked = {} -- k -> its create-only ids
+  for _, d in ipairs(direct) do
+    if d[2] == 'c' then
+      local ids = asked[d[6]] or {}
+      ids[#ids + 1] = d[4]
+      asked[d[6]] = ids
     end
+  end
+  local taken = {} -- k -> { id -> true } for ids waiting or dead there now
+  for k, ids in pairs(asked) do
+    local waiting = multi_get('ZMSCORE', targets[k].due, ids)
+    local dead_now = multi_get('ZMSCORE', targets[k].dead, ids)
+    local found = {}
+    for n, id in ipairs(ids) do
+      if waiting[n] or dead_now[n] then found[id] = true end
+    end
+    taken[k] = found
+  end
+  local writes = {} -- k -> { order = ids first written, due = id -> due_ms, body = id -> body }
+  for _, d in ipairs(direct) do
+    local mode, due_ms, id, body, k = d[2], d[3], d[4], d[5], d[6]
+    local w = writes[k]
+    if not w then
+      w = { order = {}, due = {}, body = {} }
+      writes[k] = w
+    end
+    if mode == 'c' and (w.due[id] or (taken[k] and taken[k][id])) then
+      kept[#kept + 1] = k
+      kept[#kept + 1] = id
+    else
+      if not w.due[id] then w.order[#w.order + 1] = id end
+      w.due[id], w.body[id] = due_ms, body
+    end
+  end
+  for k, w in pairs(writes) do
+    local t = targets[k]
+    local scored, bodies, bare = {}, {}, {}
+    for _, id in ipairs(w.order) do
+      scored[#scored + 1] = w.due[id]
+      scored[#scored + 1] = id
+      if w.body[id] ~= '' then
+        bodies[#bodies + 1] = id
+        bodies[#bodies + 1] = w.body[id]
+      else
+        bare[#bare + 1] = id
+      end
+    end
+    each_chunk(scored, function(...) redis.call('ZADD', t.due, ...) end)
+    each_chunk(bodies, function(...) redis.call('HSET', t.payload, ...) end)
+    each_chunk(bare, function(...) redis.call('HDEL', t.payload, ...) end)
   end
 end
 
