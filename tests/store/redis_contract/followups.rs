@@ -329,3 +329,40 @@ async fn a_server_that_refuses_scripts_across_slots_gets_followups_through_the_o
     }
     assert_eq!(crossslot_errors(&mut c), 1, "only the first settle tried the direct way");
 }
+
+/// Acks whose only other write is follow-ups share their claim's mask: a task
+/// settled already (fenced) has none of its follow-ups written, the others all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_tasks_followups_are_not_written() {
+    let server = RedisServer::start();
+    let mut c = server.client();
+    let s = store(&server).await;
+    let src = ty("order");
+    let now = redis_now(&mut c);
+    for (i, id) in ["o1", "o2", "o3"].iter().enumerate() {
+        let _: () = c.zadd(key("order", "due"), id, now - 10 + i as i64).unwrap();
+    }
+    let tasks = s.claim(&src, &ClaimLimits::default()).await.unwrap().tasks;
+    assert_eq!(tasks.len(), 3);
+    let to = |id: &str| FollowUp {
+        task_type: ty("invoice"),
+        id: id.as_bytes().to_vec(),
+        payload: id.as_bytes().to_vec(),
+        due_ms: now + 1000,
+        replace: true,
+    };
+
+    let (r, _) = s.settle(&src, &[ack(&tasks[0], vec![to("a")])], None).await.unwrap();
+    assert_eq!(r, vec![Ended::Succeeded]);
+    let batch = [ack(&tasks[0], vec![to("b")]), ack(&tasks[1], vec![to("c1"), to("c2")]), ack(&tasks[2], vec![])];
+    let (r, committed) = s.settle(&src, &batch, None).await.unwrap();
+    assert_eq!(r, vec![Ended::Fenced, Ended::Succeeded, Ended::Succeeded]);
+    assert_eq!(committed.outboxed, 0);
+
+    let due = key("invoice", "due");
+    let mut written: Vec<Vec<u8>> = c.zrange(&due, 0, -1).unwrap();
+    written.sort();
+    assert_eq!(written, vec![b"a".to_vec(), b"c1".to_vec(), b"c2".to_vec()], "the fenced run's b is not written");
+    assert_eq!(hget(&mut c, &key("invoice", "payload"), b"c2"), Some(b"c2".to_vec()));
+    assert_eq!(s.stats(&src).await.unwrap().in_flight, 0, "every task left its claim");
+}

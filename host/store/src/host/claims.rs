@@ -9,7 +9,7 @@ use redis::Value;
 use serde::Deserialize;
 
 use crate::reply::{array, bytes, int, opt_bytes, opt_int, score};
-use crate::task::{Claim, ClaimedTask, Ended, Lease, Outcome, Settlement};
+use crate::task::{Claim, ClaimedTask, Ended, FollowUp, Lease, Outcome, Settlement};
 use crate::task_type::TaskType;
 use crate::workflow::entries::encode_followup;
 use crate::{Store, duration_ms};
@@ -191,16 +191,31 @@ impl Store {
             .arg(events_maxlen.unwrap_or(0));
         // Direct follow-ups' targets (their shards, and their types), numbered from 1 as their keys follow the 15.
         let mut targets: Vec<(TaskType, &TaskType)> = Vec::new();
-        let entries = batch_entries(batch, events_maxlen.is_some());
+        let entries = batch_entries(batch, events_maxlen.is_some(), direct);
         for entry in &entries {
             let s = match entry {
-                BatchEntry::Plain { claim, mask, tasks } => {
+                BatchEntry::Plain { claim, mask, tasks, followups } => {
                     // The acked ids in the mask's order: they leave the running set as sent.
                     let mut in_order: Vec<&(usize, usize)> = tasks.iter().collect();
                     in_order.sort_unstable_by_key(|&&(_, index)| index);
-                    inv.arg("m").arg(*claim).arg(mask.as_slice()).arg(in_order.len());
+                    inv.arg(if *followups { "f" } else { "m" }).arg(*claim).arg(mask.as_slice()).arg(in_order.len());
                     for &&(i, _) in &in_order {
                         inv.arg(&batch[i].lease.id);
+                    }
+                    if *followups {
+                        let of = |i: usize| match &batch[i].outcome {
+                            Outcome::Ack { followups, .. } => followups.as_slice(),
+                            _ => &[][..],
+                        };
+                        for &&(i, _) in &in_order {
+                            inv.arg(of(i).len());
+                        }
+                        for &&(i, _) in &in_order {
+                            for f in of(i) {
+                                let arg = self.direct_followup(f, &mut inv, &mut targets);
+                                inv.arg(arg);
+                            }
+                        }
                     }
                     continue;
                 }
@@ -236,25 +251,10 @@ impl Store {
                 inv.arg(p);
             }
             for f in followups {
-                let mode = if f.replace { b'r' } else { b'c' };
                 let arg = if direct {
-                    let target = self.shard_for(&f.task_type, &f.id);
-                    let number = match targets.iter().position(|(known, _)| *known == target) {
-                        Some(at) => at + 1,
-                        None => {
-                            let tk = self.keys(&target);
-                            inv.key(&tk.due).key(&tk.payload).key(&tk.dead);
-                            targets.push((target, &f.task_type));
-                            targets.len()
-                        }
-                    };
-                    let mut arg = format!("d{number},{},{},{},", char::from(mode), f.due_ms, f.id.len()).into_bytes();
-                    arg.reserve(f.id.len() + f.payload.len());
-                    arg.extend_from_slice(&f.id);
-                    arg.extend_from_slice(&f.payload);
-                    arg
+                    self.direct_followup(f, &mut inv, &mut targets)
                 } else {
-                    let mut arg = vec![mode];
+                    let mut arg = vec![if f.replace { b'r' } else { b'c' }];
                     arg.extend(encode_followup(f));
                     arg
                 };
@@ -311,6 +311,33 @@ impl Store {
         Ok((results, committed))
     }
 
+    /// A follow-up's settle argument for delivery in the settle itself
+    /// (settle.lua's 'd'), its target's three keys added to `inv` the first
+    /// time `targets` (numbered from 1) meets it.
+    fn direct_followup<'f>(
+        &self,
+        f: &'f FollowUp,
+        inv: &mut redis::ScriptInvocation<'_>,
+        targets: &mut Vec<(TaskType, &'f TaskType)>,
+    ) -> Vec<u8> {
+        let target = self.shard_for(&f.task_type, &f.id);
+        let number = match targets.iter().position(|(known, _)| *known == target) {
+            Some(at) => at + 1,
+            None => {
+                let tk = self.keys(&target);
+                inv.key(&tk.due).key(&tk.payload).key(&tk.dead);
+                targets.push((target, &f.task_type));
+                targets.len()
+            }
+        };
+        let mode = if f.replace { 'r' } else { 'c' };
+        let mut arg = format!("d{number},{mode},{},{},", f.due_ms, f.id.len()).into_bytes();
+        arg.reserve(f.id.len() + f.payload.len());
+        arg.extend_from_slice(&f.id);
+        arg.extend_from_slice(&f.payload);
+        arg
+    }
+
     /// Extends the leases of running tasks to now + `lease_ms`.
     pub async fn extend(&self, t: &TaskType, leases: &[Lease], lease_ms: u64) -> Result<Vec<Extended>> {
         if leases.is_empty() {
@@ -356,10 +383,11 @@ impl Store {
 /// One entry of a settle call: the plain acks of one claim as a mask, or one task in full.
 #[derive(Debug, PartialEq, Eq)]
 enum BatchEntry {
-    /// Acks with nothing else to write (no follow-ups, no events) of tasks of
-    /// `claim`: byte i of `mask` is `1` for its task i (from 0, the token
-    /// minus the claim id); `tasks` maps batch indexes to i.
-    Plain { claim: u64, mask: Vec<u8>, tasks: Vec<(usize, usize)> },
+    /// Acks with nothing else to write (no events; no follow-ups, or with
+    /// `followups` only follow-ups, delivered directly) of tasks of `claim`:
+    /// byte i of `mask` is `1` for its task i (from 0, the token minus the
+    /// claim id); `tasks` maps batch indexes to i.
+    Plain { claim: u64, mask: Vec<u8>, tasks: Vec<(usize, usize)>, followups: bool },
     /// The batch index of a task sent with its outcome in full.
     Full(usize),
 }
@@ -369,22 +397,28 @@ const CLAIM_MAX: u64 = 65535;
 
 /// The entries of one settle call for `batch`, in the order each first
 /// appears: acks of the same claim share one mask, so settling a whole
-/// claim sends three arguments, not four per task.
-fn batch_entries(batch: &[Settlement], events: bool) -> Vec<BatchEntry> {
+/// claim sends three arguments, not four per task. With `direct`
+/// follow-ups, acks whose only other write is follow-ups share a mask of
+/// their own (an id, a count and the follow-ups each, not eleven arguments
+/// and the follow-ups).
+fn batch_entries(batch: &[Settlement], events: bool, direct: bool) -> Vec<BatchEntry> {
     let mut entries = Vec::new();
-    let mut masks: HashMap<u64, usize> = HashMap::new(); // claim → its entry
+    let mut masks: HashMap<(u64, bool), usize> = HashMap::new(); // (claim, with follow-ups) → its entry
     for (i, s) in batch.iter().enumerate() {
-        let plain = !events
-            && matches!(&s.outcome, Outcome::Ack { followups, groups, graphs }
-                if followups.is_empty() && groups.is_empty() && graphs.is_empty());
+        let with_followups = match &s.outcome {
+            Outcome::Ack { followups, groups, graphs } if !events && groups.is_empty() && graphs.is_empty() => {
+                (followups.is_empty() || direct).then_some(!followups.is_empty())
+            }
+            _ => None,
+        };
         let Lease { token, claim, .. } = s.lease;
         let index = token.checked_sub(claim).filter(|&k| k < CLAIM_MAX);
-        let (true, Some(index)) = (plain, index) else {
+        let (Some(followups), Some(index)) = (with_followups, index) else {
             entries.push(BatchEntry::Full(i));
             continue;
         };
-        let at = *masks.entry(claim).or_insert_with(|| {
-            entries.push(BatchEntry::Plain { claim, mask: Vec::new(), tasks: Vec::new() });
+        let at = *masks.entry((claim, followups)).or_insert_with(|| {
+            entries.push(BatchEntry::Plain { claim, mask: Vec::new(), tasks: Vec::new(), followups });
             entries.len() - 1
         });
         let BatchEntry::Plain { mask, tasks, .. } = &mut entries[at] else { unreachable!("masks index plain entries") };
@@ -542,22 +576,57 @@ mod tests {
             settlement(10, 10, ack()),
         ];
         assert_eq!(
-            batch_entries(&batch, false),
+            batch_entries(&batch, false, true),
             [
-                BatchEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 2), (3, 0)] },
-                BatchEntry::Plain { claim: 20, mask: b"1".to_vec(), tasks: vec![(1, 0)] },
+                BatchEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 2), (3, 0)], followups: false },
+                BatchEntry::Plain { claim: 20, mask: b"1".to_vec(), tasks: vec![(1, 0)], followups: false },
                 BatchEntry::Full(2),
             ]
         );
     }
 
     #[test]
+    fn acks_with_direct_followups_share_a_mask_of_their_own() {
+        let echo = || {
+            let followup = FollowUp {
+                task_type: "out".parse().unwrap(),
+                id: b"x".to_vec(),
+                payload: Vec::new(),
+                due_ms: 0,
+                replace: true,
+            };
+            Outcome::Ack { followups: vec![followup], groups: Vec::new(), graphs: Vec::new() }
+        };
+        let batch = [settlement(10, 10, echo()), settlement(11, 10, ack()), settlement(12, 10, echo())];
+        assert_eq!(
+            batch_entries(&batch, false, true),
+            [
+                BatchEntry::Plain { claim: 10, mask: b"101".to_vec(), tasks: vec![(0, 0), (2, 2)], followups: true },
+                BatchEntry::Plain { claim: 10, mask: b"01".to_vec(), tasks: vec![(1, 1)], followups: false },
+            ]
+        );
+        // Through the outbox (a cluster), or with events, they go in full.
+        assert_eq!(
+            batch_entries(&batch, false, false),
+            [
+                BatchEntry::Full(0),
+                BatchEntry::Plain { claim: 10, mask: b"01".to_vec(), tasks: vec![(1, 1)], followups: false },
+                BatchEntry::Full(2),
+            ]
+        );
+        assert_eq!(batch_entries(&batch, true, true), [BatchEntry::Full(0), BatchEntry::Full(1), BatchEntry::Full(2)]);
+    }
+
+    #[test]
     fn acks_go_in_full_with_events_or_an_impossible_token() {
         let batch = [settlement(5, 10, ack()), settlement(10, 10, ack())];
-        assert_eq!(batch_entries(&batch, true), [BatchEntry::Full(0), BatchEntry::Full(1)]);
+        assert_eq!(batch_entries(&batch, true, true), [BatchEntry::Full(0), BatchEntry::Full(1)]);
         assert_eq!(
-            batch_entries(&batch, false),
-            [BatchEntry::Full(0), BatchEntry::Plain { claim: 10, mask: b"1".to_vec(), tasks: vec![(1, 0)] }]
+            batch_entries(&batch, false, true),
+            [
+                BatchEntry::Full(0),
+                BatchEntry::Plain { claim: 10, mask: b"1".to_vec(), tasks: vec![(1, 0)], followups: false }
+            ]
         );
     }
 }

@@ -11,6 +11,10 @@
 --         '1' when task k of the claim, from 1, is acked; the mask may stop at the last one),
 --         n, then the n acked ids in the mask's order (they leave `running` as they are,
 --         so the claim record need not be decoded)
+--       or acks whose only other write is follow-ups delivered directly, of one claim:
+--         'f', claim id, mask, n, the n acked ids as for 'm', then each one's number of
+--         follow-ups (n arguments), then their follow-ups in that order, each 'd' and the
+--         rest as below (a fenced task's are skipped)
 --       or one task in full: kind ('ack'|'retry'|'dead'|'cancel'), id, token, claim id, attempt,
 --         due_ms, started_ms, finished_ms, delay_ms, error, n_followups, followup_1..n, each
 --         'c' (create-only) or 'r' (may replace) and then the encoded follow-up (into the
@@ -19,7 +23,7 @@
 --         and then a run's encoded work on one workflow group (entry id ends ":group"), or 'G'
 --         and then a workflow graph the run declares, as JSON (entry id ends ":graph");
 --         a retry's only item may be 'p' and then the run's last progress, as stored (JSON)
--- Returns: per entry, in order: for plain acks the mask of those settled (the
+-- Returns: per entry, in order: for plain acks ('m', 'f') the mask of those settled (the
 --          others were fenced); for a task in full how it ended, by name:
 --          succeeded | retried | dead | cancelled | rescheduled (a dead letter
 --          a client's schedule overrode: failed, not dead) | fenced; then one
@@ -104,6 +108,11 @@ while i <= #ARGV do
   starts[#starts + 1] = i
   if ARGV[i] == 'm' then
     i = i + 4 + tonumber(ARGV[i + 3])
+  elseif ARGV[i] == 'f' then
+    local n = tonumber(ARGV[i + 3])
+    local items = 0
+    for k = i + 4 + n, i + 3 + 2 * n do items = items + tonumber(ARGV[k]) end
+    i = i + 4 + 2 * n + items
   else
     full_ids[#full_ids + 1] = ARGV[i + 1]
     i = i + 11 + tonumber(ARGV[i + 10])
@@ -167,10 +176,20 @@ local track_plain = has_payload or has_attempts or has_errors or has_cancels or 
 -- ranges of ARGV whose every id left (no per-task copy).
 local left, left_ranges = {}, {}
 
+-- A follow-up delivered directly ('d...'), added to `direct`; false when it is malformed.
+local function add_direct(follow)
+  local k, mode, due_ms, id_len, from = string.match(follow, '^d(%d+),([cr]),(%-?%d+),(%d+),()')
+  k, id_len = tonumber(k), tonumber(id_len)
+  if not k or not targets[k] or not is_integer(due_ms) or from + id_len - 1 > #follow then return false end
+  direct[#direct + 1] = { targets[k], mode, due_ms, string.sub(follow, from, from + id_len - 1),
+    string.sub(follow, from + id_len), k }
+  return true
+end
+
 local f = 0 -- index into full_due
 for e, at in ipairs(starts) do
   local kind = ARGV[at]
-  if kind == 'm' then
+  if kind == 'm' or kind == 'f' then
     local rec = cached_claim(recs, claimed, ARGV[at + 1])
     local taken = rec and not rec.all_left and take_masked(rec, ARGV[at + 2]) or ''
     local n = count_live(taken)
@@ -199,6 +218,26 @@ for e, at in ipairs(starts) do
               ended[#ended + 1] = { ids[k], string.format('%d', tonumber(ARGV[at + 1]) + k - 1), 'succeeded' }
             end
           end
+        end
+      end
+    end
+    if kind == 'f' and n > 0 then
+      -- The follow-ups of the acked ones, in the ids' order; a fenced one's are skipped.
+      local sent, n_sent = ARGV[at + 2], tonumber(ARGV[at + 3])
+      local item = at + 4 + 2 * n_sent
+      local j = 0
+      for k = 1, #sent do
+        if string.byte(sent, k) == LIVE then
+          j = j + 1
+          local count = tonumber(ARGV[at + 3 + n_sent + j])
+          if string.byte(taken, k) == LIVE then
+            for a = item, item + count - 1 do
+              if string.sub(ARGV[a], 1, 1) ~= 'd' or not add_direct(ARGV[a]) then
+                return redis.error_reply('ERR settle: a direct follow-up is malformed')
+              end
+            end
+          end
+          item = item + count
         end
       end
     end
@@ -243,13 +282,7 @@ for e, at in ipairs(starts) do
           local follow = ARGV[at + 11 + n]
           local how = string.sub(follow, 1, 1)
           if how == 'd' then
-            local k, mode, due_ms, id_len, from = string.match(follow, '^d(%d+),([cr]),(%-?%d+),(%d+),()')
-            k, id_len = tonumber(k), tonumber(id_len)
-            if not k or not targets[k] or not is_integer(due_ms) or from + id_len - 1 > #follow then
-              return redis.error_reply('ERR settle: a direct follow-up is malformed')
-            end
-            direct[#direct + 1] = { targets[k], mode, due_ms, string.sub(follow, from, from + id_len - 1),
-              string.sub(follow, from + id_len), k }
+            if not add_direct(follow) then return redis.error_reply('ERR settle: a direct follow-up is malformed') end
           else
             local entry = entry_prefix .. ':' .. token .. ':' .. n
             if how == 'c' then
