@@ -89,7 +89,10 @@ impl Bench {
             host.handles.push(tokio::spawn(host::run(config, None, store, shutdown.clone())));
         }
         // Ready when every host has run warm-up tasks: plugins loaded, claim loops running.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        // A cold start compiles every plugin first, each allowed `compile_timeout` of CPU:
+        // on two cores shared with other work that takes minutes, not seconds.
+        let ready_within = if self.args.cold { Duration::from_secs(600) } else { Duration::from_secs(120) };
+        let deadline = Instant::now() + ready_within;
         let mut written = 0u64;
         for round in 0.. {
             if recorder.host_warm.iter().all(|w| w.load(Ordering::Relaxed) > 0) {
@@ -114,7 +117,7 @@ impl Bench {
             }
             if Instant::now() > deadline {
                 host.shutdown.cancel();
-                bail!("the in-process hosts did not all run warm-up tasks within 120s");
+                bail!("the in-process hosts did not all run warm-up tasks within {}s", ready_within.as_secs());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
