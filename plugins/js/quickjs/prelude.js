@@ -33,7 +33,8 @@ const unescapeLatin1 = globalThis.unescape;
 const decodeUri = decodeURIComponent;
 const encodeUri = encodeURIComponent;
 const min = Math.min;
-// Strings: QuickJS's regular expressions take about 35 ns a character, so this one is kept for the encoder.
+// For the encoder's strings; bytes are checked with isAscii (QuickJS's regular expressions take about 35 ns
+// a character).
 const NON_ASCII = /[^\x00-\x7f]/;
 // Most arguments one String.fromCharCode call is given (QuickJS caps a call's arguments at 65,535).
 const CHUNK = 8192;

@@ -166,7 +166,7 @@ local error_pairs, retry_pairs, dead_pairs, outbox_pairs, attempt_pairs = {}, {}
 local succeeded, failed, retried, dead_n, cancelled_n = 0, 0, 0, 0, 0
 local drop_cancels, drop_progress, progress_pairs = {}, {}, {}
 local pending_events = {}
--- Follow-ups delivered directly, in order: { target, mode, due_ms, id, body }.
+-- Follow-ups delivered directly, in order: { mode, due_ms, id, body, target number k }.
 local direct = {}
 -- Acked ids that may still have something to drop (payload, attempts, errors, cancel marks).
 local plain_acked = {}
@@ -181,8 +181,7 @@ local function add_direct(follow)
   local k, mode, due_ms, id_len, from = string.match(follow, '^d(%d+),([cr]),(%-?%d+),(%d+),()')
   k, id_len = tonumber(k), tonumber(id_len)
   if not k or not targets[k] or not is_integer(due_ms) or from + id_len - 1 > #follow then return false end
-  direct[#direct + 1] = { targets[k], mode, due_ms, string.sub(follow, from, from + id_len - 1),
-    string.sub(follow, from + id_len), k }
+  direct[#direct + 1] = { mode, due_ms, string.sub(follow, from, from + id_len - 1), string.sub(follow, from + id_len), k }
   return true
 end
 
@@ -232,7 +231,7 @@ for e, at in ipairs(starts) do
           local count = tonumber(ARGV[at + 3 + n_sent + j])
           if string.byte(taken, k) == LIVE then
             for a = item, item + count - 1 do
-              if string.sub(ARGV[a], 1, 1) ~= 'd' or not add_direct(ARGV[a]) then
+              if not add_direct(ARGV[a]) then
                 return redis.error_reply('ERR settle: a direct follow-up is malformed')
               end
             end
@@ -417,10 +416,10 @@ local kept = {}
 if #direct > 0 then
   local asked = {} -- k -> its create-only ids
   for _, d in ipairs(direct) do
-    if d[2] == 'c' then
-      local ids = asked[d[6]] or {}
-      ids[#ids + 1] = d[4]
-      asked[d[6]] = ids
+    if d[1] == 'c' then
+      local ids = asked[d[5]] or {}
+      ids[#ids + 1] = d[3]
+      asked[d[5]] = ids
     end
   end
   local taken = {} -- k -> { id -> true } for ids waiting or dead there now
@@ -435,7 +434,7 @@ if #direct > 0 then
   end
   local writes = {} -- k -> { order = ids first written, due = id -> due_ms, body = id -> body }
   for _, d in ipairs(direct) do
-    local mode, due_ms, id, body, k = d[2], d[3], d[4], d[5], d[6]
+    local mode, due_ms, id, body, k = d[1], d[2], d[3], d[4], d[5]
     local w = writes[k]
     if not w then
       w = { order = {}, due = {}, body = {} }
